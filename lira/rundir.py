@@ -1,0 +1,96 @@
+"""The run folder: loading and validating LiRA's inputs, and atomic writes of results."""
+
+import dataclasses
+import json
+import os
+import tempfile
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  loss_MxNxT: np.ndarray
+  keep_MxN: np.ndarray
+  mask_NxT: np.ndarray | None
+  config: dict
+
+
+def _load_npy(path):
+  try:
+    return np.load(path, allow_pickle=False)
+  except ValueError as e:
+    raise ValueError(f"{path}: cannot load without pickle ({e}); store plain numeric arrays") from e
+
+
+def load_run(run_dir, mmap=False):
+  """Load losses.npy [M, N, T], keep.npy [M, N], optional mask.npy [N, T] and config.json; check shapes."""
+  if not os.path.isdir(run_dir):
+    raise FileNotFoundError(f"run folder {run_dir!r} does not exist")
+  paths = {k: os.path.join(run_dir, f"{k}.npy") for k in ("losses", "keep", "mask")}
+  for k in ("losses", "keep"):
+    if not os.path.exists(paths[k]):
+      raise FileNotFoundError(f"run folder {run_dir!r} has no {k}.npy (see README, 'Run folder layout')")
+  loss = np.load(paths["losses"], allow_pickle=False, mmap_mode="r" if mmap else None)
+  if loss.ndim != 3:
+    raise ValueError(f"{paths['losses']}: expected per-token losses shaped [M, N, T], got {loss.shape}")
+  if not np.issubdtype(loss.dtype, np.floating):
+    raise ValueError(f"{paths['losses']}: expected floating-point losses, got dtype {loss.dtype}")
+  keep = _load_npy(paths["keep"])
+  if keep.dtype != bool:
+    if np.issubdtype(keep.dtype, np.integer) and np.isin(keep, (0, 1)).all():
+      keep = keep.astype(bool)
+    else:
+      raise ValueError(f"{paths['keep']}: expected a bool membership matrix, got dtype {keep.dtype}")
+  if keep.shape != loss.shape[:2]:
+    raise ValueError(f"{paths['keep']}: shape {keep.shape} does not match losses.npy [M, N] = {loss.shape[:2]}")
+  mask = None
+  if os.path.exists(paths["mask"]):
+    mask = _load_npy(paths["mask"])
+    if mask.shape != loss.shape[1:] or mask.dtype != bool:
+      raise ValueError(f"{paths['mask']}: expected bool [N, T] = {loss.shape[1:]}, got {mask.dtype} {mask.shape}")
+  config = {}
+  cfg_path = os.path.join(run_dir, "config.json")
+  if os.path.exists(cfg_path):
+    with open(cfg_path) as f:
+      try:
+        config = json.load(f)
+      except json.JSONDecodeError as e:
+        raise ValueError(f"{cfg_path}: not valid JSON ({e})") from e
+  return Run(loss, keep, mask, config)
+
+
+def _atomic(path, write_fn, mode):
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
+  try:
+    with os.fdopen(fd, mode) as f:
+      write_fn(f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def save_npy(path, array):
+  """Write an .npy file atomically (temporary name, then rename); never pickled."""
+  _atomic(path, lambda f: np.save(f, np.asarray(array), allow_pickle=False), "wb")
+
+
+def save_json(path, obj):
+  """Write JSON atomically."""
+  _atomic(path, lambda f: f.write(json.dumps(obj, indent=2, sort_keys=True).encode()), "wb")
+
+
+def save_text(path, text):
+  """Write a text file atomically."""
+  _atomic(path, lambda f: f.write(text.encode()), "wb")
+
+
+def save_figure(path, fig):
+  """Save a matplotlib figure atomically as PNG."""
+  _atomic(path, lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), "wb")
