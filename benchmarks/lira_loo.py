@@ -1,0 +1,206 @@
+"""Time leave-one-out LiRA (lira.leave_one_out) against the brute-force reference on synthetic per-token losses.
+
+  python benchmarks/lira_loo.py --M 64 --N 10000 --T 128
+  python benchmarks/lira_loo.py --M 8 --N 200 --T 16 --out /tmp/lira_loo.json   # smoke test
+
+The reference (tests/bruteforce.py) runs on --ref_targets x --ref_canaries (target, canary) pairs and
+its time is extrapolated linearly to all M * N pairs; on that subset the two engines must agree.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import scipy.signal
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the reference lives beside the tests, as they import it
+
+import lira  # noqa: E402
+from bruteforce import bruteforce_llr  # noqa: E402
+
+VARIANTS = {
+    "univariate-classwise": ("univariate", False),
+    "univariate-shared": ("univariate", True),
+    "independent-classwise": ("independent", False),
+    "independent-shared": ("independent", True),
+    "oas-classwise": ("oas", False),
+    "oas-shared": ("oas", True),
+}
+AR_RHO = 0.5  # correlation between neighbouring tokens
+IN_SHIFT = 0.3  # logit increase of IN models on the memorised positions
+IN_FRACTION = 0.2  # fraction of a canary's positions that carry the membership signal
+CHUNK_FLOATS = 2**24  # float64 temporaries per generation chunk (128 MiB)
+
+
+def make_keep(M, N, rng):
+  """keep_MxN as in the LiRA reference code: every canary IN for exactly M / 2 models."""
+  order = rng.uniform(size=(M, N)).argsort(0)
+  return order < M // 2
+
+
+def make_losses(keep_MxN, T, rng):
+  """Synthetic float32 losses: per-canary AR(1)-correlated Gaussian logits, IN shifted on 20% of positions."""
+  M, N = keep_MxN.shape
+  loss_MxNxT = np.empty((M, N, T), np.float32)
+  chunk = max(1, CHUNK_FLOATS // (M * T))
+  for start in range(0, N, chunk):
+    n = slice(start, min(start + chunk, N))
+    c = n.stop - n.start
+    mu_CxT = rng.normal(1.5, 1.0, size=(c, T))
+    scale_CxT = rng.uniform(0.5, 1.5, size=(c, T))
+    signal_CxT = rng.uniform(size=(c, T)) < IN_FRACTION
+    # AR(1) with unit marginal variance: z_0 = e_0, z_t = rho z_{t-1} + sqrt(1 - rho^2) e_t.
+    e_MxCxT = rng.standard_normal(size=(M, c, T))
+    e_MxCxT[:, :, 0] /= np.sqrt(1 - AR_RHO**2)
+    z_MxCxT = scipy.signal.lfilter([np.sqrt(1 - AR_RHO**2)], [1.0, -AR_RHO], e_MxCxT, axis=-1)
+    logit_MxCxT = mu_CxT + scale_CxT * z_MxCxT + IN_SHIFT * (keep_MxN[:, n, None] & signal_CxT)
+    loss_MxNxT[:, n] = np.logaddexp(0.0, -logit_MxCxT)  # softplus(-logit) = -ln sigmoid(logit)
+  return loss_MxNxT
+
+
+def find_summarize():
+  """lira.metrics.summarize if it exists yet, else None."""
+  try:
+    import lira.metrics
+  except ImportError:
+    return None
+  return getattr(lira.metrics, "summarize", None)
+
+
+def jsonable(value):
+  """Best-effort conversion of a summary (dicts, numpy scalars and arrays) into JSON types."""
+  if isinstance(value, dict):
+    return {str(k): jsonable(v) for k, v in value.items()}
+  if isinstance(value, (list, tuple)):
+    return [jsonable(v) for v in value]
+  if isinstance(value, np.ndarray):
+    return value.tolist()
+  if isinstance(value, np.generic):
+    return value.item()
+  if value is None or isinstance(value, (bool, int, float, str)):
+    return value
+  return str(value)
+
+
+def machine_info():
+  """What the timings were taken on."""
+  info = {
+      "date": datetime.datetime.now().isoformat(timespec="seconds"),
+      "cpu_count": os.cpu_count(),
+      "platform": platform.platform(),
+      "python": platform.python_version(),
+      "numpy": np.__version__,
+  }
+  if "jax" in sys.modules:
+    jax = sys.modules["jax"]
+    info["jax"] = jax.__version__
+    info["jax_devices"] = [str(d) for d in jax.devices()]
+  return info
+
+
+def run_variant(name, loss_MxNxT, keep_MxN, targets, canaries, summarize):
+  """Time one variant on the fast engine and on the reference subset; compare them there."""
+  covariance, shared = VARIANTS[name]
+  M, N, _ = loss_MxNxT.shape
+  start = time.perf_counter()
+  llr_MxN = lira.leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared,
+                               reduction=None, statistic="logit")
+  llr_MxN = np.asarray(llr_MxN)  # a lazy (e.g. jax) result is finished before the clock stops
+  fast_s = time.perf_counter() - start
+  row = {"variant": name, "covariance": covariance, "shared": shared, "fast_s": fast_s,
+         "fast_finite": bool(np.isfinite(llr_MxN).all())}
+
+  if summarize is not None:
+    start = time.perf_counter()
+    summary = summarize(llr_MxN, keep_MxN)
+    row["summarize_s"] = time.perf_counter() - start
+    row["summary"] = jsonable(summary)
+
+  if len(targets) and len(canaries):
+    start = time.perf_counter()
+    ref_MxN = bruteforce_llr(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, reduction=None,
+                             statistic="logit", targets=targets, canaries=canaries)
+    ref_s = time.perf_counter() - start
+    pairs = len(targets) * len(canaries)
+    sub = np.ix_(targets, canaries)
+    diff = np.abs(llr_MxN[sub] - ref_MxN[sub])
+    row.update({
+        "ref_pairs": pairs,
+        "ref_subset_s": ref_s,
+        "ref_extrapolated_s": ref_s * (M * N) / pairs,
+        "speedup": ref_s * (M * N) / pairs / fast_s,
+        "max_abs_diff": float(np.max(diff)),
+        "max_rel_diff": float(np.max(diff / np.maximum(1.0, np.abs(ref_MxN[sub])))),
+    })
+  return row
+
+
+def print_table(rows):
+  """One line per variant."""
+  head = f"{'variant':<22} {'fast s':>9} {'ref s*':>11} {'speed-up':>9} {'max|diff|':>10} {'summ. s':>8}"
+  print(head)
+  print("-" * len(head))
+  for r in rows:
+    fmt = lambda key, spec: format(r[key], spec) if key in r else "-"  # noqa: E731
+    print(f"{r['variant']:<22} {fmt('fast_s', '9.3f'):>9} {fmt('ref_extrapolated_s', '11.1f'):>11} "
+          f"{fmt('speedup', '9.1f'):>9} {fmt('max_abs_diff', '10.2e'):>10} {fmt('summarize_s', '8.2f'):>8}")
+  print("* reference time extrapolated linearly from its subset to all M * N pairs")
+
+
+def main(argv=None):
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--M", type=int, default=64, help="models (even)")
+  parser.add_argument("--N", type=int, default=10000, help="canaries")
+  parser.add_argument("--T", type=int, default=128, help="positions")
+  parser.add_argument("--ref_targets", type=int, default=2, help="targets the reference computes (0: skip it)")
+  parser.add_argument("--ref_canaries", type=int, default=50, help="canaries the reference computes")
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/lira_loo_M{M}_N{N}_T{T}.json)")
+  parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+  args = parser.parse_args(argv)
+  if args.M % 2 or args.M < 4:
+    parser.error("--M must be even and at least 4 (leave-one-out needs two IN shadow rows)")
+  out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"lira_loo_M{args.M}_N{args.N}_T{args.T}.json"
+
+  rng = np.random.default_rng(args.seed)
+  start = time.perf_counter()
+  keep_MxN = make_keep(args.M, args.N, rng)
+  loss_MxNxT = make_losses(keep_MxN, args.T, rng)
+  data_s = time.perf_counter() - start
+  pick = np.random.default_rng(args.seed + 1)
+  targets = sorted(pick.choice(args.M, size=min(args.ref_targets, args.M), replace=False).tolist())
+  canaries = sorted(pick.choice(args.N, size=min(args.ref_canaries, args.N), replace=False).tolist())
+  summarize = find_summarize()
+  print(f"M={args.M} N={args.N} T={args.T} seed={args.seed}: data generated in {data_s:.1f} s "
+        f"({loss_MxNxT.nbytes / 2**30:.2f} GiB float32); reference on {len(targets)} x {len(canaries)} pairs; "
+        f"lira.metrics.summarize {'timed' if summarize else 'not available, skipped'}")
+
+  rows = []
+  for name in args.variants:
+    rows.append(run_variant(name, loss_MxNxT, keep_MxN, targets, canaries, summarize))
+    r = rows[-1]
+    print(f"  {name}: fast {r['fast_s']:.3f} s" + (f", max|fast - ref| = {r['max_abs_diff']:.2e}"
+                                                    if "max_abs_diff" in r else ""), flush=True)
+
+  machine = machine_info()
+  print()
+  print_table(rows)
+  print(f"machine: {machine}")
+  result = {"config": {**vars(args), "out": str(out), "ref_target_ids": targets, "ref_canary_ids": canaries,
+                       "ar_rho": AR_RHO, "in_shift": IN_SHIFT, "in_fraction": IN_FRACTION},
+            "machine": machine, "data_s": data_s, "results": rows}
+  out.parent.mkdir(parents=True, exist_ok=True)
+  out.write_text(json.dumps(result, indent=2) + "\n")
+  print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+  main()
