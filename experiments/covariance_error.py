@@ -1,0 +1,130 @@
+"""Covariance-error analysis of a run folder (Rossi et al. 2025, Figs. 2, 3, 6, 8).
+
+python -m experiments.covariance_error --run_dir=DIR [--shadow_counts=4,8,16,32,64] [--draws=5]
+"""
+
+import csv
+import io
+import os
+
+from absl import app
+from absl import flags
+import numpy as np
+import tqdm
+
+from lira import cov_error
+from lira import rundir
+from lira import transforms
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("run_dir", None, "Run folder with losses.npy [M, N, T] and keep.npy [M, N].")
+flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token statistic the Gaussians model.")
+flags.DEFINE_list("shadow_counts", None, "Numbers of shadow models m; default powers of two from 4 up to M, and M.")
+flags.DEFINE_integer("draws", 5, "Random model subsets per shadow count.")
+flags.DEFINE_integer("max_canaries", 1000, "Canaries analysed at most (random subset; the paper used 1,000).")
+flags.DEFINE_integer("canary", 0, "Canary whose gold-standard covariance is drawn as a heatmap.")
+flags.DEFINE_integer("seed", 0, "Seed for the canary subset and the model subsets.")
+flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/covariance_error.")
+
+
+def validated_settings(run):
+  """Check the flags against the run before any long work; return (shadow_counts, out_dir)."""
+  M, N, T = run.loss_MxNxT.shape
+  try:
+    counts = [int(m) for m in FLAGS.shadow_counts] if FLAGS.shadow_counts else cov_error.default_shadow_counts(M)
+  except ValueError as e:
+    raise app.UsageError(f"--shadow_counts must be comma-separated integers, got {FLAGS.shadow_counts}") from e
+  bad = [m for m in counts if not 2 <= m <= M]
+  if bad:
+    raise app.UsageError(f"--shadow_counts values {bad} are outside [2, M={M}] (M = models in {FLAGS.run_dir})")
+  if FLAGS.draws < 1:
+    raise app.UsageError(f"--draws must be >= 1, got {FLAGS.draws}")
+  if FLAGS.max_canaries < 1:
+    raise app.UsageError(f"--max_canaries must be >= 1, got {FLAGS.max_canaries}")
+  if not 0 <= FLAGS.canary < N:
+    raise app.UsageError(f"--canary={FLAGS.canary} is outside [0, N={N})")
+  return counts, FLAGS.out_dir or os.path.join(FLAGS.run_dir, "covariance_error")
+
+
+def to_csv(rows):
+  """Rows of dicts as CSV text (columns from the first row)."""
+  buf = io.StringIO()
+  writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+  writer.writeheader()
+  writer.writerows(rows)
+  return buf.getvalue()
+
+
+def summary_rows(aggregated, relative):
+  """One row per (m, class, estimator): class-wise and shared errors (mean, std over draws) and relative error."""
+  agg = {(r["m"], r["class"], r["estimator"], r["mode"]): r for r in aggregated}
+  out = []
+  for r in relative:
+    cw, sh = (agg[r["m"], r["class"], r["estimator"], md] for md in cov_error.MODES)
+    out.append({"m": r["m"], "class": r["class"], "estimator": r["estimator"],
+                "classwise_error_mean": cw["error_mean"], "classwise_error_std": cw["error_std"],
+                "shared_error_mean": sh["error_mean"], "shared_error_std": sh["error_std"],
+                "relative_error_mean": r["relative_error_mean"], "relative_error_std": r["relative_error_std"],
+                "n_canaries_mean": cw["n_canaries_mean"], "draws": r["draws"]})
+  return out
+
+
+def table(summary):
+  """Short readable table: class-wise / shared error and relative error per class, m and estimator."""
+  lines = [f"{'class':<5} {'m':>5} {'estimator':<12} {'class-wise':>11} {'shared':>11} {'relative':>9} {'canaries':>9}"]
+  for r in summary:
+    lines.append(f"{r['class']:<5} {r['m']:>5} {r['estimator']:<12} {r['classwise_error_mean']:>11.4g} "
+                 f"{r['shared_error_mean']:>11.4g} {r['relative_error_mean']:>+9.3f} {r['n_canaries_mean']:>9.1f}")
+  return "\n".join(lines)
+
+
+def _json_safe(obj):
+  """NaN (a class skipped for every canary) becomes null, so the JSON stays standard."""
+  if isinstance(obj, float) and not np.isfinite(obj):
+    return None
+  if isinstance(obj, dict):
+    return {k: _json_safe(v) for k, v in obj.items()}
+  if isinstance(obj, list):
+    return [_json_safe(v) for v in obj]
+  return obj
+
+
+def write_outputs(out_dir, settings, rows, aggregated, relative, summary, heatmap_fig):
+  """Write the CSVs, the JSON and the three figures atomically; return their paths."""
+  paths = {name: os.path.join(out_dir, name) for name in (
+      "covariance_error.csv", "covariance_error_summary.csv", "covariance_error.json",
+      "error_vs_shadow_models.png", "relative_error.png", "covariance_heatmap.png")}
+  rundir.save_text(paths["covariance_error.csv"], to_csv(rows))
+  rundir.save_text(paths["covariance_error_summary.csv"], to_csv(summary))
+  rundir.save_json(paths["covariance_error.json"], _json_safe(
+      {"settings": settings, "rows": rows, "aggregated": aggregated, "relative": relative}))
+  rundir.save_figure(paths["error_vs_shadow_models.png"], cov_error.plot_errors(aggregated))
+  rundir.save_figure(paths["relative_error.png"], cov_error.plot_relative_errors(relative))
+  rundir.save_figure(paths["covariance_heatmap.png"], heatmap_fig)
+  return list(paths.values())
+
+
+def main(argv):
+  del argv
+  run = rundir.load_run(FLAGS.run_dir, mmap=True)
+  counts, out_dir = validated_settings(run)
+  settings = {"run_dir": FLAGS.run_dir, "statistic": FLAGS.statistic, "shadow_counts": counts, "draws": FLAGS.draws,
+              "max_canaries": FLAGS.max_canaries, "canary": FLAGS.canary, "seed": FLAGS.seed,
+              "num_models": int(run.keep_MxN.shape[0])}
+  rows = cov_error.covariance_errors(
+      run.loss_MxNxT, run.keep_MxN, shadow_counts=counts, draws=FLAGS.draws, statistic=FLAGS.statistic,
+      mask_NxT=run.mask_NxT, max_canaries=FLAGS.max_canaries, seed=FLAGS.seed,
+      progress=lambda jobs: tqdm.tqdm(jobs, desc="(m, draw)", unit="subset"))
+  aggregated, relative = cov_error.aggregate(rows), cov_error.relative_errors(rows)
+  summary = summary_rows(aggregated, relative)
+  gold_in, gold_out = cov_error.gold_covariance(
+      run.loss_MxNxT, run.keep_MxN, FLAGS.canary, statistic=FLAGS.statistic, mask_NxT=run.mask_NxT)
+  heatmap = cov_error.plot_covariance_heatmap(gold_in, gold_out, FLAGS.canary)
+  paths = write_outputs(out_dir, settings, rows, aggregated, relative, summary, heatmap)
+  print(table(summary))
+  print("\n".join(["wrote:"] + [f"  {p}" for p in paths]))
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("run_dir")
+  app.run(main)

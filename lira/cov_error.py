@@ -1,0 +1,268 @@
+"""Covariance-error analysis: how far each estimator is from the all-models MLE (Rossi et al. 2025, Figs. 2, 3, 6, 8)."""
+
+import numpy as np
+from matplotlib.figure import Figure
+
+from lira import covariance
+from lira import transforms
+
+ESTIMATORS = ("univariate", "independent", "oas")
+MODES = ("classwise", "shared")
+CLASSES = ("in", "out")
+# Canaries per batched step: bounds the [chunk, T, T] temporaries on top of the two gold standards.
+_CHUNK = 128
+
+
+def default_shadow_counts(num_models):
+  """Powers of two from 4 below M, then M itself (the x axis of Fig. 2)."""
+  counts = [m for m in (2**k for k in range(2, 32)) if m < num_models]
+  return counts + [num_models]
+
+
+def select_canaries(keep_MxN, mask_NxT=None, max_canaries=1000, seed=0):
+  """Sorted indices of the canaries analysed: all-valid under the mask, at most max_canaries drawn with the seed."""
+  keep_MxN = np.asarray(keep_MxN, bool)
+  valid_N = np.ones(keep_MxN.shape[1], bool)
+  if mask_NxT is not None:
+    valid_N = np.asarray(mask_NxT, bool).all(axis=1)
+    if not valid_N.any():
+      raise ValueError("no canary has all positions valid under mask_NxT; the covariance-error analysis needs "
+                       "full-length canaries (same T for every canary)")
+  index = np.flatnonzero(valid_N)
+  if max_canaries is not None and index.size > max_canaries:
+    index = np.sort(np.random.default_rng(seed).choice(index, size=max_canaries, replace=False))
+  return index
+
+
+def class_scatter(x_SxNxT, in_SxN):
+  """Per-class scatter matrices of rows centred by their own class mean: (scatter_in_NxTxT, scatter_out_NxTxT, n_in_N, n_out_N)."""
+  in_SxN = np.asarray(in_SxN, bool)
+  w_in_SxN, w_out_SxN = in_SxN.astype(np.float64), (~in_SxN).astype(np.float64)
+  n_in_N, n_out_N = w_in_SxN.sum(axis=0), w_out_SxN.sum(axis=0)
+  # A class with no rows gets mean 0; it has no rows to centre, so the value never matters.
+  mean_in_NxT = np.einsum("sn,snt->nt", w_in_SxN, x_SxNxT) / np.maximum(n_in_N, 1)[:, None]
+  mean_out_NxT = np.einsum("sn,snt->nt", w_out_SxN, x_SxNxT) / np.maximum(n_out_N, 1)[:, None]
+  xc_SxNxT = x_SxNxT - np.where(in_SxN[:, :, None], mean_in_NxT, mean_out_NxT)
+
+  def scatter(w_SxN):
+    xw_NxSxT = (xc_SxNxT * w_SxN[:, :, None]).transpose(1, 0, 2)
+    return np.matmul(xw_NxSxT.transpose(0, 2, 1), xw_NxSxT)
+
+  return scatter(w_in_SxN), scatter(w_out_SxN), n_in_N, n_out_N
+
+
+def estimate(scatter_NxTxT, n_N, estimator):
+  """Covariance from a scatter matrix and row count: univariate sigma^2 I, independent diag(S), or OAS (Sec. 2.4)."""
+  cov_NxTxT = scatter_NxTxT / np.maximum(n_N, 1)[:, None, None]
+  T = cov_NxTxT.shape[-1]
+  if estimator == "univariate":
+    return (np.trace(cov_NxTxT, axis1=1, axis2=2) / T)[:, None, None] * np.eye(T)
+  if estimator == "independent":
+    return np.einsum("ntt->nt", cov_NxTxT)[:, :, None] * np.eye(T)
+  if estimator == "oas":
+    # oas_from_scatter(MLE, n) is exactly lira.covariance.oas on the same (centred) rows.
+    return covariance.oas_from_scatter(cov_NxTxT, np.maximum(n_N, 1))[0]
+  raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+
+
+def _gold(stat_MxNxT, keep_MxN):
+  """All-models MLE covariances per class, computed canary chunk by chunk: (gold_in_NxTxT, gold_out_NxTxT)."""
+  N, T = stat_MxNxT.shape[1:]
+  gold_in, gold_out = np.empty((N, T, T)), np.empty((N, T, T))
+  for lo in range(0, N, _CHUNK):
+    sl = slice(lo, lo + _CHUNK)
+    s_in, s_out, n_in, n_out = class_scatter(stat_MxNxT[:, sl], keep_MxN[:, sl])
+    gold_in[sl], gold_out[sl] = s_in / n_in[:, None, None], s_out / n_out[:, None, None]
+  return gold_in, gold_out
+
+
+def subset_errors(stat_SxNxT, keep_SxN, gold_in_NxTxT, gold_out_NxTxT):
+  """Frobenius errors of every estimator/mode on one model subset: {(class, estimator, mode): error_N}, NaN where skipped.
+
+  A canary is skipped for a class (NaN, both modes) when the subset has fewer than 2 rows of that class. The shared
+  estimate still pools every subset row (a class with one row adds a zero centred row), as the shared attack fit does.
+  """
+  N = stat_SxNxT.shape[1]
+  out = {(c, e, md): np.full(N, np.nan) for c in CLASSES for e in ESTIMATORS for md in MODES}
+  for lo in range(0, N, _CHUNK):
+    sl = slice(lo, lo + _CHUNK)
+    s_in, s_out, n_in, n_out = class_scatter(stat_SxNxT[:, sl], keep_SxN[:, sl])
+    fits = {"in": (s_in, n_in, gold_in_NxTxT[sl]), "out": (s_out, n_out, gold_out_NxTxT[sl])}
+    for e in ESTIMATORS:
+      shared = estimate(s_in + s_out, n_in + n_out, e)
+      for c, (scatter, n, gold) in fits.items():
+        ok = n >= 2
+        classwise = estimate(scatter, n, e)
+        out[c, e, "classwise"][sl] = np.where(ok, np.linalg.norm(classwise - gold, axis=(1, 2)), np.nan)
+        out[c, e, "shared"][sl] = np.where(ok, np.linalg.norm(shared - gold, axis=(1, 2)), np.nan)
+  return out
+
+
+def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic="logit", mask_NxT=None,
+                      max_canaries=1000, seed=0, progress=None):
+  """Canary-averaged Frobenius error of each estimator/mode vs the all-M-models MLE, per m and draw (Figs. 2, 6a).
+
+  The statistic (default logit) is taken in float64. With a mask, only canaries whose mask is all True are used
+  (ValueError if none). At most max_canaries canaries (random, with the seed) are analysed; memory is about
+  2 x N x T x T float64 for the gold standards. For each m, `draws` random subsets of m of the M models are
+  drawn (m == M has a single subset, so it is drawn once). A canary whose subset has fewer than 2 rows of a
+  class is skipped for that class, in both modes, and counted in n_skipped. Shared mode estimates one covariance
+  from both classes' rows, each centred by its own class mean, and compares it with each class's gold standard.
+  `progress`, if given, wraps the iterable of (m, draw) pairs (e.g. tqdm.tqdm). Returns one dict per
+  (m, draw, class, estimator, mode) with keys m, draw, class, estimator, mode, error, n_canaries, n_skipped.
+  """
+  keep_MxN = np.asarray(keep_MxN, bool)
+  M = keep_MxN.shape[0]
+  if np.shape(loss_MxNxT)[:2] != keep_MxN.shape:
+    raise ValueError(f"loss_MxNxT {np.shape(loss_MxNxT)} and keep_MxN {keep_MxN.shape} disagree on [M, N]")
+  counts = [int(m) for m in shadow_counts]
+  bad = [m for m in counts if not 2 <= m <= M]
+  if bad:
+    raise ValueError(f"shadow_counts must lie in [2, M={M}], got {bad}")
+  if draws < 1:
+    raise ValueError(f"draws must be >= 1, got {draws}")
+  index_N = select_canaries(keep_MxN, mask_NxT, max_canaries, seed)
+  keep_MxN = keep_MxN[:, index_N]
+  n_in_N = keep_MxN.sum(axis=0)
+  if (n_in_N < 2).any() or (M - n_in_N < 2).any():
+    raise ValueError("every analysed canary needs at least 2 IN and 2 OUT models for the gold standard")
+  stat_MxNxT = transforms.to_statistic(np.asarray(loss_MxNxT)[:, index_N], statistic)
+  gold_in, gold_out = _gold(stat_MxNxT, keep_MxN)
+
+  rng = np.random.default_rng(seed)
+  jobs = [(m, d, np.sort(rng.choice(M, size=m, replace=False))) for m in counts for d in range(1 if m == M else draws)]
+  wrap = progress if progress is not None else (lambda it: it)
+  rows = []
+  for m, d, models in wrap(jobs):
+    errors = subset_errors(stat_MxNxT[models], keep_MxN[models], gold_in, gold_out)
+    for (c, e, md), error_N in errors.items():
+      used = int(np.isfinite(error_N).sum())
+      rows.append({"m": m, "draw": d, "class": c, "estimator": e, "mode": md,
+                   "error": float(np.nanmean(error_N)) if used else float("nan"),
+                   "n_canaries": used, "n_skipped": int(error_N.size - used)})
+  return rows
+
+
+def _mean_std(values):
+  v = np.asarray([x for x in values if np.isfinite(x)], np.float64)
+  if v.size == 0:
+    return float("nan"), float("nan")
+  return float(v.mean()), float(v.std())
+
+
+def aggregate(rows):
+  """Mean and standard deviation over draws of the canary-averaged error, per (m, class, estimator, mode)."""
+  groups = {}
+  for r in rows:
+    groups.setdefault((r["m"], r["class"], r["estimator"], r["mode"]), []).append(r)
+  out = []
+  for (m, c, e, md), rs in sorted(groups.items(), key=lambda kv: _order(*kv[0])):
+    mean, std = _mean_std([r["error"] for r in rs])
+    out.append({"m": m, "class": c, "estimator": e, "mode": md, "error_mean": mean, "error_std": std,
+                "n_canaries_mean": float(np.mean([r["n_canaries"] for r in rs])), "draws": len(rs)})
+  return out
+
+
+def relative_errors(rows):
+  """(class-wise - shared) / shared error per (m, class, estimator) (Figs. 3, 6b).
+
+  Computed per draw from the canary-averaged errors (both modes average over the same canaries), then mean and
+  standard deviation over draws. Positive means the shared estimate is closer to the gold standard.
+  """
+  by_key = {(r["m"], r["draw"], r["class"], r["estimator"], r["mode"]): r["error"] for r in rows}
+  groups = {}
+  for (m, d, c, e, md), err in by_key.items():
+    if md == "classwise":
+      shared = by_key[m, d, c, e, "shared"]
+      groups.setdefault((m, c, e), []).append((err - shared) / shared if shared > 0 else float("nan"))
+  out = []
+  for (m, c, e), values in sorted(groups.items(), key=lambda kv: _order(*kv[0])):
+    mean, std = _mean_std(values)
+    out.append({"m": m, "class": c, "estimator": e, "relative_error_mean": mean, "relative_error_std": std,
+                "draws": len(values)})
+  return out
+
+
+def _order(m, c, e, md="classwise"):
+  return m, CLASSES.index(c), ESTIMATORS.index(e), MODES.index(md)
+
+
+def gold_covariance(loss_MxNxT, keep_MxN, canary, *, statistic="logit", mask_NxT=None):
+  """One canary's all-models MLE covariances (cov_in_TxT, cov_out_TxT), over its valid positions if a mask is given."""
+  keep_M = np.asarray(keep_MxN, bool)[:, canary]
+  if keep_M.sum() < 1 or (~keep_M).sum() < 1:
+    raise ValueError(f"canary {canary} needs at least one IN and one OUT model")
+  stat_MxT = transforms.to_statistic(np.asarray(loss_MxNxT)[:, canary], statistic)
+  if mask_NxT is not None:
+    stat_MxT = stat_MxT[:, np.asarray(mask_NxT, bool)[canary]]
+  return covariance.mle_covariance(stat_MxT[keep_M])[0], covariance.mle_covariance(stat_MxT[~keep_M])[0]
+
+
+_COLORS = {"univariate": "tab:blue", "independent": "tab:orange", "oas": "tab:green"}
+_LABELS = {"univariate": "Univariate", "independent": "Independent", "oas": "OAS",
+           "classwise": "Class-Wise", "shared": "Shared"}
+
+
+def _panels(title, sharey=True):
+  fig = Figure(figsize=(10, 4), layout="constrained")
+  axes = fig.subplots(1, 2, sharey=sharey)
+  fig.suptitle(title)
+  return fig, axes
+
+
+def plot_errors(aggregated):
+  """Covariance approximation error vs number of shadow models, IN and OUT panels (Figs. 2 and 6a)."""
+  fig, axes = _panels("Covariance approximation error (Frobenius, vs all-models MLE)")
+  for ax, c in zip(axes, CLASSES):
+    for e in ESTIMATORS:
+      for md in MODES:
+        rs = sorted((r for r in aggregated if r["class"] == c and r["estimator"] == e and r["mode"] == md),
+                    key=lambda r: r["m"])
+        m = np.array([r["m"] for r in rs])
+        mean, std = np.array([r["error_mean"] for r in rs]), np.array([r["error_std"] for r in rs])
+        ax.plot(m, mean, marker="o", color=_COLORS[e], ls="-" if md == "shared" else "--",
+                label=f"{_LABELS[e]} {_LABELS[md]}")
+        ax.fill_between(m, mean - std, mean + std, color=_COLORS[e], alpha=0.15)
+    ax.set_xscale("log", base=2)
+    ax.set_title(c.upper())
+    ax.set_xlabel("number of shadow models")
+    ax.grid(alpha=0.3)
+  axes[0].set_ylabel("covariance approximation error")
+  axes[1].legend(fontsize=8)
+  return fig
+
+
+def plot_relative_errors(relative):
+  """Relative covariance error (class-wise - shared) / shared vs number of shadow models (Figs. 3 and 6b)."""
+  fig, axes = _panels("Relative covariance error (class-wise - shared) / shared")
+  for ax, c in zip(axes, CLASSES):
+    for e in ESTIMATORS:
+      rs = sorted((r for r in relative if r["class"] == c and r["estimator"] == e), key=lambda r: r["m"])
+      m = np.array([r["m"] for r in rs])
+      mean = np.array([r["relative_error_mean"] for r in rs])
+      std = np.array([r["relative_error_std"] for r in rs])
+      ax.plot(m, mean, marker="o", color=_COLORS[e], label=_LABELS[e])
+      ax.fill_between(m, mean - std, mean + std, color=_COLORS[e], alpha=0.15)
+    ax.axhline(0.0, color="k", lw=0.8)
+    ax.set_xscale("log", base=2)
+    ax.set_title(c.upper())
+    ax.set_xlabel("number of shadow models")
+    ax.grid(alpha=0.3)
+  axes[0].set_ylabel("relative covariance error")
+  axes[1].legend(fontsize=8)
+  return fig
+
+
+def plot_covariance_heatmap(cov_in_TxT, cov_out_TxT, canary, max_positions=64):
+  """Heatmaps of one canary's gold-standard IN and OUT covariances over its first positions (Fig. 8)."""
+  shown = min(max_positions, len(cov_in_TxT))
+  fig, axes = _panels(f"Gold-standard covariance, canary {canary} (first {shown} positions)", sharey=False)
+  for ax, c, cov in zip(axes, CLASSES, (cov_in_TxT, cov_out_TxT)):
+    cov = np.asarray(cov)[:max_positions, :max_positions]
+    vmax = float(np.abs(cov).max()) or 1.0
+    im = ax.imshow(cov, cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
+    ax.set_title(c.upper())
+    ax.set_xlabel("position")
+    fig.colorbar(im, ax=ax, shrink=0.8)
+  axes[0].set_ylabel("position")
+  return fig

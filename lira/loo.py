@@ -1,0 +1,218 @@
+"""Leave-one-out sequence-aware LiRA scores (Rossi et al. 2025, Sec. 3.2; reference.md, "Leave-one-out").
+
+Every model is the target in turn and every canary's Gaussians are fitted on the other M-1 models.
+Nothing is refitted: per canary, the class statistics of all M models are computed once and the
+target's contribution is removed in closed form. Removing row x (centred z = x - mean) from a class
+of n rows changes the mean by -z/(n-1), the scatter by -n/(n-1) z z^T, and the target's residual to
+its own class mean becomes n/(n-1) z. The diagonal estimators use this directly; OAS works in the
+Gram space of the shadow rows (the covariance is alpha I + beta W with W of rank < n), downdates W by
+Sherman-Morrison and the matrix determinant lemma, so no T x T matrix is ever formed or factorised.
+"""
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from lira import gram
+from lira.covariance import VAR_FLOOR
+from lira.transforms import member_sign, reduce_length, to_statistic
+
+COVARIANCES = ("univariate", "independent", "oas")
+
+
+def _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_variance):
+  if covariance not in COVARIANCES:
+    raise ValueError(f"covariance must be one of {COVARIANCES}, got {covariance!r}")
+  if np.ndim(loss_MxNxT) != 3:
+    raise ValueError(f"losses must be shaped [M, N, T], got {np.shape(loss_MxNxT)}")
+  M, N, T = loss_MxNxT.shape
+  if np.shape(keep_MxN) != (M, N):
+    raise ValueError(f"keep must be shaped [M, N] = {(M, N)}, got {np.shape(keep_MxN)}")
+  if mask_NxT is not None and np.shape(mask_NxT) != (N, T):
+    raise ValueError(f"mask must be shaped [N, T] = {(N, T)}, got {np.shape(mask_NxT)}")
+  if mask_NxT is not None and not np.asarray(mask_NxT, bool).any(axis=1).all():
+    n = int(np.flatnonzero(~np.asarray(mask_NxT, bool).any(axis=1))[0])
+    raise ValueError(f"canary {n} has no scored position in the mask")
+  if offline and shared:
+    raise ValueError("offline scoring uses OUT models only, so it cannot use a shared IN/OUT covariance")
+  if fix_variance and covariance == "oas":
+    raise ValueError("fix_variance (LiRA's global variance) applies to univariate and independent, not oas")
+
+
+def _check_counts(keep_MxN, shared, offline, canaries, on_undefined):
+  """Rows left after removing the target: means need 1 per class, variances 2 (shared: 3 in all)."""
+  n_in_N = keep_MxN.sum(axis=0)
+  n_out_N = keep_MxN.shape[0] - n_in_N
+  # Worst case over targets: the target's own class loses one row.
+  if offline:
+    bad_N = n_out_N - 1 < 2
+    need = "at least 3 OUT models (2 left after removing an OUT target)"
+  elif shared:
+    bad_N = (n_in_N - 1 < 1) | (n_out_N - 1 < 1) | (n_in_N + n_out_N - 1 < 3)
+    need = "at least 2 IN and 2 OUT models"
+  else:
+    bad_N = (n_in_N - 1 < 2) | (n_out_N - 1 < 2)
+    need = "at least 3 IN and 3 OUT models (2 left after removing a target)"
+  if bad_N.any() and on_undefined == "raise":
+    n = int(np.flatnonzero(bad_N)[0])
+    raise ValueError(
+        f"canary {canaries[n]} has {n_in_N[n]} IN and {n_out_N[n]} OUT models; leave-one-out needs {need} "
+        f"({int(bad_N.sum())} canaries affected)")
+  return bad_N
+
+
+def _check_finite(loss_MxBxT, valid_BxT, canaries):
+  bad = ~np.isfinite(loss_MxBxT) | (loss_MxBxT < 0)
+  bad &= valid_BxT[None]
+  if bad.any():
+    m, b, t = (int(i[0]) for i in np.nonzero(bad))
+    value = loss_MxBxT[m, b, t]
+    raise ValueError(
+        f"loss of model {m} on canary {canaries[b]} at position {t} is {value}; losses must be finite and >= 0 "
+        f"at scored positions ({int(bad.sum())} such entries in this block; mask them out with mask.npy if "
+        f"they are not meant to be scored)")
+
+
+def _features(loss_MxBxT, keep_MxB, mask_BxT, covariance, reduction, statistic, canaries):
+  """Statistic -> reduction -> (univariate: mean) as float64 [M, B, D] with invalid positions zeroed."""
+  loss_MxBxT = np.asarray(loss_MxBxT)
+  valid_BxT = np.ones(loss_MxBxT.shape[1:], bool) if mask_BxT is None else np.asarray(mask_BxT, bool)
+  _check_finite(loss_MxBxT, valid_BxT, canaries)
+  loss_MxBxT = np.where(valid_BxT[None], loss_MxBxT, 1.0)
+  x_MxBxD, valid_BxD = reduce_length(to_statistic(loss_MxBxT, statistic), loss_MxBxT, reduction, valid_BxT)
+  if valid_BxD is None:
+    valid_BxD = np.ones(x_MxBxD.shape[1:], bool)
+  x_MxBxD = np.where(valid_BxD[None], x_MxBxD, 0.0)
+  if covariance == "univariate":
+    x_MxBxD = (x_MxBxD.sum(axis=2) / valid_BxD.sum(axis=1))[:, :, None]
+    valid_BxD = np.ones(x_MxBxD.shape[1:], bool)
+  return x_MxBxD, valid_BxD
+
+
+def _class_stats(x_MxBxD, keep_MxB):
+  """Per canary: counts, class means, target-centred rows z (by the target's own class), and scatters."""
+  w_in = keep_MxB.astype(np.float64)[:, :, None]
+  w_out = 1.0 - w_in
+  n_in_B, n_out_B = w_in.sum(axis=0)[:, 0], w_out.sum(axis=0)[:, 0]
+  mean_in_BxD = (w_in * x_MxBxD).sum(axis=0) / np.maximum(n_in_B, 1)[:, None]
+  mean_out_BxD = (w_out * x_MxBxD).sum(axis=0) / np.maximum(n_out_B, 1)[:, None]
+  z_MxBxD = x_MxBxD - np.where(keep_MxB[:, :, None], mean_in_BxD, mean_out_BxD)
+  return n_in_B, n_out_B, mean_in_BxD, mean_out_BxD, z_MxBxD
+
+
+def _diag_block(x_MxBxD, keep_MxB, valid_BxD, shared, offline, sign, floor, global_var):
+  """Univariate / independent LOO scores for one block of canaries ([M, B])."""
+  n_in_B, n_out_B, mean_in, mean_out, z = _class_stats(x_MxBxD, keep_MxB)
+  z2 = z**2
+  scat_in_BxD = (keep_MxB[:, :, None] * z2).sum(axis=0)
+  scat_out_BxD = (~keep_MxB[:, :, None] * z2).sum(axis=0)
+  n_own_MxB = np.where(keep_MxB, n_in_B, n_out_B)
+  c_MxB = n_own_MxB / (n_own_MxB - 1.0)
+  r_own = c_MxB[:, :, None] * z
+  r_oth = x_MxBxD - np.where(keep_MxB[:, :, None], mean_out, mean_in)
+  if global_var is not None:  # LiRA's fixed variance: one pooled scalar per class (already leave-one-out).
+    var_in, var_out = (np.broadcast_to(v[:, None, None], z.shape) for v in global_var)
+    var_own = np.where(keep_MxB[:, :, None], var_in, var_out)
+    var_oth = np.where(keep_MxB[:, :, None], var_out, var_in)
+  elif shared:
+    var_own = (scat_in_BxD + scat_out_BxD - c_MxB[:, :, None] * z2) / (n_in_B + n_out_B - 1.0)[:, None]
+    var_oth = var_own
+  else:
+    var_own = (np.where(keep_MxB[:, :, None], scat_in_BxD, scat_out_BxD) - c_MxB[:, :, None] * z2)
+    var_own = var_own / (n_own_MxB - 1.0)[:, :, None]
+    var_oth = np.where(keep_MxB[:, :, None], scat_out_BxD / n_out_B[:, None], scat_in_BxD / n_in_B[:, None])
+  valid = valid_BxD[None]
+  var_own = np.where(valid, np.maximum(var_own, floor), 1.0)
+  var_oth = np.where(valid, np.maximum(var_oth, floor), 1.0)
+  if offline:  # Sherman-free: OUT fit is var_own for OUT targets, var_oth for IN targets.
+    var = np.where(keep_MxB[:, :, None], var_oth, var_own)
+    r = np.where(keep_MxB[:, :, None], r_oth, r_own)
+    return sign * (r / var).sum(axis=2) / np.sqrt((valid / var).sum(axis=2))
+  logpdf_own = -0.5 * (r_own**2 / var_own + np.log(var_own)).sum(axis=2)
+  logpdf_oth = -0.5 * (r_oth**2 / var_oth + np.log(var_oth)).sum(axis=2)
+  return np.where(keep_MxB, logpdf_own - logpdf_oth, logpdf_oth - logpdf_own)
+
+
+def _global_scatter(x_MxBxD, keep_MxB, valid_BxD):
+  """Block contributions to LiRA's pooled variance: totals and each target's own leave-one-out removal."""
+  n_in_B, n_out_B, _, _, z = _class_stats(x_MxBxD, keep_MxB)
+  z2 = np.where(valid_BxD[None], z**2, 0.0)
+  p_B = valid_BxD.sum(axis=1).astype(np.float64)
+  n_own = np.where(keep_MxB, n_in_B, n_out_B)
+  removed_MxB = n_own / (n_own - 1.0) * z2.sum(axis=2)
+  return {
+      "scatter_in": (keep_MxB * z2.sum(axis=2)).sum(), "scatter_out": (~keep_MxB * z2.sum(axis=2)).sum(),
+      "count_in": (n_in_B * p_B).sum(), "count_out": (n_out_B * p_B).sum(),
+      "removed_in_M": (keep_MxB * removed_MxB).sum(axis=1), "removed_out_M": (~keep_MxB * removed_MxB).sum(axis=1),
+      "dof_in_M": (keep_MxB * p_B).sum(axis=1), "dof_out_M": (~keep_MxB * p_B).sum(axis=1),
+  }
+
+
+def _global_variance(totals, shared):
+  """Per-target (leave-one-out) pooled variances (var_in_M, var_out_M)."""
+  s_in = totals["scatter_in"] - totals["removed_in_M"]
+  s_out = totals["scatter_out"] - totals["removed_out_M"]
+  c_in = totals["count_in"] - totals["dof_in_M"]
+  c_out = totals["count_out"] - totals["dof_out_M"]
+  if shared:
+    v = (s_in + s_out) / (c_in + c_out)
+    return v, v
+  return s_in / c_in, s_out / c_out
+
+
+def _block_size(M, D, covariance):
+  per_canary = 8 * (12 * M * D + (8 * M * M if covariance == "oas" else 0))
+  return int(max(1, min(4096, 256 * 2**20 // per_canary)))
+
+
+def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
+                  mask_NxT=None, offline=False, fix_variance=False, var_floor=VAR_FLOOR,
+                  on_undefined="raise", block_size=None, progress=False):
+  """Leave-one-out LiRA log-likelihood ratios llr_MxN (float64, higher = member).
+
+  covariance: "univariate" | "independent" | "oas"; shared: one covariance from IN and OUT rows
+  centred by their own means (else class-wise); reduction: None | "group:K" | "min:K" | "max:K";
+  statistic: "logit" | "loss". offline: score with the OUT Gaussian alone (one-sided: the
+  generalised-least-squares z-score of a uniform shift towards members; T = 1 gives LiRA's offline
+  test). fix_variance: LiRA's global variance, one per class (shared: one) pooled over all canaries
+  and positions. Pairs whose fit is undefined (too few models of a class) raise, or give NaN with
+  on_undefined="nan".
+  """
+  _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_variance)
+  keep_MxN = np.asarray(keep_MxN, bool)
+  M, N, T = loss_MxNxT.shape
+  canaries = np.arange(N)
+  undefined_N = _check_counts(keep_MxN, shared, offline, canaries, on_undefined)
+  sign = member_sign(statistic)
+  D = 1 if covariance == "univariate" else T
+  bs = block_size or _block_size(M, D if covariance == "univariate" else T, covariance)
+  blocks = [slice(i, min(i + bs, N)) for i in range(0, N, bs)]
+
+  def features(blk):
+    mask = None if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
+    return _features(loss_MxNxT[:, blk], keep_MxN[:, blk], mask, covariance, reduction, statistic, canaries[blk])
+
+  global_var = None
+  if fix_variance:
+    totals = None
+    for blk in tqdm(blocks, desc="pooled variance", disable=not progress, leave=False):
+      ok = ~undefined_N[blk]
+      x, valid = features(blk)
+      part = _global_scatter(x[:, ok], keep_MxN[:, blk][:, ok], valid[ok])
+      totals = part if totals is None else {k: totals[k] + part[k] for k in totals}
+    global_var = tuple(np.maximum(v, var_floor) for v in _global_variance(totals, shared))
+
+  llr_MxN = np.full((M, N), np.nan)
+  for blk in tqdm(blocks, desc=f"LOO {covariance}{' shared' if shared else ''}", disable=not progress, leave=False):
+    x_MxBxD, valid_BxD = features(blk)
+    ok = ~undefined_N[blk]
+    idx = np.arange(blk.start, blk.stop)[ok]
+    x, keep, valid = x_MxBxD[:, ok], keep_MxN[:, idx], valid_BxD[ok]
+    if covariance == "oas" and x.shape[2] > 1:
+      llr_MxN[:, idx] = gram.oas_llr(x, keep, valid, shared=shared, offline=offline, sign=sign, floor=var_floor)
+    else:
+      llr_MxN[:, idx] = _diag_block(x, keep, valid, shared, offline, sign, var_floor, global_var)
+  bad = ~np.isfinite(llr_MxN) & ~undefined_N[None]
+  if bad.any():
+    m, n = (int(i[0]) for i in np.nonzero(bad))
+    raise FloatingPointError(f"non-finite score for model {m} on canary {n}; please report this with the data")
+  return llr_MxN
