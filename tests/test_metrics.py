@@ -1,0 +1,197 @@
+"""Tests for lira.metrics: ROC conventions, the weighted bootstrap ROC against sklearn, summaries and tables."""
+
+import json
+
+import numpy as np
+import pytest
+from sklearn import metrics as skm
+
+from lira import metrics
+
+# Tiny example with ties across classes. Sorted by score (label 1 = member):
+#   0.9:+   0.8:+ 0.8:-   0.7:+   0.5:- 0.5:+   0.3:-   0.1:-       (4 positives, 4 negatives)
+# One ROC point per distinct score (tied scores form ONE threshold), plus the (0, 0) start:
+#   threshold  inf   0.9   0.8   0.7   0.5   0.3   0.1
+#   TP           0     1     2     3     4     4     4
+#   FP           0     0     1     1     2     3     4
+#   TPR          0   .25   .50   .75     1     1     1
+#   FPR          0     0   .25   .25   .50   .75     1
+# TPR@FPR = max TPR over points with FPR <= target, no interpolation:
+#   target 0    -> .25 (only the 0.9 threshold has no false positive)
+#   target .2   -> .25 (the 0.8 tie group brings a positive AND a negative: it cannot be split)
+#   target .25  -> .75 (thresholds 0.8 and 0.7 both have FPR .25; take the larger TPR)
+#   target .5   -> 1.0
+# AUC = 13/16 = .8125 by Mann-Whitney: each positive's wins over negatives, ties count 1/2:
+#   0.9 -> 4, 0.8 -> 3 + .5, 0.7 -> 3, 0.5 -> 2 + .5.
+TIE_SCORES = np.array([0.9, 0.8, 0.8, 0.7, 0.5, 0.5, 0.3, 0.1])
+TIE_LABELS = np.array([1, 1, 0, 1, 0, 1, 0, 0], dtype=bool)
+
+
+def _random_pairs(rng, m, n, decimals=None, shift=0.5):
+  keep_MxN = rng.uniform(size=(m, n)).argsort(0) < m // 2
+  scores_MxN = rng.normal(size=(m, n)) + shift * keep_MxN + 0.3 * rng.normal(size=(1, n))
+  if decimals is not None:
+    scores_MxN = np.round(scores_MxN, decimals)  # many ties, within and across classes
+  return scores_MxN, keep_MxN
+
+
+def _brute_tpr_at_fpr(scores, labels, target):
+  """Independent reference: one threshold per distinct score, counted directly."""
+  best = 0.0
+  for t in np.unique(scores):
+    fpr = np.sum(scores[~labels] >= t) / np.sum(~labels)
+    if fpr <= target:
+      best = max(best, np.sum(scores[labels] >= t) / np.sum(labels))
+  return best
+
+
+def test_roc_and_tpr_at_fpr_hand_example_with_ties():
+  fpr, tpr, thresholds = metrics.roc(TIE_SCORES, TIE_LABELS)
+  np.testing.assert_array_equal(fpr, [0, 0, .25, .25, .5, .75, 1])
+  np.testing.assert_array_equal(tpr, [0, .25, .5, .75, 1, 1, 1])
+  np.testing.assert_array_equal(thresholds[1:], [0.9, 0.8, 0.7, 0.5, 0.3, 0.1])
+  assert metrics.tpr_at_fpr(TIE_SCORES, TIE_LABELS, 0.0) == 0.25
+  assert metrics.tpr_at_fpr(TIE_SCORES, TIE_LABELS, 0.2) == 0.25
+  assert metrics.tpr_at_fpr(TIE_SCORES, TIE_LABELS, 0.25) == 0.75
+  assert metrics.tpr_at_fpr(TIE_SCORES, TIE_LABELS, 0.5) == 1.0
+  assert metrics.auc(TIE_SCORES, TIE_LABELS) == pytest.approx(13 / 16, abs=1e-15)
+
+
+def test_tpr_at_fpr_random_matches_brute_force():
+  rng = np.random.default_rng(0)
+  for decimals in (None, 1):
+    scores_MxN, keep_MxN = _random_pairs(rng, 6, 40, decimals)
+    s, y = scores_MxN.ravel(), keep_MxN.ravel()
+    for target in (0.0, 0.01, 0.05, 0.1, 0.3, 1.0):
+      assert metrics.tpr_at_fpr(s, y, target) == _brute_tpr_at_fpr(s, y, target)
+    assert metrics.auc(s, y) == skm.roc_auc_score(y, s)
+
+
+def test_weighted_roc_with_unit_weights_equals_sklearn_exactly():
+  rng = np.random.default_rng(1)
+  for decimals in (None, 1):
+    scores_MxN, keep_MxN = _random_pairs(rng, 8, 30, decimals)
+    valid_MxN = rng.uniform(size=keep_MxN.shape) > 0.1
+    ranked = metrics.rank_pairs(scores_MxN, keep_MxN, valid_MxN)
+    fpr, tpr, thresholds = metrics.weighted_roc(ranked, np.ones(30, dtype=int))
+    sk_fpr, sk_tpr, sk_thr = skm.roc_curve(keep_MxN[valid_MxN], scores_MxN[valid_MxN], drop_intermediate=False)
+    np.testing.assert_array_equal(fpr, sk_fpr)
+    np.testing.assert_array_equal(tpr, sk_tpr)
+    np.testing.assert_array_equal(thresholds, sk_thr)
+    tpr_BxF, auc_B = metrics.weighted_stats(ranked, np.ones((1, 30), dtype=int), [0.01, 0.1, 0.5])
+    sk = [metrics.tpr_at_fpr(scores_MxN[valid_MxN], keep_MxN[valid_MxN], f) for f in (0.01, 0.1, 0.5)]
+    np.testing.assert_array_equal(tpr_BxF[0], sk)
+    assert auc_B[0] == pytest.approx(skm.roc_auc_score(keep_MxN[valid_MxN], scores_MxN[valid_MxN]), rel=1e-12)
+
+
+def test_weighted_roc_with_integer_weights_equals_sklearn_sample_weight():
+  rng = np.random.default_rng(2)
+  m, n = 6, 40
+  scores_MxN, keep_MxN = _random_pairs(rng, m, n, decimals=1)
+  ranked = metrics.rank_pairs(scores_MxN, keep_MxN)
+  # Weights >= 1: the whole curve matches (sklearn drops zero-weight samples' thresholds).
+  w_N = rng.integers(1, 5, size=n)
+  fpr, tpr, _ = metrics.weighted_roc(ranked, w_N)
+  sw = np.broadcast_to(w_N, (m, n)).ravel()
+  sk_fpr, sk_tpr, _ = skm.roc_curve(keep_MxN.ravel(), scores_MxN.ravel(), sample_weight=sw, drop_intermediate=False)
+  np.testing.assert_array_equal(fpr, sk_fpr)
+  np.testing.assert_array_equal(tpr, sk_tpr)
+  # Bootstrap-like weights with zeros: TPR@FPR and AUC match sklearn with sample_weight.
+  fprs = [0.0, 0.01, 0.05, 0.1, 0.25, 0.5]
+  w_BxN = np.r_[metrics.bootstrap_weights(n, 5, seed=3), rng.integers(0, 4, size=(3, n))]
+  tpr_BxF, auc_B = metrics.weighted_stats(ranked, w_BxN, fprs)
+  for b, w_N in enumerate(w_BxN):
+    sw = np.broadcast_to(w_N, (m, n)).ravel()
+    expect = [metrics.tpr_at_fpr(scores_MxN, keep_MxN, f, sample_weight=sw) for f in fprs]
+    np.testing.assert_array_equal(tpr_BxF[b], expect)
+    assert auc_B[b] == pytest.approx(skm.roc_auc_score(keep_MxN.ravel(), scores_MxN.ravel(), sample_weight=sw),
+                                     rel=1e-12)
+
+
+def test_bootstrap_weights_resample_canaries():
+  w_BxN = metrics.bootstrap_weights(50, 7, seed=0)
+  assert w_BxN.shape == (7, 50)
+  np.testing.assert_array_equal(w_BxN.sum(1), 50)
+  np.testing.assert_array_equal(w_BxN, metrics.bootstrap_weights(50, 7, seed=0))
+
+
+def test_bootstrap_chunking_does_not_change_results(monkeypatch):
+  rng = np.random.default_rng(4)
+  scores_MxN, keep_MxN = _random_pairs(rng, 8, 60)
+  full = metrics.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
+  monkeypatch.setattr(metrics, "_CHUNK_ELEMENTS", 1000)  # 2 replicates per chunk
+  chunked = metrics.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
+  np.testing.assert_array_equal(full[0], chunked[0])
+  np.testing.assert_array_equal(full[1], chunked[1])
+
+
+def test_is_resolved():
+  assert metrics.is_resolved(10_000, 0.0001)
+  assert not metrics.is_resolved(9_999, 0.0001)
+  assert metrics.is_resolved(1_000, 0.001)
+  assert metrics.is_resolved(100, 0.01)
+  assert not metrics.is_resolved(99, 0.01)
+  assert metrics.min_negatives(0.0001) == 10_000
+  assert metrics.min_negatives(0.01) == 100
+
+
+def test_summarize_marks_unresolved_and_is_json():
+  rng = np.random.default_rng(5)
+  scores_MxN, keep_MxN = _random_pairs(rng, 4, 100)  # 200 negatives: 1% resolved, 0.1% and 0.01% not
+  summary = metrics.summarize(scores_MxN, keep_MxN, n_boot=20)
+  json.dumps(summary, allow_nan=False)
+  assert (summary["n_pos"], summary["n_neg"], summary["n_excluded"]) == (200, 200, 0)
+  assert summary["tpr"]["0.01"]["resolved"]
+  assert not summary["tpr"]["0.001"]["resolved"]
+  assert not summary["tpr"]["0.0001"]["resolved"]
+  assert summary["tpr"]["0.0001"]["min_negatives"] == 10_000
+  assert summary["tpr"]["0.01"]["tpr"] == metrics.tpr_at_fpr(scores_MxN, keep_MxN, 0.01)
+  assert summary["auc"] == metrics.auc(scores_MxN, keep_MxN)
+  table = metrics.format_table([("Independent Shared", summary)])
+  assert "n/r" in table and "10,000" in table and "1,000" in table and "200" in table
+  row = table.splitlines()[2]
+  assert row.count("n/r") == 2 and f"{100 * summary['tpr']['0.01']['tpr']:.2f}" in row
+  md = metrics.format_markdown([("Independent Shared", summary), ("OAS Shared", summary)])
+  assert md.startswith("| variant | AUC | TPR@1% | TPR@0.1% | TPR@0.01% |")
+  assert "n/r = not resolved" in md
+
+
+def test_non_finite_scores_raise_with_pair_named():
+  rng = np.random.default_rng(6)
+  scores_MxN, keep_MxN = _random_pairs(rng, 4, 10)
+  scores_MxN[2, 3] = np.nan
+  scores_MxN[3, 1] = np.inf
+  with pytest.raises(ValueError, match=r"model 2, canary 3"):
+    metrics.summarize(scores_MxN, keep_MxN, n_boot=0)
+  valid_MxN = np.isfinite(scores_MxN)
+  summary = metrics.summarize(scores_MxN, keep_MxN, n_boot=10, valid_MxN=valid_MxN)
+  assert summary["n_excluded"] == 2
+  assert summary["n_pos"] + summary["n_neg"] == 38
+  assert summary["auc"] == metrics.auc(scores_MxN[valid_MxN], keep_MxN[valid_MxN])
+
+
+def test_ci_contains_point_estimate():
+  rng = np.random.default_rng(7)
+  scores_MxN, keep_MxN = _random_pairs(rng, 16, 500, shift=1.0)
+  summary = metrics.summarize(scores_MxN, keep_MxN, fprs=(0.01, 0.1), n_boot=100)
+  for key in ("0.01", "0.1"):
+    lo, hi = summary["tpr"][key]["ci"]
+    assert lo < summary["tpr"][key]["tpr"] < hi
+  lo, hi = summary["auc_ci"]
+  assert lo < summary["auc"] < hi and hi - lo < 0.05
+
+
+def test_downsampled_roc_keeps_low_fpr_end():
+  rng = np.random.default_rng(8)
+  scores_MxN, keep_MxN = _random_pairs(rng, 20, 1000)
+  summary = metrics.summarize(scores_MxN, keep_MxN, n_boot=0)
+  fpr, tpr = np.array(summary["roc"]["fpr"]), np.array(summary["roc"]["tpr"])
+  full_fpr, full_tpr, _ = metrics.roc(scores_MxN, keep_MxN)
+  assert len(fpr) <= 2000 < len(full_fpr)
+  assert np.all(np.diff(fpr) >= 0) and (fpr[0], tpr[0], fpr[-1], tpr[-1]) == (0, 0, 1, 1)
+  # The first 100 distinct FPRs are all kept, and TPR at the summary FPRs is unchanged.
+  np.testing.assert_array_equal(np.unique(full_fpr)[:100], np.unique(fpr)[:100])
+  for f in (0.01, 0.001, 0.0001, 0.003, 0.2):
+    want = full_tpr[full_fpr <= f].max()
+    got = tpr[fpr <= f].max()
+    assert got == want if f in (0.01, 0.001, 0.0001) else abs(got - want) < 0.01
