@@ -203,6 +203,14 @@ _LABELS = {"univariate": "Univariate", "independent": "Independent", "oas": "OAS
            "classwise": "Class-Wise", "shared": "Shared"}
 
 
+def _log2_axis(ax, m):
+  ax.set_xscale("log", base=2)
+  ax.set_xticks(m, [str(x) for x in m])
+  ax.minorticks_off()
+  ax.set_xlabel("number of shadow models")
+  ax.grid(alpha=0.3)
+
+
 def _panels(title, sharey=True):
   fig = Figure(figsize=(10, 4), layout="constrained")
   axes = fig.subplots(1, 2, sharey=sharey)
@@ -223,10 +231,8 @@ def plot_errors(aggregated):
         ax.plot(m, mean, marker="o", color=_COLORS[e], ls="-" if md == "shared" else "--",
                 label=f"{_LABELS[e]} {_LABELS[md]}")
         ax.fill_between(m, mean - std, mean + std, color=_COLORS[e], alpha=0.15)
-    ax.set_xscale("log", base=2)
+    _log2_axis(ax, m)
     ax.set_title(c.upper())
-    ax.set_xlabel("number of shadow models")
-    ax.grid(alpha=0.3)
   axes[0].set_ylabel("covariance approximation error")
   axes[1].legend(fontsize=8)
   return fig
@@ -244,10 +250,8 @@ def plot_relative_errors(relative):
       ax.plot(m, mean, marker="o", color=_COLORS[e], label=_LABELS[e])
       ax.fill_between(m, mean - std, mean + std, color=_COLORS[e], alpha=0.15)
     ax.axhline(0.0, color="k", lw=0.8)
-    ax.set_xscale("log", base=2)
+    _log2_axis(ax, m)
     ax.set_title(c.upper())
-    ax.set_xlabel("number of shadow models")
-    ax.grid(alpha=0.3)
   axes[0].set_ylabel("relative covariance error")
   axes[1].legend(fontsize=8)
   return fig

@@ -14,14 +14,16 @@ from tqdm.auto import tqdm
 
 from lira import gram
 from lira.covariance import VAR_FLOOR
-from lira.transforms import member_sign, reduce_length, to_statistic
+from lira.transforms import STATISTICS, member_sign, parse_reduction, reduce_length, to_statistic
 
 COVARIANCES = ("univariate", "independent", "oas")
 
 
-def _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_variance):
+def _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_variance, statistic, reduction):
   if covariance not in COVARIANCES:
     raise ValueError(f"covariance must be one of {COVARIANCES}, got {covariance!r}")
+  if statistic not in STATISTICS:
+    raise ValueError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
   if np.ndim(loss_MxNxT) != 3:
     raise ValueError(f"losses must be shaped [M, N, T], got {np.shape(loss_MxNxT)}")
   M, N, T = loss_MxNxT.shape
@@ -32,6 +34,12 @@ def _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_v
   if mask_NxT is not None and not np.asarray(mask_NxT, bool).any(axis=1).all():
     n = int(np.flatnonzero(~np.asarray(mask_NxT, bool).any(axis=1))[0])
     raise ValueError(f"canary {n} has no scored position in the mask")
+  kind, k = parse_reduction(reduction)
+  if kind is not None:
+    length_N = np.full(N, T) if mask_NxT is None else np.asarray(mask_NxT, bool).sum(axis=1)
+    if (length_N < k).any():
+      n = int(np.flatnonzero(length_N < k)[0])
+      raise ValueError(f"reduction {reduction!r} needs at least {k} scored positions, but canary {n} has {length_N[n]}")
   if offline and shared:
     raise ValueError("offline scoring uses OUT models only, so it cannot use a shared IN/OUT covariance")
   if fix_variance and covariance == "oas":
@@ -177,7 +185,7 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   and positions. Pairs whose fit is undefined (too few models of a class) raise, or give NaN with
   on_undefined="nan".
   """
-  _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_variance)
+  _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_variance, statistic, reduction)
   keep_MxN = np.asarray(keep_MxN, bool)
   M, N, T = loss_MxNxT.shape
   canaries = np.arange(N)

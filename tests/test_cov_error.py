@@ -1,0 +1,222 @@
+"""Tests for lira.cov_error and experiments.covariance_error (Rossi et al. 2025, Figs. 2, 3, 6, 8)."""
+
+import json
+import os
+import subprocess
+import sys
+
+from absl import app
+import numpy as np
+import pytest
+from sklearn.covariance import OAS
+
+from lira import cov_error
+from lira import transforms
+
+
+def make_keep(M, N, seed=0):
+  rng = np.random.default_rng(seed)
+  order = rng.uniform(size=(M, N)).argsort(0)
+  return order < M // 2
+
+
+def random_losses(M, N, T, seed=0):
+  return np.random.default_rng(seed).gamma(2.0, 0.5, size=(M, N, T)).astype(np.float32)
+
+
+def correlated_losses(M, N, T, keep_MxN, rho=0.9, seed=0):
+  """Losses whose logit statistic is Gaussian with an AR(1) covariance (strong correlations), shifted for IN."""
+  rng = np.random.default_rng(seed)
+  lag_TxT = np.abs(np.arange(T)[:, None] - np.arange(T)[None, :])
+  scale_T = np.geomspace(0.3, 3.0, T)  # unequal variances, so diag(S) beats sigma^2 I
+  cov_TxT = rho**lag_TxT * np.outer(scale_T, scale_T)
+  stat_MxNxT = rng.multivariate_normal(np.zeros(T), cov_TxT, size=(M, N)) + 0.5 * keep_MxN[:, :, None]
+  # Invert the logit: stat = ln p - ln(1 - p), loss = -ln p = softplus(-stat).
+  return np.logaddexp(0.0, -stat_MxNxT)
+
+
+def reference_errors(stat_SxNxT, keep_SxN, stat_MxNxT, keep_MxN):
+  """Brute-force per-canary loop with numpy and sklearn: {(class, estimator, mode): error_N}, NaN where skipped."""
+  N, T = stat_SxNxT.shape[1:]
+  out = {}
+  for n in range(N):
+    x, k = stat_SxNxT[:, n], keep_SxN[:, n]
+    gold = {"in": np.cov(stat_MxNxT[keep_MxN[:, n], n].T, bias=True),
+            "out": np.cov(stat_MxNxT[~keep_MxN[:, n], n].T, bias=True)}
+    rows = {"in": x[k], "out": x[~k]}
+    pooled = np.concatenate([r - r.mean(axis=0) for r in rows.values() if len(r)])
+    for c in ("in", "out"):
+      if len(rows[c]) < 2:
+        continue  # skipped for this class: stays NaN in both modes
+      fits = {"classwise": (rows[c], False), "shared": (pooled, True)}
+      for mode, (xs, centred) in fits.items():
+        mle = xs.T @ xs / len(xs) if centred else np.cov(xs.T, bias=True)
+        est = {"univariate": np.trace(mle) / T * np.eye(T), "independent": np.diag(np.diag(mle)),
+               "oas": OAS(assume_centered=centred).fit(xs).covariance_}
+        for e, cov in est.items():
+          out.setdefault((c, e, mode), np.full(N, np.nan))[n] = np.linalg.norm(cov - gold[c])
+  return out
+
+
+def test_all_models_matches_sklearn_loop():
+  M, N, T = 8, 6, 5
+  keep = make_keep(M, N)
+  loss = random_losses(M, N, T)
+  rows = cov_error.covariance_errors(loss, keep, shadow_counts=[M], draws=3)
+  stat = transforms.to_statistic(loss, "logit")
+  ref = reference_errors(stat, keep, stat, keep)
+  assert len(rows) == 2 * 3 * 2  # m == M is a single subset, drawn once
+  for r in rows:
+    assert r["n_canaries"] == N and r["n_skipped"] == 0
+    np.testing.assert_allclose(r["error"], ref[r["class"], r["estimator"], r["mode"]].mean(), rtol=1e-10)
+  # Class-wise MLE on all models is the gold standard itself; OAS must then only shrink a little.
+  oas_cw = [r["error"] for r in rows if r["estimator"] == "oas" and r["mode"] == "classwise"]
+  assert all(e > 0 for e in oas_cw)
+
+
+@pytest.mark.parametrize("statistic", ["logit", "loss"])
+def test_subset_errors_match_sklearn_loop_with_skips(statistic):
+  M, N, T = 10, 12, 4
+  keep = make_keep(M, N, seed=1)
+  loss = random_losses(M, N, T, seed=1)
+  stat = transforms.to_statistic(loss, statistic)
+  models = np.array([0, 3, 4, 7])  # four models: some canaries have < 2 rows of a class
+  gold_in, gold_out = cov_error._gold(stat, keep)
+  got = cov_error.subset_errors(stat[models], keep[models], gold_in, gold_out)
+  ref = reference_errors(stat[models], keep[models], stat, keep)
+  n_in = keep[models].sum(axis=0)
+  assert ((n_in < 2) | (n_in > 2)).any(), "the subset should leave some canary short of one class"
+  for key, err_N in ref.items():
+    np.testing.assert_array_equal(np.isnan(got[key]), np.isnan(err_N))
+    np.testing.assert_allclose(got[key], err_N, rtol=1e-10, equal_nan=True)
+  assert np.isnan(got["in", "oas", "classwise"]).sum() == (n_in < 2).sum()
+
+
+def test_mask_keeps_only_full_canaries_and_subsamples():
+  M, N, T = 8, 10, 3
+  keep, loss = make_keep(M, N), random_losses(M, N, T)
+  mask = np.ones((N, T), bool)
+  mask[[1, 4], -1] = False
+  index = cov_error.select_canaries(keep, mask, max_canaries=100)
+  np.testing.assert_array_equal(index, [0, 2, 3, 5, 6, 7, 8, 9])
+  sub = cov_error.select_canaries(keep, mask, max_canaries=3, seed=2)
+  assert len(sub) == 3 and set(sub) <= set(index)
+  rows = cov_error.covariance_errors(loss, keep, shadow_counts=[M], mask_NxT=mask, max_canaries=3, seed=2)
+  assert all(r["n_canaries"] == 3 for r in rows)
+  with pytest.raises(ValueError, match="mask"):
+    cov_error.covariance_errors(loss, keep, shadow_counts=[M], mask_NxT=np.zeros((N, T), bool))
+
+
+def test_bad_arguments():
+  keep, loss = make_keep(8, 4), random_losses(8, 4, 3)
+  with pytest.raises(ValueError, match="shadow_counts"):
+    cov_error.covariance_errors(loss, keep, shadow_counts=[16])
+  with pytest.raises(ValueError, match="draws"):
+    cov_error.covariance_errors(loss, keep, shadow_counts=[4], draws=0)
+
+
+def test_estimators_ordered_and_errors_shrink_with_more_models():
+  M, N, T = 64, 24, 12
+  keep = make_keep(M, N)
+  loss = correlated_losses(M, N, T, keep)
+  counts = [4, 8, 16, 32, 64]
+  agg = cov_error.aggregate(cov_error.covariance_errors(loss, keep, shadow_counts=counts, draws=4, seed=3))
+  err = {(r["m"], r["class"], r["estimator"], r["mode"]): r["error_mean"] for r in agg}
+  for c in cov_error.CLASSES:
+    for mode in cov_error.MODES:
+      for m in (8, 16):
+        assert err[m, c, "oas", mode] < err[m, c, "independent", mode] < err[m, c, "univariate", mode]
+      curve = [err[m, c, "oas", mode] for m in counts]
+      assert all(a > b for a, b in zip(curve, curve[1:])), (c, mode, curve)
+    # Univariate and independent are biased (they miss the correlations), so they only fall to a plateau.
+    for e in ("univariate", "independent"):
+      assert err[64, c, e, "classwise"] < err[4, c, e, "classwise"]
+    # With all 64 models the class-wise OAS is nearly the MLE gold standard itself.
+    assert err[64, c, "oas", "classwise"] < 0.2 * err[4, c, "oas", "classwise"]
+
+
+def test_aggregate_and_relative_errors_by_hand():
+  rows = []
+  for d, (cw, sh) in enumerate([(3.0, 2.0), (2.0, 2.0)]):
+    for mode, e in (("classwise", cw), ("shared", sh)):
+      rows.append({"m": 4, "draw": d, "class": "in", "estimator": "oas", "mode": mode, "error": e,
+                   "n_canaries": 5, "n_skipped": 1})
+  agg = {r["mode"]: r for r in cov_error.aggregate(rows)}
+  assert agg["classwise"]["error_mean"] == 2.5 and agg["classwise"]["error_std"] == 0.5
+  assert agg["shared"]["error_mean"] == 2.0 and agg["shared"]["draws"] == 2
+  (rel,) = cov_error.relative_errors(rows)
+  assert rel["relative_error_mean"] == pytest.approx(0.25) and rel["relative_error_std"] == pytest.approx(0.25)
+
+
+def test_gold_covariance_and_plots():
+  M, N, T = 8, 3, 70
+  keep, loss = make_keep(M, N), random_losses(M, N, T)
+  cov_in, cov_out = cov_error.gold_covariance(loss, keep, 1, statistic="loss")
+  x = loss[:, 1].astype(np.float64)
+  np.testing.assert_allclose(cov_in, np.cov(x[keep[:, 1]].T, bias=True), rtol=1e-12)
+  np.testing.assert_allclose(cov_out, np.cov(x[~keep[:, 1]].T, bias=True), rtol=1e-12)
+  mask = np.ones((N, T), bool)
+  mask[1, :10] = False
+  cov_in_masked, _ = cov_error.gold_covariance(loss, keep, 1, statistic="loss", mask_NxT=mask)
+  np.testing.assert_allclose(cov_in_masked, cov_in[10:, 10:], rtol=1e-12)
+  fig = cov_error.plot_covariance_heatmap(cov_in, cov_out, canary=1)
+  assert fig.axes[0].images[0].get_array().shape == (64, 64)
+
+
+def test_default_shadow_counts():
+  assert cov_error.default_shadow_counts(64) == [4, 8, 16, 32, 64]
+  assert cov_error.default_shadow_counts(48) == [4, 8, 16, 32, 48]
+  assert cov_error.default_shadow_counts(4) == [4]
+
+
+@pytest.fixture
+def run_dir(tmp_path):
+  M, N, T = 8, 12, 6
+  keep = make_keep(M, N)
+  np.save(tmp_path / "losses.npy", random_losses(M, N, T))
+  np.save(tmp_path / "keep.npy", keep)
+  return tmp_path
+
+
+@pytest.fixture
+def cli():
+  from experiments import covariance_error
+  yield covariance_error
+  covariance_error.FLAGS.unparse_flags()
+
+
+OUTPUTS = ("covariance_error.csv", "covariance_error_summary.csv", "covariance_error.json",
+           "error_vs_shadow_models.png", "relative_error.png", "covariance_heatmap.png")
+
+
+def test_cli_end_to_end(run_dir, cli, capsys):
+  out_dir = run_dir / "out"
+  cli.FLAGS(["prog", f"--run_dir={run_dir}", "--draws=2", "--canary=3", f"--out_dir={out_dir}"])
+  cli.main([])
+  for name in OUTPUTS:
+    assert (out_dir / name).stat().st_size > 0, name
+  result = json.loads((out_dir / "covariance_error.json").read_text())
+  assert result["settings"]["shadow_counts"] == [4, 8]
+  assert len(result["rows"]) == (2 + 1) * 12  # m=4: 2 draws, m=8=M: 1 draw; 2 classes x 3 estimators x 2 modes
+  summary = (out_dir / "covariance_error_summary.csv").read_text().splitlines()
+  assert summary[0].startswith("m,class,estimator,classwise_error_mean") and len(summary) == 1 + 2 * 2 * 3
+  printed = capsys.readouterr().out
+  assert "relative" in printed and str(out_dir / "covariance_heatmap.png") in printed
+
+
+def test_cli_rejects_too_many_shadow_models(run_dir, cli):
+  cli.FLAGS(["prog", f"--run_dir={run_dir}", "--shadow_counts=4,16"])
+  with pytest.raises(app.UsageError, match=r"--shadow_counts .*\[16\].*M=8"):
+    cli.main([])
+  assert not os.path.exists(run_dir / "covariance_error")
+
+
+def test_cli_subprocess(run_dir):
+  env = {**os.environ, "PYTHONPATH": os.getcwd()}
+  ok = subprocess.run([sys.executable, "-m", "experiments.covariance_error", f"--run_dir={run_dir}",
+                       "--shadow_counts=4,8", "--draws=1"], capture_output=True, text=True, env=env)
+  assert ok.returncode == 0, ok.stderr
+  assert (run_dir / "covariance_error" / "covariance_error.csv").exists()
+  bad = subprocess.run([sys.executable, "-m", "experiments.covariance_error", f"--run_dir={run_dir}",
+                        "--shadow_counts=32"], capture_output=True, text=True, env=env)
+  assert bad.returncode != 0 and "--shadow_counts" in bad.stderr
