@@ -106,6 +106,8 @@ def write_outputs(out_dir, settings, rows, aggregated, relative, summary, heatma
 
 def main(argv):
   del argv
+  if not FLAGS.run_dir:
+    raise app.UsageError("--run_dir is required")
   run = rundir.load_run(FLAGS.run_dir, mmap=True)
   counts, out_dir = validated_settings(run)
   settings = {"run_dir": FLAGS.run_dir, "statistic": FLAGS.statistic, "shadow_counts": counts, "draws": FLAGS.draws,
