@@ -1,0 +1,114 @@
+"""The paper's evaluations on per-token arrays: the six-variant LOO table (Table II), the shadow-count
+sweep (Figure 5) and the length-reduction grid (Figures 11-14)."""
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from lira import metrics
+from lira.loo import leave_one_out
+
+# Table II's rows: (name, covariance, shared).
+VARIANTS = (
+    ("Univariate Class-Wise", "univariate", False),
+    ("Univariate Shared", "univariate", True),
+    ("Independent Class-Wise", "independent", False),
+    ("Independent Shared", "independent", True),
+    ("OAS Class-Wise", "oas", False),
+    ("OAS Shared", "oas", True),
+)
+
+
+def select_variants(names=None):
+  """Variants by name ("oas-shared", "univariate-classwise", ... or Table II names); None = all six."""
+  if not names:
+    return VARIANTS
+  by_key = {f"{c}-{'shared' if s else 'classwise'}": v for v in VARIANTS for (_, c, s) in [v]}
+  by_key.update({v[0].lower(): v for v in VARIANTS})
+  out = []
+  for name in names:
+    key = name.strip().lower()
+    if key not in by_key:
+      raise ValueError(f"unknown variant {name!r}; choose from {sorted(k for k in by_key if '-' in k)}")
+    out.append(by_key[key])
+  return tuple(out)
+
+
+def evaluate_variants(loss_MxNxT, keep_MxN, *, mask_NxT=None, reduction=None, statistic="logit",
+                      variants=VARIANTS, fprs=metrics.DEFAULT_FPRS, n_boot=200, seed=0, progress=True, **loo_kwargs):
+  """Leave-one-out scores of each variant pooled into one ROC each; returns [{name, ..., summary}] and scores."""
+  rows, scores = [], {}
+  for name, covariance, shared in tqdm(variants, desc="variants", disable=not progress):
+    llr_MxN = leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, reduction=reduction,
+                            statistic=statistic, mask_NxT=mask_NxT, **loo_kwargs)
+    summary = metrics.summarize(llr_MxN, keep_MxN, fprs=fprs, n_boot=n_boot, seed=seed)
+    rows.append({"name": name, "covariance": covariance, "shared": shared, "summary": summary})
+    scores[name] = llr_MxN
+  return rows, scores
+
+
+def _powers_of_two(start, stop):
+  out, m = [], start
+  while m < stop:
+    out.append(m)
+    m *= 2
+  return out + [stop]
+
+
+def default_shadow_counts(num_models):
+  """4, 8, 16, ... and M itself (paper Figure 5)."""
+  return _powers_of_two(4, num_models) if num_models > 4 else [num_models]
+
+
+def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=VARIANTS, mask_NxT=None,
+                       reduction=None, statistic="logit", fpr=1e-4, seed=0, progress=True):
+  """LOO evaluation on random subsets of m models, several draws per m (paper Figure 5).
+
+  Within a subset every model is the target in turn and the other m-1 are its shadow models. With few
+  models some canaries have too few IN or OUT models for a fit; their pairs are left out and counted.
+  """
+  M = keep_MxN.shape[0]
+  counts = default_shadow_counts(M) if counts is None else sorted(counts)
+  if min(counts) < 4 or max(counts) > M:
+    raise ValueError(f"shadow counts must lie in [4, M={M}], got {counts}")
+  rng = np.random.default_rng(seed)
+  jobs = [(m, d) for m in counts for d in range(1 if m == M else draws)]
+  rows = []
+  for m, d in tqdm(jobs, desc="shadow-count sweep", disable=not progress):
+    models = np.sort(rng.choice(M, size=m, replace=False))
+    loss, keep = loss_MxNxT[models], keep_MxN[models]
+    for name, covariance, shared in variants:
+      llr = leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask_NxT, reduction=reduction,
+                          statistic=statistic, on_undefined="nan")
+      valid = np.isfinite(llr)
+      row = {"variant": name, "m": m, "draw": d, "n_pairs": int(valid.sum()), "n_excluded": int((~valid).sum()),
+             "tpr": float("nan"), "auc": float("nan"), "resolved": False}
+      labels = keep[valid]
+      if labels.any() and (~labels).any():
+        row.update(tpr=metrics.tpr_at_fpr(llr[valid], labels, fpr), auc=metrics.auc(llr[valid], labels),
+                   resolved=metrics.is_resolved(int((~labels).sum()), fpr))
+      rows.append(row)
+  return rows
+
+
+def length_grid(loss_MxNxT, keep_MxN, *, lengths=None, strategies=("group", "min", "max"),
+                covariances=("independent", "oas"), shared=True, mask_NxT=None, statistic="logit", fpr=1e-4,
+                progress=True):
+  """TPR at `fpr` against the reduced length K for each strategy and covariance (paper Figures 11-14).
+
+  Baselines (no reduction, all positions) come as rows with strategy "none" and K = T.
+  """
+  T = loss_MxNxT.shape[2]
+  shortest = T if mask_NxT is None else int(np.asarray(mask_NxT, bool).sum(axis=1).min())
+  lengths = [k for k in _powers_of_two(1, shortest) if k <= shortest] if lengths is None else sorted(lengths)
+  if max(lengths) > shortest:
+    raise ValueError(f"reduced length {max(lengths)} exceeds the shortest canary ({shortest} scored positions)")
+  jobs = [(None, T, c) for c in covariances] + [(s, k, c) for s in strategies for k in lengths for c in covariances]
+  rows = []
+  for strategy, k, covariance in tqdm(jobs, desc="length grid", disable=not progress):
+    reduction = None if strategy is None else f"{strategy}:{k}"
+    llr = leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, reduction=reduction,
+                        statistic=statistic, mask_NxT=mask_NxT)
+    rows.append({"strategy": strategy or "none", "K": k, "covariance": covariance, "shared": shared,
+                 "tpr": metrics.tpr_at_fpr(llr.ravel(), keep_MxN.ravel(), fpr), "auc": metrics.auc(llr.ravel(),
+                                                                                                 keep_MxN.ravel())})
+  return rows

@@ -1,0 +1,63 @@
+"""A synthetic run folder: correlated Gaussian per-token logits with a known membership shift.
+
+Stands in for trained shadow models when testing the LiRA stages. For canary n and model m the
+per-token logit (ln p - ln(1-p)) is
+  z[m, n] = mu[n] + sigma[n] * e[m, n] + keep[m, n] * shift * sigma[n] * b[n],
+with e ~ N(0, C) where C[s, t] = rho^|s - t| (AR(1) correlation between neighbouring tokens),
+mu[n, t] ~ N(1, 1.5^2), sigma[n, t] ~ U(0.5, 1.5), and b[n, t] = 1 on a random `frac_shifted` of the
+positions (0 elsewhere): being IN raises the logit (lowers the loss) of those tokens by `shift`
+standard deviations. Losses are softplus(-z) = -ln sigmoid(z), stored as float32, so that
+lira.logit_scale(loss) recovers z.
+"""
+
+import numpy as np
+
+from lira import rundir
+
+
+def keep_matrix(num_models, num_canaries, seed):
+  """Balanced membership as in the LiRA reference code: every canary IN for exactly M/2 models."""
+  if num_models % 2:
+    raise ValueError(f"the number of models M must be even, got {num_models}")
+  rng = np.random.default_rng(seed)
+  order_MxN = rng.uniform(size=(num_models, num_canaries)).argsort(0)
+  return order_MxN < num_models // 2
+
+
+def synthetic_losses(num_models=32, num_canaries=2000, seq_len=32, *, rho=0.6, shift=1.0, frac_shifted=0.25,
+                     ragged=False, seed=0):
+  """Returns (loss_MxNxT float32, keep_MxN bool, mask_NxT bool or None) from the model above."""
+  M, N, T = num_models, num_canaries, seq_len
+  keep_MxN = keep_matrix(M, N, seed)
+  rng = np.random.default_rng(seed + 1)
+  mu_NxT = rng.normal(1.0, 1.5, size=(N, T))
+  sigma_NxT = rng.uniform(0.5, 1.5, size=(N, T))
+  b_NxT = (rng.uniform(size=(N, T)) < frac_shifted).astype(np.float64)
+  corr_TxT = rho ** np.abs(np.subtract.outer(np.arange(T), np.arange(T)))
+  chol_TxT = np.linalg.cholesky(corr_TxT)
+  loss_MxNxT = np.empty((M, N, T), np.float32)
+  for m in range(M):  # one model at a time keeps memory at one [N, T] float64 slice
+    e_NxT = rng.normal(size=(N, T)) @ chol_TxT.T
+    z_NxT = mu_NxT + sigma_NxT * (e_NxT + keep_MxN[m][:, None] * shift * b_NxT)
+    loss_MxNxT[m] = np.logaddexp(0.0, -z_NxT)
+  mask_NxT = None
+  if ragged:  # canaries of different lengths, right-padded; padding is not scored
+    length_N = rng.integers(max(1, T // 2), T + 1, size=N)
+    mask_NxT = np.arange(T)[None, :] < length_N[:, None]
+    loss_MxNxT[:, ~mask_NxT] = np.nan
+  return loss_MxNxT, keep_MxN, mask_NxT
+
+
+def write_synthetic_run(run_dir, **kwargs):
+  """Write losses.npy, keep.npy, (mask.npy) and config.json of a synthetic run; returns the config."""
+  loss_MxNxT, keep_MxN, mask_NxT = synthetic_losses(**kwargs)
+  M, N, T = loss_MxNxT.shape
+  config = {"source": "synthetic", "generator": "lira.synthetic.synthetic_losses", "num_models": M,
+            "num_canaries": N, "seq_len": T, **{k: v for k, v in kwargs.items() if k not in ("num_models",
+                                                                                         "num_canaries", "seq_len")}}
+  rundir.save_npy(f"{run_dir}/losses.npy", loss_MxNxT)
+  rundir.save_npy(f"{run_dir}/keep.npy", keep_MxN)
+  if mask_NxT is not None:
+    rundir.save_npy(f"{run_dir}/mask.npy", mask_NxT)
+  rundir.save_json(f"{run_dir}/config.json", config)
+  return config
