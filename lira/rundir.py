@@ -1,6 +1,8 @@
 """The run folder: loading and validating LiRA's inputs, and atomic writes of results."""
 
+import csv
 import dataclasses
+import io
 import json
 import os
 import tempfile
@@ -94,3 +96,12 @@ def save_text(path, text):
 def save_figure(path, fig):
   """Save a matplotlib figure atomically as PNG."""
   _atomic(path, lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), "wb")
+
+
+def save_csv(path, rows):
+  """Write a list of dicts as CSV atomically (columns from the first row)."""
+  buf = io.StringIO()
+  writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+  writer.writeheader()
+  writer.writerows(rows)
+  save_text(path, buf.getvalue())
