@@ -9,7 +9,11 @@ Gram space of the shadow rows (the covariance is alpha I + beta W with W of rank
 Sherman-Morrison and the matrix determinant lemma, so no T x T matrix is ever formed or factorised.
 """
 
+import concurrent.futures
+import os
+
 import numpy as np
+import threadpoolctl
 from tqdm.auto import tqdm
 
 from lira import gram
@@ -98,46 +102,64 @@ def _features(loss_MxBxT, keep_MxB, mask_BxT, covariance, reduction, statistic, 
 
 def _class_stats(x_MxBxD, keep_MxB):
   """Per canary: counts, class means, target-centred rows z (by the target's own class), and scatters."""
-  w_in = keep_MxB.astype(np.float64)[:, :, None]
-  w_out = 1.0 - w_in
-  n_in_B, n_out_B = w_in.sum(axis=0)[:, 0], w_out.sum(axis=0)[:, 0]
-  mean_in_BxD = (w_in * x_MxBxD).sum(axis=0) / np.maximum(n_in_B, 1)[:, None]
-  mean_out_BxD = (w_out * x_MxBxD).sum(axis=0) / np.maximum(n_out_B, 1)[:, None]
+  w_in = keep_MxB.astype(np.float64)
+  n_in_B = w_in.sum(axis=0)
+  n_out_B = keep_MxB.shape[0] - n_in_B
+  sum_in_BxD = np.einsum("mb,mbd->bd", w_in, x_MxBxD)
+  mean_in_BxD = sum_in_BxD / np.maximum(n_in_B, 1)[:, None]
+  mean_out_BxD = (x_MxBxD.sum(axis=0) - sum_in_BxD) / np.maximum(n_out_B, 1)[:, None]
   z_MxBxD = x_MxBxD - np.where(keep_MxB[:, :, None], mean_in_BxD, mean_out_BxD)
   return n_in_B, n_out_B, mean_in_BxD, mean_out_BxD, z_MxBxD
 
 
 def _diag_block(x_MxBxD, keep_MxB, valid_BxD, shared, offline, sign, floor, global_var):
-  """Univariate / independent LOO scores for one block of canaries ([M, B])."""
+  """Univariate / independent LOO scores for one block of canaries ([M, B]); few passes over [M, B, D]."""
   n_in_B, n_out_B, mean_in, mean_out, z = _class_stats(x_MxBxD, keep_MxB)
-  z2 = z**2
-  scat_in_BxD = (keep_MxB[:, :, None] * z2).sum(axis=0)
-  scat_out_BxD = (~keep_MxB[:, :, None] * z2).sum(axis=0)
+  kin = keep_MxB[:, :, None]
+  z2 = z * z
+  scat_in_BxD = np.einsum("mb,mbd->bd", keep_MxB.astype(np.float64), z2)
+  scat_out_BxD = z2.sum(axis=0) - scat_in_BxD
+  del z2
   n_own_MxB = np.where(keep_MxB, n_in_B, n_out_B)
-  c_MxB = n_own_MxB / (n_own_MxB - 1.0)
-  r_own = c_MxB[:, :, None] * z
-  r_oth = x_MxBxD - np.where(keep_MxB[:, :, None], mean_out, mean_in)
+  c = (n_own_MxB / (n_own_MxB - 1.0))[:, :, None]
+  s = np.where(keep_MxB, 1.0, -1.0)[:, :, None]  # +1 for IN targets
+  r_oth = z + s * (mean_in - mean_out)  # target minus the OTHER class mean
+  r_own = c * z  # target minus its own class mean without it
+  q_own_num, p_B = r_own * r_own, valid_BxD.sum(axis=1)
+  unscored = None if valid_BxD.all() else ~valid_BxD
+
+  def floored(var):  # floor; unscored positions (zero residuals) get variance 1 so they add nothing
+    var = np.maximum(var, floor)
+    if unscored is not None:
+      var[..., unscored] = 1.0
+    return var
+
   if global_var is not None:  # LiRA's fixed variance: one pooled scalar per class (already leave-one-out).
-    var_in, var_out = (np.broadcast_to(v[:, None, None], z.shape) for v in global_var)
-    var_own = np.where(keep_MxB[:, :, None], var_in, var_out)
-    var_oth = np.where(keep_MxB[:, :, None], var_out, var_in)
+    var_in, var_out = (v[:, None, None] for v in global_var)
+    var_own, var_oth = np.where(kin, var_in, var_out), np.where(kin, var_out, var_in)
+    logdet_own, logdet_oth = p_B * np.log(var_own[:, :, 0]), p_B * np.log(var_oth[:, :, 0])
   elif shared:
-    var_own = (scat_in_BxD + scat_out_BxD - c_MxB[:, :, None] * z2) / (n_in_B + n_out_B - 1.0)[:, None]
-    var_oth = var_own
+    var_own = (scat_in_BxD + scat_out_BxD) - q_own_num / c
+    var_own /= (n_in_B + n_out_B - 1.0)[:, None]
+    var_own = var_oth = floored(var_own)
+    logdet_own = logdet_oth = 0.0  # the same covariance for both classes: cancels
   else:
-    var_own = (np.where(keep_MxB[:, :, None], scat_in_BxD, scat_out_BxD) - c_MxB[:, :, None] * z2)
-    var_own = var_own / (n_own_MxB - 1.0)[:, :, None]
-    var_oth = np.where(keep_MxB[:, :, None], scat_out_BxD / n_out_B[:, None], scat_in_BxD / n_in_B[:, None])
-  valid = valid_BxD[None]
-  var_own = np.where(valid, np.maximum(var_own, floor), 1.0)
-  var_oth = np.where(valid, np.maximum(var_oth, floor), 1.0)
-  if offline:  # Sherman-free: OUT fit is var_own for OUT targets, var_oth for IN targets.
-    var = np.where(keep_MxB[:, :, None], var_oth, var_own)
-    r = np.where(keep_MxB[:, :, None], r_oth, r_own)
-    return sign * (r / var).sum(axis=2) / np.sqrt((valid / var).sum(axis=2))
-  logpdf_own = -0.5 * (r_own**2 / var_own + np.log(var_own)).sum(axis=2)
-  logpdf_oth = -0.5 * (r_oth**2 / var_oth + np.log(var_oth)).sum(axis=2)
-  return np.where(keep_MxB, logpdf_own - logpdf_oth, logpdf_oth - logpdf_own)
+    var_own = np.where(kin, scat_in_BxD, scat_out_BxD) - q_own_num / c
+    var_own /= (n_own_MxB - 1.0)[:, :, None]
+    var_own = floored(var_own)
+    var_in_BxD, var_out_BxD = floored(scat_in_BxD / n_in_B[:, None]), floored(scat_out_BxD / n_out_B[:, None])
+    var_oth = np.where(kin, var_out_BxD, var_in_BxD)
+    logdet_own = np.log(var_own).sum(axis=2)
+    logdet_oth = np.where(keep_MxB, np.log(var_out_BxD).sum(axis=1), np.log(var_in_BxD).sum(axis=1))
+  if offline:  # the OUT fit is the own fit for OUT targets and the other fit for IN targets
+    var = np.where(kin, var_oth, var_own)
+    r = np.where(kin, r_oth, r_own)
+    one = np.broadcast_to(valid_BxD, r.shape)
+    return sign * (r / var).sum(axis=2) / np.sqrt((one / var).sum(axis=2))
+  r_oth *= r_oth
+  q_own = (q_own_num / var_own).sum(axis=2)
+  q_oth = (r_oth / var_oth).sum(axis=2)
+  return -0.5 * s[:, :, 0] * ((q_own + logdet_own) - (q_oth + logdet_oth))
 
 
 def _global_scatter(x_MxBxD, keep_MxB, valid_BxD):
@@ -174,7 +196,7 @@ def _block_size(M, D, covariance):
 
 def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
                   mask_NxT=None, offline=False, fix_variance=False, var_floor=VAR_FLOOR,
-                  on_undefined="raise", block_size=None, progress=False):
+                  on_undefined="raise", block_size=None, num_threads=None, progress=False):
   """Leave-one-out LiRA log-likelihood ratios llr_MxN (float64, higher = member).
 
   covariance: "univariate" | "independent" | "oas"; shared: one covariance from IN and OUT rows
@@ -210,7 +232,8 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
     global_var = tuple(np.maximum(v, var_floor) for v in _global_variance(totals, shared))
 
   llr_MxN = np.full((M, N), np.nan)
-  for blk in tqdm(blocks, desc=f"LOO {covariance}{' shared' if shared else ''}", disable=not progress, leave=False):
+
+  def score(blk):
     x_MxBxD, valid_BxD = features(blk)
     ok = ~undefined_N[blk]
     idx = np.arange(blk.start, blk.stop)[ok]
@@ -219,6 +242,16 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
       llr_MxN[:, idx] = gram.oas_llr(x, keep, valid, shared=shared, offline=offline, sign=sign, floor=var_floor)
     else:
       llr_MxN[:, idx] = _diag_block(x, keep, valid, shared, offline, sign, var_floor, global_var)
+
+  # numpy releases the GIL in its kernels (ufuncs, matmul, eigh), so blocks run in parallel threads.
+  workers = max(1, min(num_threads or os.cpu_count() or 1, len(blocks)))
+  # One BLAS thread per worker: otherwise BLAS's own threads and ours oversubscribe the cores.
+  with threadpoolctl.threadpool_limits(1 if workers > 1 else None, user_api="blas"), \
+       concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    futures = [pool.submit(score, blk) for blk in blocks]
+    for f in tqdm(concurrent.futures.as_completed(futures), total=len(blocks), disable=not progress, leave=False,
+                  desc=f"LOO {covariance}{' shared' if shared else ''}"):
+      f.result()
   bad = ~np.isfinite(llr_MxN) & ~undefined_N[None]
   if bad.any():
     m, n = (int(i[0]) for i in np.nonzero(bad))

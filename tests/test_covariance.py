@@ -1,0 +1,66 @@
+"""Covariance estimators and per-token statistics against sklearn / scipy."""
+
+import numpy as np
+import pytest
+import scipy.special
+import sklearn.covariance
+
+import lira
+from lira import covariance
+
+
+def test_oas_check_vector_from_reference():
+  rng = np.random.RandomState(0)
+  x = rng.multivariate_normal([0, 0], [[0.8, 0.3], [0.3, 0.4]], size=500)
+  cov, shrinkage = lira.oas(x)
+  np.testing.assert_allclose(cov[0], [[0.75337235, 0.27634855], [0.27634855, 0.39644751]], atol=1e-8)
+  np.testing.assert_allclose(shrinkage[0], 0.01957582121241239, rtol=1e-12)
+
+
+@pytest.mark.parametrize("S,T", [(50, 5), (5, 20), (3, 64), (40, 1), (2, 2)])
+@pytest.mark.parametrize("assume_centered", [False, True])
+def test_oas_equals_sklearn(S, T, assume_centered):
+  rng = np.random.default_rng(S * 100 + T)
+  x = rng.normal(size=(4, S, T)) @ rng.normal(size=(T, T)) + 3.0
+  cov, shrinkage = lira.oas(x, assume_centered=assume_centered)
+  for b in range(4):
+    ref = sklearn.covariance.OAS(assume_centered=assume_centered).fit(x[b])
+    np.testing.assert_allclose(cov[b], ref.covariance_, rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(shrinkage[b], ref.shrinkage_, rtol=1e-10, atol=1e-14)
+
+
+def test_mle_and_structured_estimators():
+  x = np.random.default_rng(0).normal(size=(3, 30, 4))
+  mle = covariance.mle_covariance(x)
+  for b in range(3):
+    np.testing.assert_allclose(mle[b], np.cov(x[b], rowvar=False, bias=True), rtol=1e-12)
+  np.testing.assert_allclose(covariance.diagonal_covariance(x)[1], np.diag(x[1].var(0)), rtol=1e-12)
+  np.testing.assert_allclose(covariance.isotropic_covariance(x)[2], np.eye(4) * x[2].var(0).mean(), rtol=1e-12)
+
+
+def test_logit_scale_matches_scipy_and_stays_finite():
+  loss = np.array([1e-6, 0.01, 0.5, 0.6931471805599453, 2.0, 20.0])
+  np.testing.assert_allclose(lira.logit_scale(loss), scipy.special.logit(np.exp(-loss)), rtol=1e-6)
+  assert lira.logit_scale(np.array([0.6931471805599453]))[0] == pytest.approx(0.0, abs=1e-12)
+  extreme = lira.logit_scale(np.array([0.0, 1e-30, 1e-12, 700.0], dtype=np.float64))
+  assert np.isfinite(extreme).all()
+  assert extreme[0] == extreme[1] == extreme[2]  # clipped at LOSS_FLOOR
+  assert lira.logit_scale(np.float32(0.3)).dtype == np.float64
+
+
+def test_reductions_follow_array_split_and_loss_order():
+  rng = np.random.default_rng(1)
+  loss = rng.exponential(size=(3, 2, 10))
+  stat = lira.logit_scale(loss)
+  grouped, _ = lira.reduce_length(stat, loss, "group:3")
+  np.testing.assert_allclose(grouped[1, 0], [c.mean() for c in np.array_split(stat[1, 0], 3)])
+  smallest, _ = lira.reduce_length(stat, loss, "min:2")
+  np.testing.assert_allclose(smallest[2, 1], stat[2, 1][np.argsort(loss[2, 1])[:2]])
+  largest, _ = lira.reduce_length(stat, loss, "max:4")
+  np.testing.assert_allclose(largest[0, 0], stat[0, 0][np.argsort(-loss[0, 0])[:4]])
+  mask = np.ones((2, 10), bool)
+  mask[0, 6:] = False
+  grouped, _ = lira.reduce_length(stat, loss, "group:4", mask)
+  np.testing.assert_allclose(grouped[0, 0], [c.mean() for c in np.array_split(stat[0, 0, :6], 4)])
+  with pytest.raises(ValueError, match="reduction"):
+    lira.parse_reduction("top:3")

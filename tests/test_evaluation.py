@@ -1,0 +1,133 @@
+"""Run folders, synthetic runs, the evaluation drivers and their command-line entry points."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import lira
+from lira import evaluation, report, rundir, synthetic
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("run"))
+  synthetic.write_synthetic_run(path, num_models=8, num_canaries=150, seq_len=6, seed=3)
+  return path
+
+
+def test_keep_matrix_is_balanced_and_reproducible():
+  keep = synthetic.keep_matrix(10, 50, seed=7)
+  assert (keep.sum(axis=0) == 5).all()
+  np.testing.assert_array_equal(keep, synthetic.keep_matrix(10, 50, seed=7))
+  assert not np.array_equal(keep, synthetic.keep_matrix(10, 50, seed=8))
+  with pytest.raises(ValueError, match="even"):
+    synthetic.keep_matrix(7, 5, seed=0)
+
+
+def test_synthetic_losses_carry_the_documented_shift():
+  loss, keep, mask = synthetic.synthetic_losses(40, 300, 8, shift=1.0, seed=1)
+  assert loss.dtype == np.float32 and mask is None
+  z = lira.logit_scale(loss)
+  diff = z[keep].mean() - z[~keep].mean()  # 25% of positions shifted by 1 sd (sd ~ U(0.5, 1.5), mean 1)
+  assert 0.15 < diff < 0.35
+  _, _, ragged = synthetic.synthetic_losses(8, 20, 8, ragged=True, seed=1)
+  assert ragged.shape == (20, 8) and ragged[:, 0].all() and not ragged.all()
+
+
+def test_load_run_validates_files(tmp_path):
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    rundir.load_run(str(tmp_path / "missing"))
+  rundir.save_npy(str(tmp_path / "losses.npy"), np.ones((4, 3, 2), np.float32))
+  with pytest.raises(FileNotFoundError, match="keep.npy"):
+    rundir.load_run(str(tmp_path))
+  rundir.save_npy(str(tmp_path / "keep.npy"), np.ones((4, 2), bool))
+  with pytest.raises(ValueError, match=r"keep.npy: shape \(4, 2\)"):
+    rundir.load_run(str(tmp_path))
+  np.save(tmp_path / "keep.npy", np.array([[object()]] * 4), allow_pickle=True)
+  with pytest.raises(ValueError, match="without pickle"):
+    rundir.load_run(str(tmp_path))
+  rundir.save_npy(str(tmp_path / "keep.npy"), np.ones((4, 3), np.int64))
+  rundir.save_npy(str(tmp_path / "mask.npy"), np.ones((3, 2), np.float32))
+  with pytest.raises(ValueError, match="mask.npy"):
+    rundir.load_run(str(tmp_path))
+  os.remove(tmp_path / "mask.npy")
+  run = rundir.load_run(str(tmp_path))
+  assert run.keep_MxN.dtype == bool and run.config == {}
+
+
+def test_atomic_writes_leave_no_temporary_files(tmp_path):
+  rundir.save_json(str(tmp_path / "a.json"), {"x": 1})
+  rundir.save_csv(str(tmp_path / "a.csv"), [{"a": 1, "b": 2}])
+  assert sorted(os.listdir(tmp_path)) == ["a.csv", "a.json"]
+  assert (tmp_path / "a.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_evaluate_command_writes_reports(run_dir, tmp_path):
+  out = str(tmp_path)
+  table, result = report.evaluate_run(run_dir, out, n_boot=20, progress=False)
+  assert set(os.listdir(out)) == {"results.json", "results.md", "roc.png"}
+  with open(os.path.join(out, "results.json")) as f:
+    saved = json.load(f)
+  assert [v["name"] for v in saved["variants"]] == [v[0] for v in evaluation.VARIANTS]
+  # 8 models x 150 canaries = 600 negatives: 1% is resolved, 0.1% and 0.01% are not, and say so.
+  tpr = saved["variants"][0]["summary"]["tpr"]
+  assert tpr["0.01"]["resolved"] and not tpr["0.001"]["resolved"] and not tpr["0.0001"]["resolved"]
+  assert "n/r" in table and "n/r" in open(os.path.join(out, "results.md")).read()
+  # The scores behind the table are leave_one_out's.
+  run = rundir.load_run(run_dir)
+  llr = lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, covariance="oas", shared=True)
+  oas_shared = saved["variants"][5]["summary"]
+  assert oas_shared["tpr"]["0.01"]["tpr"] == lira.tpr_at_fpr(llr.ravel(), run.keep_MxN.ravel(), 0.01)
+
+
+def test_evaluate_refuses_bad_reduction_before_work(run_dir, tmp_path):
+  with pytest.raises(ValueError, match="reduction"):
+    report.evaluate_run(run_dir, str(tmp_path), reduction="avg:3", progress=False)
+  with pytest.raises(ValueError, match="canary 0 has 6"):
+    report.evaluate_run(run_dir, str(tmp_path), reduction="min:7", progress=False)
+  assert os.listdir(tmp_path) == []
+
+
+def test_length_grid_baseline_and_group_full_length_agree(run_dir):
+  run = rundir.load_run(run_dir)
+  rows = evaluation.length_grid(run.loss_MxNxT, run.keep_MxN, lengths=[1, 6], strategies=("group", "min"),
+                                covariances=("independent",), fpr=0.01, progress=False)
+  by = {(r["strategy"], r["K"]): r for r in rows}
+  assert by["group", 6]["auc"] == pytest.approx(by["none", 6]["auc"], abs=1e-12)
+  uni = lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, covariance="univariate", shared=True)
+  assert by["group", 1]["tpr"] == lira.tpr_at_fpr(uni.ravel(), run.keep_MxN.ravel(), 0.01)
+
+
+def test_shadow_count_sweep_excludes_undefined_pairs(run_dir):
+  run = rundir.load_run(run_dir)
+  rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 8], draws=2, fpr=0.01,
+                                       variants=evaluation.select_variants(["oas-shared", "univariate-classwise"]),
+                                       progress=False)
+  assert len(rows) == (2 + 1) * 2
+  full = [r for r in rows if r["m"] == 8]
+  assert all(r["n_excluded"] == 0 and r["n_pairs"] == 8 * 150 for r in full)
+  # With 4 models, class-wise fits never have 2 rows of the target's class left: all pairs excluded.
+  small_cw = [r for r in rows if r["m"] == 4 and r["variant"] == "Univariate Class-Wise"]
+  assert all(r["n_pairs"] == 0 and np.isnan(r["tpr"]) for r in small_cw)
+  with pytest.raises(ValueError, match="shadow counts"):
+    evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[16])
+  with pytest.raises(ValueError, match="unknown variant"):
+    evaluation.select_variants(["oas-global"])
+
+
+@pytest.mark.parametrize("module,outputs", [
+    ("experiments.evaluate", ["results.json", "results.md", "roc.png"]),
+    ("experiments.length_grid", ["length_grid.json", "length_grid.csv", "length_grid.png"]),
+    ("experiments.shadow_sweep", ["shadow_sweep.json", "shadow_sweep.csv", "shadow_sweep.png"]),
+])
+def test_command_line_entry_points(run_dir, tmp_path, module, outputs):
+  import subprocess
+  import sys
+  extra = {"experiments.evaluate": ["--n_boot=10", "--noprogress"], "experiments.length_grid": ["--lengths=1,2"],
+           "experiments.shadow_sweep": ["--counts=6,8", "--draws=1", "--variants=oas-shared"]}[module]
+  proc = subprocess.run([sys.executable, "-m", module, f"--run_dir={run_dir}", f"--out_dir={tmp_path}"] + extra,
+                        capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert sorted(os.listdir(tmp_path)) == sorted(outputs)
