@@ -3,8 +3,4 @@
 from lira.covariance import VAR_FLOOR, mle_covariance, oas
 from lira.loo import COVARIANCES, leave_one_out
 from lira.transforms import LOSS_FLOOR, logit_scale, parse_reduction, reduce_length, to_statistic
-
-try:  # metrics are added alongside; keep the package importable while they are written.
-  from lira.metrics import tpr_at_fpr
-except ImportError:  # pragma: no cover
-  pass
+from lira.metrics import auc, summarize, tpr_at_fpr

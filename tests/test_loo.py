@@ -36,10 +36,11 @@ def test_matches_bruteforce(covariance, shared, reduction):
 
 
 @pytest.mark.parametrize("covariance,shared", VARIANTS)
-def test_fewer_models_than_positions_with_mask(covariance, shared):
-  # n < T (7 shadow rows, 16 positions) and a ragged mask: the Gram-space path and its rank handling.
-  loss, keep = make_losses(M=8, N=4, T=16, seed=3)
-  mask = np.random.default_rng(3).uniform(size=(4, 16)) < 0.6
+@pytest.mark.parametrize("M,T", [(8, 16), (14, 5)])
+def test_ragged_mask_in_gram_and_position_space(covariance, shared, M, T):
+  # n < T (Gram space) and n >= T (position space), with a ragged mask: rank handling of both paths.
+  loss, keep = make_losses(M=M, N=4, T=T, seed=3)
+  mask = np.random.default_rng(3).uniform(size=(4, T)) < 0.6
   mask[:, 0] = True
   fast = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask)
   ref = bruteforce_llr(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask)
