@@ -191,7 +191,7 @@ def _global_variance(totals, shared):
 
 def _block_size(M, D, covariance):
   per_canary = 8 * (12 * M * D + (8 * M * M if covariance == "oas" else 0))
-  return int(max(1, min(4096, 256 * 2**20 // per_canary)))
+  return int(max(1, min(4096, 128 * 2**20 // per_canary)))
 
 
 def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
@@ -213,8 +213,7 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   canaries = np.arange(N)
   undefined_N = _check_counts(keep_MxN, shared, offline, canaries, on_undefined)
   sign = member_sign(statistic)
-  D = 1 if covariance == "univariate" else T
-  bs = block_size or _block_size(M, D if covariance == "univariate" else T, covariance)
+  bs = block_size or _block_size(M, T, covariance)
   blocks = [slice(i, min(i + bs, N)) for i in range(0, N, bs)]
 
   def features(blk):
