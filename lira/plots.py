@@ -76,23 +76,36 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
   return fig
 
 
-def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None):
-  """TPR versus number of shadow models m: mean over draws with a min-max band, one line per variant (Fig. 5)."""
+def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None, xlabel="Models per subset m (each target: m-1 shadow models)"):
+  """TPR versus number of models m: mean over draws with a min-max band, one line per variant (Fig. 5).
+
+  Points whose target FPR is not resolved by the negatives available (row["resolved"] False) are hollow;
+  undefined points (NaN: too few models of a class) are left out.
+  """
   fig, ax = plt.subplots(figsize=(6.0, 4.0))
   by_variant = collections.defaultdict(lambda: collections.defaultdict(list))
+  resolved = collections.defaultdict(dict)
   for row in rows:
-    by_variant[row["variant"]][int(row["m"])].append(float(row["tpr"]))
+    if np.isfinite(float(row["tpr"])):
+      by_variant[row["variant"]][int(row["m"])].append(float(row["tpr"]))
+      resolved[row["variant"]][int(row["m"])] = bool(row.get("resolved", True))
+  any_unresolved = False
   for variant, by_m in by_variant.items():
     m_S = np.array(sorted(by_m))
     tprs = [np.asarray(by_m[m]) for m in m_S]
     mean_S = np.array([t.mean() for t in tprs])
     (line,) = ax.plot(m_S, mean_S, marker="o", ms=3, label=str(variant))
     ax.fill_between(m_S, [t.min() for t in tprs], [t.max() for t in tprs], color=line.get_color(), alpha=0.2, lw=0)
+    hollow = np.array([not resolved[variant][m] for m in m_S])
+    if hollow.any():
+      any_unresolved = True
+      ax.plot(m_S[hollow], mean_S[hollow], ls="none", marker="o", ms=6, mfc="white", mec=line.get_color())
   ax.set_xscale("log", base=2)
-  ax.set_xlabel("Number of shadow models m")
+  ax.set_xlabel(xlabel)
   ax.set_ylabel(ylabel)
-  if title:
-    ax.set_title(title)
+  if title or any_unresolved:
+    ax.set_title((title or "") + ("\n(hollow: FPR not resolved by the negatives available)" if any_unresolved else ""),
+                 fontsize=9)
   ax.legend(fontsize=7)
   ax.grid(True, alpha=0.3)
   fig.tight_layout()
