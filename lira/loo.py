@@ -4,9 +4,10 @@ Every model is the target in turn and every canary's Gaussians are fitted on the
 Nothing is refitted: per canary, the class statistics of all M models are computed once and the
 target's contribution is removed in closed form. Removing row x (centred z = x - mean) from a class
 of n rows changes the mean by -z/(n-1), the scatter by -n/(n-1) z z^T, and the target's residual to
-its own class mean becomes n/(n-1) z. The diagonal estimators use this directly; OAS works in the
-Gram space of the shadow rows (the covariance is alpha I + beta W with W of rank < n), downdates W by
-Sherman-Morrison and the matrix determinant lemma, so no T x T matrix is ever formed or factorised.
+its own class mean becomes n/(n-1) z. The diagonal estimators use this directly; OAS (covariance
+alpha I + beta W) takes one eigendecomposition per canary and class, of the smaller of the Gram matrix
+and W, and handles each target's removal by Sherman-Morrison and the matrix determinant lemma, so no
+T x T matrix is ever inverted per target (lira/gram.py).
 """
 
 import concurrent.futures
@@ -84,11 +85,10 @@ def _check_finite(loss_MxBxT, valid_BxT, canaries):
         f"they are not meant to be scored)")
 
 
-def _features(loss_MxBxT, keep_MxB, mask_BxT, covariance, reduction, statistic, canaries):
+def _features(loss_MxBxT, mask_BxT, covariance, reduction, statistic):
   """Statistic -> reduction -> (univariate: mean) as float64 [M, B, D] with invalid positions zeroed."""
   loss_MxBxT = np.asarray(loss_MxBxT)
   valid_BxT = np.ones(loss_MxBxT.shape[1:], bool) if mask_BxT is None else np.asarray(mask_BxT, bool)
-  _check_finite(loss_MxBxT, valid_BxT, canaries)
   loss_MxBxT = np.where(valid_BxT[None], loss_MxBxT, 1.0)
   x_MxBxD, valid_BxD = reduce_length(to_statistic(loss_MxBxT, statistic), loss_MxBxT, reduction, valid_BxT)
   if valid_BxD is None:
@@ -218,7 +218,11 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
 
   def features(blk):
     mask = None if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
-    return _features(loss_MxNxT[:, blk], keep_MxN[:, blk], mask, covariance, reduction, statistic, canaries[blk])
+    return _features(loss_MxNxT[:, blk], mask, covariance, reduction, statistic)
+
+  for blk in blocks:  # bad values anywhere are reported before any scoring starts
+    valid = np.ones((blk.stop - blk.start, T), bool) if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
+    _check_finite(np.asarray(loss_MxNxT[:, blk]), valid, canaries[blk])
 
   global_var = None
   if fix_variance:
