@@ -1,0 +1,36 @@
+"""LSTM shadow models (Rossi et al. 2025, Sec. 4.1, Table I).
+
+--config=experiments/configs/lstm.py          CPU default: minutes on 2 cores (real corpus, local BPE)
+--config=experiments/configs/lstm.py:paper    the paper's setting (PersonaChat, Pythia tokenizer, GPU/TPU)
+--config=experiments/configs/lstm.py:tiny     seconds, for tests
+Any field can be overridden, e.g. --config.canaries.kind=average --config.shadow.num_models=32.
+"""
+
+import ml_collections
+
+
+def get_config(arg="cpu"):
+  c = ml_collections.ConfigDict()
+  c.data = dict(corpus="chitchat", hub_id="bavard/personachat_truecased", heldout_fraction=0.1, seq_len=32,
+                max_train_sequences=2000)
+  c.tokenizer = dict(name="bpe", vocab_size=1024)  # "bpe" = byte-level BPE trained on the train split
+  c.canaries = dict(kind="worst", num_canaries=500)
+  c.shadow = dict(num_models=16, group_size=16, seed=0)
+  c.model = dict(name="lstm", embed_dim=64, hidden_dim=128, num_layers=2)
+  c.train = dict(epochs=10, batch_size=64, learning_rate=1e-3, weight_decay=0.0)
+  if arg == "paper":
+    c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)
+    c.tokenizer.update(name="EleutherAI/pythia-1b-deduped")
+    c.canaries.update(num_canaries=10_000)
+    c.shadow.update(num_models=64, group_size=16)
+    c.model.update(embed_dim=192, hidden_dim=192)
+  elif arg == "tiny":
+    c.data.update(seq_len=12, max_train_sequences=64)
+    c.tokenizer.update(vocab_size=300)
+    c.canaries.update(num_canaries=16)
+    c.shadow.update(num_models=6, group_size=3)
+    c.model.update(embed_dim=16, hidden_dim=32)
+    c.train.update(epochs=2, batch_size=16)
+  elif arg != "cpu":
+    raise ValueError(f"unknown LSTM config {arg!r}: use cpu (default), paper or tiny")
+  return c

@@ -1,0 +1,63 @@
+"""Train M shadow models with planted canaries, record per-token losses, and run leave-one-out LiRA.
+
+python -m experiments.train_shadows                      # CPU default, minutes on 2 cores
+python -m experiments.train_shadows --config=experiments/configs/lstm.py:paper --run_dir=runs/paper
+Re-running the same command on the same --run_dir resumes; several hosts share the groups with
+--num_processes/--process_id (and --coordinator_address for jax.distributed).
+"""
+
+import os
+
+from absl import app
+from absl import flags
+from absl import logging
+from ml_collections import config_flags
+
+from lira import report
+from training import pipeline
+
+_DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "lstm.py")
+FLAGS = flags.FLAGS
+config_flags.DEFINE_config_file("config", _DEFAULT_CONFIG, "Run config (ml_collections file[:variant]).")
+flags.DEFINE_string("run_dir", None, "Run folder; default runs/<model>_<canary kind>.")
+flags.DEFINE_bool("shard_models", False, "Shard each group's model axis over all local devices (jax.sharding).")
+flags.DEFINE_integer("num_processes", 1, "Processes sharing the groups (multi-host).")
+flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes).")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0; calls jax.distributed.initialize.")
+flags.DEFINE_bool("evaluate", True, "Run the six-variant leave-one-out evaluation when all groups are done.")
+flags.DEFINE_bool("progress", True, "Show progress bars.")
+
+
+def make_mesh(shard):
+  """A one-axis mesh ("models") over the local devices, or None."""
+  import jax
+  import numpy as np
+  devices = jax.local_devices()
+  return jax.sharding.Mesh(np.array(devices), ("models",)) if shard and len(devices) > 1 else None
+
+
+def main(argv):
+  del argv
+  logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
+  cfg = FLAGS.config
+  if not 0 <= FLAGS.process_id < FLAGS.num_processes:
+    raise app.UsageError(f"--process_id={FLAGS.process_id} is outside [0, --num_processes={FLAGS.num_processes})")
+  if FLAGS.coordinator_address:
+    import jax
+    jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+  run_dir = FLAGS.run_dir or os.path.join("runs", f"{cfg.model.name}_{cfg.canaries.kind}")
+  complete = pipeline.run(cfg, run_dir, process_id=FLAGS.process_id, num_processes=FLAGS.num_processes,
+                          mesh=make_mesh(FLAGS.shard_models), progress=FLAGS.progress)
+  if not complete:
+    print(f"this process's groups are done; other groups are still missing in {run_dir}/losses. Re-run the command "
+          "(any process) once they are finished to assemble losses.npy and evaluate.")
+    return
+  print(f"per-token losses: {run_dir}/losses.npy; keep.npy, canaries.npy, tokenizer.json, config.json beside it")
+  if FLAGS.evaluate:
+    table, _ = report.evaluate_run(run_dir, progress=FLAGS.progress)
+    print(table)
+    print(f"\nreport: {run_dir}/results.md, {run_dir}/results.json; ROC plot: {run_dir}/roc.png")
+
+
+if __name__ == "__main__":
+  app.run(main)

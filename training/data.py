@@ -1,0 +1,167 @@
+"""Dialogue corpora, byte-level BPE tokenizers and fixed-length token sequences for the shadow models."""
+
+import os
+import tempfile
+
+import numpy as np
+import tokenizers
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+BOS = "<|endoftext|>"  # id 0 in every tokenizer we train, as in Pythia's
+
+
+def _clean(text):
+  """Collapses every run of whitespace to one space and strips the ends."""
+  return " ".join(str(text).split())
+
+
+def _utterances(texts):
+  """Whitespace-normalised utterances with the empty ones dropped."""
+  return [u for u in (_clean(t) for t in texts) if u]
+
+
+def load_chitchat():
+  """Chit-Chat conversations (7,168) sorted by id, each a list of utterances, one per message."""
+  import chitchat_dataset  # the package reads its bundled JSON on construction
+
+  ds = chitchat_dataset.Dataset()
+  return [_utterances(m["text"] for turn in ds[k]["messages"] for m in turn) for k in sorted(ds)]
+
+
+def load_personachat(name_or_path, split="train"):
+  """PersonaChat conversations in the bavard/personachat_truecased row format, sorted by conv_id.
+
+  `name_or_path` is a hub id (online only), a local dataset folder, or a local JSON/JSONL file with one
+  row per turn: history (the utterances so far) and candidates (the last one is the true reply). Each
+  conversation is its longest history plus that row's true reply.
+  """
+  try:
+    import datasets
+  except ImportError as e:
+    raise ImportError("load_personachat needs Hugging Face datasets: pip install datasets") from e
+  if os.path.isfile(name_or_path):
+    ds = datasets.load_dataset("json", data_files={split: name_or_path}, split=split)
+  else:
+    ds = datasets.load_dataset(name_or_path, split=split)
+  missing = {"conv_id", "utterance_idx", "history", "candidates"} - set(ds.column_names)
+  if missing:
+    raise ValueError(f"{name_or_path} ({split}) lacks the PersonaChat fields {sorted(missing)}")
+  conv_ids = np.asarray(ds["conv_id"], np.int64)
+  utterance_idx = np.asarray(ds["utterance_idx"], np.int64)
+  # Stable sort by (conv_id, utterance_idx): the last row of each conv_id group is its latest turn.
+  order = np.lexsort((utterance_idx, conv_ids))
+  last_of_group = np.append(conv_ids[order][1:] != conv_ids[order][:-1], True)
+  rows = ds.select(order[last_of_group].tolist())
+  return [_utterances(list(h) + [c[-1]]) for h, c in zip(rows["history"], rows["candidates"])]
+
+
+def split_conversations(conversations, heldout_fraction=0.1, seed=0):
+  """Splits by conversation with a seeded permutation; returns (train, heldout), each in input order."""
+  if not 0.0 <= heldout_fraction < 1.0:
+    raise ValueError(f"heldout_fraction must be in [0, 1), got {heldout_fraction}")
+  n = len(conversations)
+  perm = np.random.default_rng(seed).permutation(n)
+  num_heldout = int(round(n * heldout_fraction))
+  is_heldout = np.zeros(n, bool)
+  is_heldout[perm[:num_heldout]] = True
+  train = [c for c, h in zip(conversations, is_heldout) if not h]
+  heldout = [c for c, h in zip(conversations, is_heldout) if h]
+  return train, heldout
+
+
+def conversation_texts(conversations):
+  """One text per conversation: its utterances joined by newlines."""
+  return ["\n".join(c) for c in conversations]
+
+
+def _save_atomic(tokenizer, path):
+  """Writes tokenizer.json to a temporary name in the same folder, then renames it into place."""
+  folder = os.path.dirname(os.path.abspath(path))
+  os.makedirs(folder, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(prefix=".tokenizer-", suffix=".json", dir=folder)
+  os.close(fd)
+  try:
+    tokenizer.save(tmp)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def _tokenizer_file(path):
+  """The tokenizer.json for a file path or a folder path."""
+  return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+
+
+def train_bpe_tokenizer(texts, vocab_size, path=None):
+  """Byte-level BPE (BOS first, so id 0; min_frequency 2); saved as tokenizer.json at `path` if given.
+
+  `path` is a file name or a folder (then `path/tokenizer.json`). The vocabulary is smaller than
+  `vocab_size` when the texts run out of pairs seen at least twice.
+  """
+  byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
+  if vocab_size < len(byte_alphabet) + 1:
+    raise ValueError(f"vocab_size must be at least {len(byte_alphabet) + 1} (256 bytes + BOS), got {vocab_size}")
+  tokenizer = tokenizers.Tokenizer(models.BPE())
+  tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+  tokenizer.decoder = decoders.ByteLevel()
+  trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=[BOS],
+                                initial_alphabet=byte_alphabet, show_progress=False)
+  tokenizer.train_from_iterator(texts, trainer=trainer)
+  if path is not None:
+    _save_atomic(tokenizer, _tokenizer_file(path))
+  return tokenizer
+
+
+def load_tokenizer(name_or_path):
+  """A tokenizer from a tokenizer.json file, a folder holding one, or a hub id (online only)."""
+  path = os.path.expanduser(str(name_or_path))
+  if os.path.isfile(path):
+    return tokenizers.Tokenizer.from_file(path)
+  if os.path.isdir(path):
+    file = os.path.join(path, "tokenizer.json")
+    if not os.path.isfile(file):
+      raise FileNotFoundError(f"no tokenizer.json in the folder {path}")
+    return tokenizers.Tokenizer.from_file(file)
+  if os.path.isabs(path) or path.startswith(".") or path.endswith(".json") or path.count("/") > 1:
+    raise FileNotFoundError(f"tokenizer not found: {path}")
+  try:
+    return tokenizers.Tokenizer.from_pretrained(path)
+  except Exception as e:  # the hub raises its own errors; name what was asked for
+    raise FileNotFoundError(f"tokenizer {path!r} is not a local file or folder and the hub could not "
+                            f"provide it: {e}") from e
+
+
+def bos_id(tokenizer):
+  """Id of the BOS token "<|endoftext|>" (also Pythia's end-of-text token)."""
+  i = tokenizer.token_to_id(BOS)
+  if i is None:
+    raise ValueError(f"the tokenizer has no {BOS} token")
+  return i
+
+
+def vocab_size(tokenizer):
+  """Number of token ids, special tokens included."""
+  return tokenizer.get_vocab_size(with_added_tokens=True)
+
+
+def pack_sequences(texts, tokenizer, seq_len):
+  """tokens_SxT int32: the texts' tokens with BOS between texts, cut into S chunks of T = seq_len.
+
+  Texts that encode to no tokens are skipped (no doubled BOS); the incomplete last chunk is dropped.
+  """
+  if seq_len < 2:
+    raise ValueError(f"seq_len must be at least 2, got {seq_len}")
+  sep = np.array([bos_id(tokenizer)], np.int32)
+  encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+  pieces = []
+  for enc in encodings:
+    if enc.ids:
+      pieces += [np.asarray(enc.ids, np.int32), sep]
+  stream = np.concatenate(pieces[:-1]) if pieces else np.zeros(0, np.int32)
+  num_seqs = len(stream) // seq_len
+  if num_seqs == 0:
+    raise ValueError(f"the corpus has {len(stream)} tokens (BOS separators included), fewer than "
+                     f"seq_len={seq_len}: no sequence can be made")
+  return stream[:num_seqs * seq_len].reshape(num_seqs, seq_len)

@@ -1,0 +1,206 @@
+"""The shadow-model run: data, canaries, keep matrix, grouped training, per-token losses, in one run folder.
+
+Stages hand over through files in the run folder (LiRA reference code style), so a killed run resumes
+where it stopped: finished groups are skipped, a group whose checkpoint exists is only re-extracted,
+and at most the group in flight is lost.
+"""
+
+import dataclasses
+import json
+import os
+import time
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from flax import nnx
+
+import models
+from lira import rundir
+from training import canaries as canaries_lib
+from training import data as data_lib
+from training import trainer
+
+
+@dataclasses.dataclass(frozen=True)
+class RunData:
+  examples_ExT: np.ndarray  # train sequences, then canaries
+  num_train: int
+  canaries_NxT: np.ndarray
+  keep_MxN: np.ndarray
+  bos_id: int
+  vocab_size: int
+
+
+def _config_dict(cfg):
+  return json.loads(cfg.to_json_best_effort()) if hasattr(cfg, "to_json_best_effort") else dict(cfg)
+
+
+def _diff(a, b, prefix=""):
+  keys = sorted(set(a) | set(b))
+  out = []
+  for k in keys:
+    va, vb = a.get(k, "<missing>"), b.get(k, "<missing>")
+    if isinstance(va, dict) and isinstance(vb, dict):
+      out += _diff(va, vb, f"{prefix}{k}.")
+    elif va != vb:
+      out.append(f"{prefix}{k}: run folder has {va!r}, this command has {vb!r}")
+  return out
+
+
+def check_config(cfg, run_dir):
+  """Refuse a run folder written by a different config; otherwise record the config in it."""
+  wanted = _config_dict(cfg)
+  path = os.path.join(run_dir, "config.json")
+  if os.path.exists(path):
+    with open(path) as f:
+      have = json.load(f)
+    diffs = _diff(have, wanted)
+    if diffs:
+      raise ValueError(f"run folder {run_dir} was written by a different config; use another --run_dir or the same "
+                       "config:\n  " + "\n  ".join(diffs))
+  else:
+    rundir.save_json(path, wanted)
+
+
+def validate(cfg):
+  """Checks that need no data, before anything is loaded."""
+  M, G = cfg.shadow.num_models, cfg.shadow.group_size
+  if M < 2 or M % 2:
+    raise ValueError(f"shadow.num_models must be even and >= 2 (every canary IN for exactly M/2 models), got {M}")
+  if G < 1:
+    raise ValueError(f"shadow.group_size must be >= 1, got {G}")
+  if cfg.data.seq_len < 2:
+    raise ValueError(f"data.seq_len must be >= 2, got {cfg.data.seq_len}")
+  if cfg.canaries.kind not in ("worst", "average"):
+    raise ValueError(f"canaries.kind must be 'worst' or 'average', got {cfg.canaries.kind!r}")
+  if cfg.canaries.num_canaries < 1:
+    raise ValueError(f"canaries.num_canaries must be >= 1, got {cfg.canaries.num_canaries}")
+
+
+def _corpus(cfg):
+  if cfg.data.corpus == "chitchat":
+    return data_lib.load_chitchat()
+  if cfg.data.corpus == "personachat":
+    return data_lib.load_personachat(cfg.data.hub_id)
+  raise ValueError(f"data.corpus must be 'chitchat' or 'personachat', got {cfg.data.corpus!r}")
+
+
+def _tokenizer(cfg, train_texts, run_dir):
+  """The run's tokenizer, saved as RUN_DIR/tokenizer.json; a resumed run must keep the same vocabulary."""
+  path = os.path.join(run_dir, "tokenizer.json")
+  if cfg.tokenizer.name == "bpe":
+    fresh = None if os.path.exists(path) else data_lib.train_bpe_tokenizer(train_texts, cfg.tokenizer.vocab_size, path)
+  else:
+    fresh = data_lib.load_tokenizer(cfg.tokenizer.name)
+  saved = data_lib.load_tokenizer(path) if os.path.exists(path) else None
+  if saved is not None and fresh is not None and saved.get_vocab() != fresh.get_vocab():
+    raise ValueError(f"tokenizer {cfg.tokenizer.name!r} has a different vocabulary ({data_lib.vocab_size(fresh)} "
+                     f"tokens) from the one this run was started with ({path}, {data_lib.vocab_size(saved)} tokens)")
+  if saved is None:
+    rundir.save_text(path, fresh.to_str())
+  return saved or fresh
+
+
+def prepare_data(cfg, run_dir, progress=True):
+  """Corpus -> split -> tokenizer -> T-token sequences -> canaries and keep, saved in the run folder."""
+  t0 = time.perf_counter()
+  train_conv, heldout_conv = data_lib.split_conversations(_corpus(cfg), cfg.data.heldout_fraction, cfg.shadow.seed)
+  train_texts = data_lib.conversation_texts(train_conv)
+  tokenizer = _tokenizer(cfg, train_texts, run_dir)
+  T, N, M = cfg.data.seq_len, cfg.canaries.num_canaries, cfg.shadow.num_models
+  train_SxT = data_lib.pack_sequences(train_texts, tokenizer, T)
+  if cfg.data.max_train_sequences:
+    train_SxT = train_SxT[:cfg.data.max_train_sequences]
+  if len(train_SxT) < cfg.train.batch_size:
+    raise ValueError(f"data.seq_len={T} leaves only {len(train_SxT)} training sequences, fewer than one batch "
+                     f"(train.batch_size={cfg.train.batch_size}); use shorter sequences or more data")
+  bos, vocab = data_lib.bos_id(tokenizer), data_lib.vocab_size(tokenizer)
+  if cfg.canaries.kind == "average":
+    heldout_SxT = data_lib.pack_sequences(data_lib.conversation_texts(heldout_conv), tokenizer, T)
+    canaries_NxT = canaries_lib.average_case_canaries(heldout_SxT, N, cfg.shadow.seed)
+  else:
+    canaries_NxT = canaries_lib.worst_case_canaries(N, T, vocab, cfg.shadow.seed, exclude_ids=(bos,))
+  keep_MxN = canaries_lib.keep_matrix(M, N, cfg.shadow.seed)
+  for name, array in (("canaries", canaries_NxT), ("keep", keep_MxN)):
+    path = os.path.join(run_dir, f"{name}.npy")
+    if os.path.exists(path) and not np.array_equal(np.load(path), array):
+      raise ValueError(f"{path} differs from what this config produces (different data or tokenizer?)")
+    rundir.save_npy(path, array)
+  if progress:
+    print(f"data: {len(train_SxT)} training sequences of {T} tokens, {N} {cfg.canaries.kind}-case canaries, "
+          f"vocabulary {vocab} ({time.perf_counter() - t0:.1f} s)")
+  return RunData(np.concatenate([train_SxT, canaries_NxT]).astype(np.int32), len(train_SxT), canaries_NxT, keep_MxN,
+                 bos, vocab)
+
+
+def build_model(cfg, vocab_size):
+  kwargs = dict(cfg.model)
+  name = kwargs.pop("name")
+  return models.get_model(name, vocab_size=vocab_size, **kwargs)
+
+
+def groups_of(cfg, process_id=0, num_processes=1):
+  """(group index, model ids) of this process's share: groups g with g % num_processes == process_id."""
+  M, G = cfg.shadow.num_models, cfg.shadow.group_size
+  groups = [(g, list(range(s, min(s + G, M)))) for g, s in enumerate(range(0, M, G))]
+  return [(g, ids) for g, ids in groups if g % num_processes == process_id]
+
+
+def _group_paths(run_dir, g):
+  return (os.path.abspath(os.path.join(run_dir, "checkpoints", f"group_{g:04d}")),
+          os.path.join(run_dir, "losses", f"group_{g:04d}.npy"))
+
+
+def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True):
+  """Train (or restore) one group, checkpoint it, and write its canary losses [G, N, T]."""
+  ckpt, losses_path = _group_paths(run_dir, g)
+  checkpointer = ocp.StandardCheckpointer()
+  if os.path.exists(ckpt):  # trained before a kill that came before its losses were written
+    params = checkpointer.restore(ckpt)
+  else:
+    tcfg = trainer.TrainConfig(cfg.train.epochs, cfg.train.batch_size, cfg.train.learning_rate,
+                               cfg.train.weight_decay, cfg.shadow.seed)
+    example_ids = [canaries_lib.training_indices(data.num_train, data.keep_MxN, m) for m in model_ids]
+    length = data.num_train + int(data.keep_MxN.sum(axis=1).max())
+    state, _ = trainer.train_group(model, data.examples_ExT, example_ids, model_ids, tcfg, bos_id=data.bos_id,
+                                   length=length, mesh=mesh, progress=progress)
+    params = nnx.to_pure_dict(state)
+    checkpointer.save(ckpt, params)  # orbax writes to a temporary folder and renames it when complete
+    checkpointer.wait_until_finished()
+  state = jax.eval_shape(lambda: jax.vmap(model.init)(jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
+  nnx.replace_by_pure_dict(state, params)
+  loss_GxNxT = trainer.canary_losses(model, state, data.canaries_NxT, bos_id=data.bos_id, mesh=mesh)
+  rundir.save_npy(losses_path, loss_GxNxT)
+  return loss_GxNxT
+
+
+def assemble(cfg, run_dir):
+  """Stack the per-group losses into losses.npy [M, N, T] once every group is done; False if some are missing."""
+  parts = [_group_paths(run_dir, g)[1] for g, _ in groups_of(cfg)]
+  if not all(os.path.exists(p) for p in parts):
+    return False
+  loss_MxNxT = np.concatenate([np.load(p) for p in parts])
+  rundir.save_npy(os.path.join(run_dir, "losses.npy"), loss_MxNxT)
+  return True
+
+
+def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True):
+  """Prepare, train every group of this process that is not done yet, and assemble losses.npy."""
+  validate(cfg)
+  os.makedirs(run_dir, exist_ok=True)
+  check_config(cfg, run_dir)
+  data = prepare_data(cfg, run_dir, progress)
+  model = build_model(cfg, data.vocab_size)
+  todo = [(g, ids) for g, ids in groups_of(cfg, process_id, num_processes)
+          if not os.path.exists(_group_paths(run_dir, g)[1])]
+  done = len(groups_of(cfg, process_id, num_processes)) - len(todo)
+  if progress and done:
+    print(f"resuming: {done} group(s) already finished")
+  for g, ids in todo:
+    t0 = time.perf_counter()
+    run_group(cfg, run_dir, data, model, g, ids, mesh, progress)
+    if progress:
+      print(f"group {g}: models {ids[0]}-{ids[-1]} trained in {time.perf_counter() - t0:.1f} s")
+  return assemble(cfg, run_dir)
+

@@ -1,0 +1,136 @@
+"""Many shadow models trained at once: parameters stacked on a leading model axis, one vmapped AdamW step.
+
+Model m's initialisation and data order depend only on (seed, m), never on which group it is trained
+in, so a model trained in a group of 16 equals the same model trained alone (to float tolerance).
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from jax.sharding import NamedSharding, PartitionSpec
+from tqdm.auto import tqdm
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+  epochs: int = 10
+  batch_size: int = 64
+  learning_rate: float = 1e-3
+  weight_decay: float = 0.0
+  seed: int = 0
+
+
+class TrainingDiverged(RuntimeError):
+  """A model's loss became NaN or inf."""
+
+
+def model_key(seed, model_id):
+  """Initialisation key of model `model_id` (independent of grouping)."""
+  return jax.random.fold_in(jax.random.PRNGKey(seed), model_id)
+
+
+def token_losses(model, params, tokens_BxT, bos_id):
+  """Per-token loss -ln p(x_t | BOS, x_<t) for every position t of tokens_BxT (all T positions scored)."""
+  bos_Bx1 = jnp.full((tokens_BxT.shape[0], 1), bos_id, tokens_BxT.dtype)
+  inputs_BxT = jnp.concatenate([bos_Bx1, tokens_BxT[:, :-1]], axis=1)
+  logits_BxTxV = model.apply(params, inputs_BxT)
+  logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
+  return -jnp.take_along_axis(logp_BxTxV, tokens_BxT[..., None], axis=-1)[..., 0]
+
+
+def epoch_slots(example_ids, length, batch_size, seed, model_id, epoch):
+  """Model's example order for one epoch: its examples and (length - len) padding slots (-1), shuffled.
+
+  `length` is the run-wide maximum number of examples of any model, so every model takes the same
+  number of steps; padding slots carry zero weight.
+  """
+  steps = -(-length // batch_size)
+  slots = np.full(steps * batch_size, -1, np.int64)
+  slots[:length] = np.concatenate([example_ids, np.full(length - len(example_ids), -1, np.int64)])
+  rng = np.random.default_rng([seed, model_id, epoch])
+  slots[:length] = slots[:length][rng.permutation(length)]
+  return slots.reshape(steps, batch_size)
+
+
+def make_step(model, optimizer, bos_id):
+  """One AdamW step for a stack of models: (params, opt_state, tokens_GxBxT, weight_GxB) -> (..., loss_G)."""
+
+  def step(params, opt_state, tokens_BxT, weight_B):
+    def loss_fn(p):
+      per_example_B = token_losses(model, p, tokens_BxT, bos_id).mean(axis=1)
+      return (per_example_B * weight_B).sum() / jnp.maximum(weight_B.sum(), 1.0)
+
+    loss, grads = jax.value_and_grad(loss_fn)(params)
+    updates, new_opt_state = optimizer.update(grads, opt_state, params)
+    new_params = optax.apply_updates(params, updates)
+    # A batch made only of padding changes nothing (no AdamW moment or weight-decay step either).
+    has_data = weight_B.sum() > 0
+    keep_new = lambda new, old: jnp.where(has_data, new, old)  # noqa: E731
+    return jax.tree.map(keep_new, new_params, params), jax.tree.map(keep_new, new_opt_state, opt_state), loss
+
+  return jax.jit(jax.vmap(step), donate_argnums=(0, 1))
+
+
+def model_sharding(mesh):
+  """Shard the leading model axis over the mesh's "models" axis (None: no sharding)."""
+  return None if mesh is None else NamedSharding(mesh, PartitionSpec("models"))
+
+
+def _put(tree, sharding):
+  return tree if sharding is None else jax.device_put(tree, sharding)
+
+
+def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, length=None, mesh=None,
+                progress=True):
+  """Train the models `model_ids` together; example_ids[i] are the rows of examples_ExT model i trains on.
+
+  Returns the stacked parameters (leading axis = len(model_ids)) as numpy arrays and the mean loss
+  of each model in its last epoch. Raises TrainingDiverged naming the model whose loss is not finite.
+  """
+  G = len(model_ids)
+  if mesh is not None and G % mesh.size:
+    raise ValueError(f"group size {G} must be a multiple of the {mesh.size} devices the model axis is sharded over")
+  length = length or max(len(ids) for ids in example_ids)
+  sharding = model_sharding(mesh)
+  optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
+  keys = jnp.stack([model_key(config.seed, m) for m in model_ids])
+  params = _put(jax.jit(jax.vmap(model.init))(keys), sharding)
+  opt_state = _put(jax.jit(jax.vmap(optimizer.init))(params), sharding)
+  step = make_step(model, optimizer, bos_id)
+  examples_ExT = np.asarray(examples_ExT)
+  steps = -(-length // config.batch_size)
+  bar = tqdm(total=config.epochs * steps, desc=f"models {model_ids[0]}-{model_ids[-1]}", disable=not progress,
+             leave=False, unit="step")
+  for epoch in range(config.epochs):
+    slots_GxSxB = np.stack([epoch_slots(ids, length, config.batch_size, config.seed, m, epoch)
+                            for ids, m in zip(example_ids, model_ids)])
+    losses = []
+    for s in range(steps):
+      slot_GxB = slots_GxSxB[:, s]
+      tokens_GxBxT = examples_ExT[np.maximum(slot_GxB, 0)]
+      weight_GxB = (slot_GxB >= 0).astype(np.float32)
+      params, opt_state, loss_G = step(params, opt_state, _put(tokens_GxBxT, sharding), _put(weight_GxB, sharding))
+      losses.append(loss_G)
+      bar.update(1)
+    epoch_loss_G = np.mean(np.stack(jax.device_get(losses)), axis=0)
+    bar.set_postfix(epoch=epoch + 1, loss=f"{epoch_loss_G.mean():.3f}")
+    bad = ~np.isfinite(epoch_loss_G)
+    if bad.any():
+      bar.close()
+      raise TrainingDiverged(f"model {model_ids[int(np.flatnonzero(bad)[0])]} has a non-finite training loss in "
+                             f"epoch {epoch + 1}; lower the learning rate (finished groups are kept)")
+  bar.close()
+  return jax.device_get(params), epoch_loss_G
+
+
+def canary_losses(model, params, canaries_NxT, *, bos_id, batch_size=256, mesh=None):
+  """Per-token losses of every canary on every stacked model: loss_GxNxT float32."""
+  sharding = model_sharding(mesh)
+  params = _put(params, sharding)
+  fn = jax.jit(jax.vmap(lambda p, t: token_losses(model, p, t, bos_id), in_axes=(0, None)))
+  out = [jax.device_get(fn(params, jnp.asarray(canaries_NxT[i:i + batch_size])))
+         for i in range(0, len(canaries_NxT), batch_size)]
+  return np.concatenate(out, axis=1).astype(np.float32)
