@@ -77,8 +77,8 @@ def test_bpe_saves_atomically_and_loads_back(tmp_path, chitchat):
   tok = data.train_bpe_tokenizer(texts, 400, path=tmp_path / "tok")
   assert sorted(p.name for p in (tmp_path / "tok").iterdir()) == ["tokenizer.json"]  # no temp left
   file_tok = data.train_bpe_tokenizer(texts, 400, path=tmp_path / "t.json")
-  for loaded in (data.load_tokenizer(tmp_path / "tok"), data.load_tokenizer(str(tmp_path / "tok" / "tokenizer.json")),
-                 data.load_tokenizer(tmp_path / "t.json")):
+  for name in (tmp_path / "tok", str(tmp_path / "tok" / "tokenizer.json"), tmp_path / "t.json"):
+    loaded = data.load_tokenizer(name)
     assert data.bos_id(loaded) == 0
     for text in texts[:20]:
       assert loaded.encode(text).ids == tok.encode(text).ids == file_tok.encode(text).ids
@@ -128,7 +128,7 @@ def test_pack_sequences_errors_name_the_field(small_tokenizer):
 
 def _persona_rows():
   """Two conversations in the bavard/personachat_truecased layout, rows shuffled."""
-  convs = {7: ["Hi there!", "Hello, how are you?", "Good,  thanks.", "I like dogs.", "Me too!"],
+  convs = {7: ["Hi there!", "Hello, how are you?", "Good,  thanks.", "I like dogs.", "Me too!", "Great."],
            2: ["Do you surf?", "Yes, every day.", "Cool."]}
   rows = []
   for conv_id, utts in convs.items():
@@ -144,7 +144,7 @@ def test_personachat_rebuilds_conversations_from_local_jsonl(tmp_path):
   path.write_text("".join(json.dumps(r) + "\n" for r in _persona_rows()))
   convs = data.load_personachat(str(path))
   assert convs == [["Do you surf?", "Yes, every day."],  # conv 2 (reply at index 1; "Cool." never answered)
-                   ["Hi there!", "Hello, how are you?", "Good, thanks.", "I like dogs.", "Me too!"]]
+                   ["Hi there!", "Hello, how are you?", "Good, thanks.", "I like dogs.", "Me too!", "Great."]]
   assert data.load_personachat(str(path), split="validation") == convs  # a local file is any split
 
 

@@ -28,7 +28,11 @@ def load_chitchat():
   return [_utterances(m["text"] for turn in ds[k]["messages"] for m in turn) for k in sorted(ds)]
 
 
-def load_personachat(name_or_path, split="train"):
+# Hub datasets with several configurations and none marked default: the one holding the full data.
+_HUB_CONFIGS = {"bavard/personachat_truecased": "full"}
+
+
+def load_personachat(name_or_path, split="train", config=None):
   """PersonaChat conversations in the bavard/personachat_truecased row format, sorted by conv_id.
 
   `name_or_path` is a hub id (online only), a local dataset folder, or a local JSON/JSONL file with one
@@ -37,19 +41,23 @@ def load_personachat(name_or_path, split="train"):
   """
   try:
     import datasets
+    import pyarrow.compute as pc
   except ImportError as e:
     raise ImportError("load_personachat needs Hugging Face datasets: pip install datasets") from e
   if os.path.isfile(name_or_path):
     ds = datasets.load_dataset("json", data_files={split: name_or_path}, split=split)
   else:
-    ds = datasets.load_dataset(name_or_path, split=split)
+    ds = datasets.load_dataset(name_or_path, config or _HUB_CONFIGS.get(name_or_path), split=split)
   missing = {"conv_id", "utterance_idx", "history", "candidates"} - set(ds.column_names)
   if missing:
     raise ValueError(f"{name_or_path} ({split}) lacks the PersonaChat fields {sorted(missing)}")
+  if len(ds) == 0:
+    return []
   conv_ids = np.asarray(ds["conv_id"], np.int64)
+  history_len = pc.list_value_length(ds.data.column("history")).to_numpy(zero_copy_only=False)
   utterance_idx = np.asarray(ds["utterance_idx"], np.int64)
-  # Stable sort by (conv_id, utterance_idx): the last row of each conv_id group is its latest turn.
-  order = np.lexsort((utterance_idx, conv_ids))
+  # Sorted by (conv_id, history length, utterance_idx): each conv_id's last row has its longest history.
+  order = np.lexsort((utterance_idx, history_len, conv_ids))
   last_of_group = np.append(conv_ids[order][1:] != conv_ids[order][:-1], True)
   rows = ds.select(order[last_of_group].tolist())
   return [_utterances(list(h) + [c[-1]]) for h, c in zip(rows["history"], rows["candidates"])]
@@ -90,15 +98,16 @@ def _save_atomic(tokenizer, path):
 
 
 def _tokenizer_file(path):
-  """The tokenizer.json for a file path or a folder path."""
-  return os.path.join(path, "tokenizer.json") if os.path.isdir(path) else path
+  """Where to save: `path` itself if it names a .json file, else `path/tokenizer.json` (a folder)."""
+  path = os.fspath(path)
+  return path if path.endswith(".json") else os.path.join(path, "tokenizer.json")
 
 
 def train_bpe_tokenizer(texts, vocab_size, path=None):
   """Byte-level BPE (BOS first, so id 0; min_frequency 2); saved as tokenizer.json at `path` if given.
 
-  `path` is a file name or a folder (then `path/tokenizer.json`). The vocabulary is smaller than
-  `vocab_size` when the texts run out of pairs seen at least twice.
+  `path` is a .json file name or a folder (created if needed; then `path/tokenizer.json`). The
+  vocabulary is smaller than `vocab_size` when the texts run out of pairs seen at least twice.
   """
   byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
   if vocab_size < len(byte_alphabet) + 1:
