@@ -102,6 +102,13 @@ def _tokenizer(cfg, train_texts, run_dir):
   return saved or fresh
 
 
+def _pack(texts, tokenizer, T, split):
+  try:
+    return data_lib.pack_sequences(texts, tokenizer, T)
+  except ValueError as e:
+    raise ValueError(f"data.seq_len={T} is longer than the {split} split allows: {e}") from e
+
+
 def prepare_data(cfg, run_dir, progress=True):
   """Corpus -> split -> tokenizer -> T-token sequences -> canaries and keep, saved in the run folder."""
   t0 = time.perf_counter()
@@ -109,7 +116,7 @@ def prepare_data(cfg, run_dir, progress=True):
   train_texts = data_lib.conversation_texts(train_conv)
   tokenizer = _tokenizer(cfg, train_texts, run_dir)
   T, N, M = cfg.data.seq_len, cfg.canaries.num_canaries, cfg.shadow.num_models
-  train_SxT = data_lib.pack_sequences(train_texts, tokenizer, T)
+  train_SxT = _pack(train_texts, tokenizer, T, "training")
   if cfg.data.max_train_sequences:
     train_SxT = train_SxT[:cfg.data.max_train_sequences]
   if len(train_SxT) < cfg.train.batch_size:
@@ -117,7 +124,12 @@ def prepare_data(cfg, run_dir, progress=True):
                      f"(train.batch_size={cfg.train.batch_size}); use shorter sequences or more data")
   bos, vocab = data_lib.bos_id(tokenizer), data_lib.vocab_size(tokenizer)
   if cfg.canaries.kind == "average":
-    heldout_SxT = data_lib.pack_sequences(data_lib.conversation_texts(heldout_conv), tokenizer, T)
+    heldout_SxT = _pack(data_lib.conversation_texts(heldout_conv), tokenizer, T, "held-out")
+    distinct = len(np.unique(heldout_SxT, axis=0)) if len(heldout_SxT) else 0
+    if N > distinct:
+      raise ValueError(f"canaries.num_canaries={N} is more than the {distinct} distinct held-out sequences of "
+                       f"data.seq_len={T} tokens (data.heldout_fraction={cfg.data.heldout_fraction}); use fewer "
+                       "canaries, shorter sequences or a larger held-out split")
     canaries_NxT = canaries_lib.average_case_canaries(heldout_SxT, N, cfg.shadow.seed)
   else:
     canaries_NxT = canaries_lib.worst_case_canaries(N, T, vocab, cfg.shadow.seed, exclude_ids=(bos,))
@@ -168,7 +180,7 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True)
     params = nnx.to_pure_dict(state)
     checkpointer.save(ckpt, params)  # orbax writes to a temporary folder and renames it when complete
     checkpointer.wait_until_finished()
-  state = jax.eval_shape(lambda: jax.vmap(model.init)(jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
+  state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
   nnx.replace_by_pure_dict(state, params)
   loss_GxNxT = trainer.canary_losses(model, state, data.canaries_NxT, bos_id=data.bos_id, mesh=mesh)
   rundir.save_npy(losses_path, loss_GxNxT)

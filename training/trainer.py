@@ -74,6 +74,15 @@ def make_step(model, optimizer, bos_id):
   return jax.jit(jax.vmap(step), donate_argnums=(0, 1))
 
 
+def init_stack(model, keys):
+  """Parameters of one model per key, stacked on a leading axis.
+
+  lax.map rather than vmap: a vmapped orthogonal initialiser becomes one batched LAPACK QR, which
+  deadlocks jaxlib's CPU thread pool for batches of 8 or more on small machines.
+  """
+  return jax.jit(lambda k: jax.lax.map(model.init, k))(keys)
+
+
 def model_sharding(mesh):
   """Shard the leading model axis over the mesh's "models" axis (None: no sharding)."""
   return None if mesh is None else NamedSharding(mesh, PartitionSpec("models"))
@@ -97,7 +106,7 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, 
   sharding = model_sharding(mesh)
   optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
   keys = jnp.stack([model_key(config.seed, m) for m in model_ids])
-  params = _put(jax.jit(jax.vmap(model.init))(keys), sharding)
+  params = _put(init_stack(model, keys), sharding)
   opt_state = _put(jax.jit(jax.vmap(optimizer.init))(params), sharding)
   step = make_step(model, optimizer, bos_id)
   examples_ExT = np.asarray(examples_ExT)
@@ -113,6 +122,8 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, 
       tokens_GxBxT = examples_ExT[np.maximum(slot_GxB, 0)]
       weight_GxB = (slot_GxB >= 0).astype(np.float32)
       params, opt_state, loss_G = step(params, opt_state, _put(tokens_GxBxT, sharding), _put(weight_GxB, sharding))
+      if losses:  # one step in flight at most: the bar shows finished steps, not queued ones
+        jax.block_until_ready(losses[-1])
       losses.append(loss_G)
       bar.update(1)
     epoch_loss_G = np.mean(np.stack(jax.device_get(losses)), axis=0)

@@ -11,19 +11,23 @@ import ml_collections
 
 def get_config(arg="cpu"):
   c = ml_collections.ConfigDict()
+  # CPU default: the paper's architecture, smaller (vocab 512, hidden 128, T=32) and 32 models so the whole
+  # command takes minutes on 2 cores; smaller batches with a higher learning rate give the few thousand
+  # optimiser steps that the paper's full PersonaChat epochs give it.
   c.data = dict(corpus="chitchat", hub_id="bavard/personachat_truecased", heldout_fraction=0.1, seq_len=32,
-                max_train_sequences=2000)
-  c.tokenizer = dict(name="bpe", vocab_size=1024)  # "bpe" = byte-level BPE trained on the train split
-  c.canaries = dict(kind="worst", num_canaries=500)
-  c.shadow = dict(num_models=16, group_size=16, seed=0)
+                max_train_sequences=1000)
+  c.tokenizer = dict(name="bpe", vocab_size=512)  # "bpe" = byte-level BPE trained on the train split
+  c.canaries = dict(kind="worst", num_canaries=1000)
+  c.shadow = dict(num_models=32, group_size=8, seed=0)
   c.model = dict(name="lstm", embed_dim=64, hidden_dim=128, num_layers=2)
-  c.train = dict(epochs=10, batch_size=64, learning_rate=1e-3, weight_decay=0.0)
+  c.train = dict(epochs=6, batch_size=16, learning_rate=3e-3, weight_decay=0.0)
   if arg == "paper":
     c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)
     c.tokenizer.update(name="EleutherAI/pythia-1b-deduped")
     c.canaries.update(num_canaries=10_000)
     c.shadow.update(num_models=64, group_size=16)
     c.model.update(embed_dim=192, hidden_dim=192)
+    c.train.update(epochs=10, batch_size=64, learning_rate=1e-3, weight_decay=0.0)
   elif arg == "tiny":
     c.data.update(seq_len=12, max_train_sequences=64)
     c.tokenizer.update(vocab_size=300)

@@ -1,0 +1,205 @@
+"""Tests for training.pipeline and the train_shadows CLI: run folder, resumption, bad input."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from experiments.configs import lstm as lstm_configs
+from lira import rundir
+from training import data as data_lib
+from training import pipeline
+from training import trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def small_corpus():
+  return data_lib.load_chitchat()[:400]
+
+
+@pytest.fixture(autouse=True)
+def _use_small_corpus(monkeypatch, small_corpus):
+  monkeypatch.setattr(pipeline, "_corpus", lambda cfg: small_corpus)
+
+
+def tiny_cfg(**overrides):
+  cfg = lstm_configs.get_config("tiny")
+  for key, value in overrides.items():
+    section, field = key.split("__")
+    cfg[section][field] = value
+  return cfg
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, small_corpus):
+  mp = pytest.MonkeyPatch()
+  mp.setattr(pipeline, "_corpus", lambda cfg: small_corpus)
+  run_dir = str(tmp_path_factory.mktemp("run"))
+  assert pipeline.run(tiny_cfg(), run_dir, progress=False)
+  mp.undo()
+  return run_dir
+
+
+def test_tiny_run_writes_the_run_folder_lira_reads(finished_run):
+  cfg = tiny_cfg()
+  M, N, T = cfg.shadow.num_models, cfg.canaries.num_canaries, cfg.data.seq_len
+  run = rundir.load_run(finished_run)
+  assert run.loss_MxNxT.shape == (M, N, T) and run.loss_MxNxT.dtype == np.float32
+  assert np.isfinite(run.loss_MxNxT).all() and (run.loss_MxNxT >= 0).all()
+  np.testing.assert_array_equal(run.keep_MxN.sum(axis=0), M // 2)
+  canaries_NxT = np.load(os.path.join(finished_run, "canaries.npy"))
+  assert canaries_NxT.shape == (N, T) and canaries_NxT.dtype == np.int32
+  tokenizer = data_lib.load_tokenizer(os.path.join(finished_run, "tokenizer.json"))
+  assert canaries_NxT.max() < data_lib.vocab_size(tokenizer)
+  assert not (canaries_NxT == data_lib.bos_id(tokenizer)).any()
+  assert run.config["shadow"]["num_models"] == M and run.config["model"]["name"] == "lstm"
+  groups = -(-M // cfg.shadow.group_size)
+  assert sorted(os.listdir(os.path.join(finished_run, "checkpoints"))) == [f"group_{g:04d}" for g in range(groups)]
+  assert not [f for f in os.listdir(finished_run) if ".tmp" in f]
+
+
+def test_losses_are_the_checkpointed_models_losses(finished_run):
+  """losses.npy holds -ln p of each canary token under the saved parameters of each model."""
+  cfg = tiny_cfg()
+  import orbax.checkpoint as ocp
+  from flax import nnx
+  import jax
+  tokenizer = data_lib.load_tokenizer(os.path.join(finished_run, "tokenizer.json"))
+  model = pipeline.build_model(cfg, data_lib.vocab_size(tokenizer))
+  params = ocp.StandardCheckpointer().restore(os.path.abspath(os.path.join(finished_run, "checkpoints", "group_0001")))
+  state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 3)))
+  nnx.replace_by_pure_dict(state, params)
+  canaries_NxT = np.load(os.path.join(finished_run, "canaries.npy"))
+  one = jax.tree.map(lambda x: x[1], state)  # model 4 = second model of group 1
+  loss_NxT = trainer.token_losses(model, one, canaries_NxT, data_lib.bos_id(tokenizer))
+  np.testing.assert_allclose(np.load(os.path.join(finished_run, "losses.npy"))[4], loss_NxT, rtol=1e-5, atol=1e-6)
+
+
+class Killed(BaseException):
+  """Stands in for SIGKILL/KeyboardInterrupt: not an Exception, so nothing catches it on the way."""
+
+
+def test_a_killed_run_resumes_to_identical_arrays(tmp_path, monkeypatch, finished_run):
+  run_dir = str(tmp_path / "run")
+  real_train = trainer.train_group
+  calls = []
+
+  def killed_in_second_group(*args, **kwargs):
+    calls.append(kwargs.get("progress"))
+    if len(calls) == 2:
+      raise Killed()
+    return real_train(*args, **kwargs)
+
+  monkeypatch.setattr(trainer, "train_group", killed_in_second_group)
+  with pytest.raises(Killed):
+    pipeline.run(tiny_cfg(), run_dir, progress=False)
+  assert os.path.exists(os.path.join(run_dir, "losses", "group_0000.npy"))
+  assert not os.path.exists(os.path.join(run_dir, "losses", "group_0001.npy"))
+  assert not os.path.exists(os.path.join(run_dir, "losses.npy"))
+
+  calls.clear()
+  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: (calls.append(1), real_train(*a, **k))[1])
+  assert pipeline.run(tiny_cfg(), run_dir, progress=False)
+  assert len(calls) == 1  # the finished group was skipped
+  for name in ("losses", "keep", "canaries"):
+    np.testing.assert_array_equal(np.load(os.path.join(run_dir, f"{name}.npy")),
+                                  np.load(os.path.join(finished_run, f"{name}.npy")), err_msg=name)
+
+  # Killed after the checkpoint was written but before its losses: restored, not retrained.
+  os.remove(os.path.join(run_dir, "losses", "group_0001.npy"))
+  os.remove(os.path.join(run_dir, "losses.npy"))
+  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("retrained a checkpointed group"))
+  assert pipeline.run(tiny_cfg(), run_dir, progress=False)
+  np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")),
+                                np.load(os.path.join(finished_run, "losses.npy")))
+
+
+def test_a_run_split_over_two_processes_equals_one_process(tmp_path, finished_run):
+  run_dir = str(tmp_path / "run")
+  assert not pipeline.run(tiny_cfg(), run_dir, process_id=1, num_processes=2, progress=False)
+  assert sorted(os.listdir(os.path.join(run_dir, "losses"))) == ["group_0001.npy"]
+  assert pipeline.run(tiny_cfg(), run_dir, process_id=0, num_processes=2, progress=False)
+  np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")),
+                                np.load(os.path.join(finished_run, "losses.npy")))
+
+
+def test_a_diverging_group_names_the_model_and_keeps_finished_groups(tmp_path, monkeypatch):
+  run_dir = str(tmp_path / "run")
+  real_train = trainer.train_group
+
+  def diverge_second_group(model, examples, ids, model_ids, config, **kwargs):
+    if model_ids[0] == 3:
+      config = trainer.TrainConfig(config.epochs, config.batch_size, float("inf"), config.weight_decay, config.seed)
+    return real_train(model, examples, ids, model_ids, config, **kwargs)
+
+  monkeypatch.setattr(trainer, "train_group", diverge_second_group)
+  with pytest.raises(trainer.TrainingDiverged, match="model 3 has a non-finite training loss"):
+    pipeline.run(tiny_cfg(), run_dir, progress=False)
+  assert os.listdir(os.path.join(run_dir, "losses")) == ["group_0000.npy"]
+  assert os.listdir(os.path.join(run_dir, "checkpoints")) == ["group_0000"]
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (dict(shadow__num_models=5), r"shadow.num_models must be even"),
+    (dict(shadow__group_size=0), r"shadow.group_size must be >= 1"),
+    (dict(canaries__kind="best"), r"canaries.kind must be 'worst' or 'average'"),
+    (dict(canaries__kind="average", canaries__num_canaries=100_000),
+     r"canaries.num_canaries=100000 is more than the \d+ distinct held-out sequences"),
+    (dict(data__seq_len=10_000_000), r"data.seq_len=10000000 is longer than the training split allows"),
+    (dict(data__max_train_sequences=3), r"leaves only 3 training sequences"),
+])
+def test_bad_config_is_refused_before_training(tmp_path, monkeypatch, overrides, message):
+  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("training started"))
+  with pytest.raises(ValueError, match=message):
+    pipeline.run(tiny_cfg(**overrides), str(tmp_path / "run"), progress=False)
+
+
+def test_a_run_folder_of_another_config_is_refused(tmp_path, monkeypatch):
+  run_dir = str(tmp_path / "run")
+  os.makedirs(run_dir)
+  pipeline.check_config(tiny_cfg(), run_dir)
+  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("training started"))
+  with pytest.raises(ValueError, match=r"different config(.|\n)*train.epochs: run folder has 2, this command has 3"):
+    pipeline.run(tiny_cfg(train__epochs=3), run_dir, progress=False)
+  with open(os.path.join(run_dir, "config.json")) as f:
+    assert json.load(f)["train"]["epochs"] == 2  # the folder's record is untouched
+
+
+def test_a_tokenizer_with_another_vocabulary_is_refused_on_resume(tmp_path, monkeypatch, small_corpus):
+  texts = data_lib.conversation_texts(small_corpus)
+  tok_path = str(tmp_path / "tok.json")
+  data_lib.train_bpe_tokenizer(texts, 300, tok_path)
+  cfg = tiny_cfg(tokenizer__name=tok_path)
+  run_dir = str(tmp_path / "run")
+  os.makedirs(run_dir)
+  pipeline.check_config(cfg, run_dir)
+  pipeline.prepare_data(cfg, run_dir, progress=False)  # the run started with this tokenizer
+  data_lib.train_bpe_tokenizer(texts, 280, tok_path)  # then the file changed
+  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("training started"))
+  with pytest.raises(ValueError, match=r"tokenizer .*tok.json.* has a different vocabulary"):
+    pipeline.run(cfg, run_dir, progress=False)
+
+
+def test_train_shadows_cli_runs_end_to_end_and_prints_the_table(tmp_path):
+  run_dir = str(tmp_path / "cli")
+  cmd = [sys.executable, "-m", "experiments.train_shadows", "--config=experiments/configs/lstm.py:tiny",
+         f"--run_dir={run_dir}", "--noprogress", "--config.canaries.num_canaries=32"]
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  for variant in ("Univariate", "Independent", "OAS"):
+    assert variant in proc.stdout
+  assert "TPR@0.1%" in proc.stdout or "0.1%" in proc.stdout
+  for name in ("losses.npy", "keep.npy", "canaries.npy", "tokenizer.json", "config.json", "results.json",
+               "roc.png"):
+    assert os.path.exists(os.path.join(run_dir, name)), name
+  assert rundir.load_run(run_dir).loss_MxNxT.shape == (6, 32, 12)
+  # re-running the same command resumes: nothing left to train, same arrays
+  before = np.load(os.path.join(run_dir, "losses.npy"))
+  proc = subprocess.run(cmd + ["--noevaluate"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")), before)

@@ -1,0 +1,171 @@
+"""Tests for training.trainer and models.lstm: grouping invariance, memorization, sharding, divergence."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from models import get_model
+from training import canaries as canaries_lib
+from training import trainer
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def tiny_model(vocab=24):
+  return get_model("lstm", vocab_size=vocab, embed_dim=8, hidden_dim=8, num_layers=2)
+
+
+def tiny_task(num_models=4, num_train=12, num_canaries=8, seq_len=6, vocab=24, seed=0):
+  rng = np.random.default_rng(seed)
+  train_SxT = rng.integers(1, vocab, size=(num_train, seq_len))
+  canaries_NxT = canaries_lib.worst_case_canaries(num_canaries, seq_len, vocab, seed)
+  keep_MxN = canaries_lib.keep_matrix(num_models, num_canaries, seed)
+  examples_ExT = np.concatenate([train_SxT, canaries_NxT]).astype(np.int32)
+  ids = [canaries_lib.training_indices(num_train, keep_MxN, m) for m in range(num_models)]
+  return examples_ExT, canaries_NxT, keep_MxN, ids
+
+
+def test_lstm_is_causal_and_shapes():
+  model = tiny_model()
+  params = model.init(jax.random.PRNGKey(0))
+  tokens_BxT = jnp.array([[1, 2, 3, 4, 5], [1, 2, 3, 9, 9]], jnp.int32)
+  logits_BxTxV = model.apply(params, tokens_BxT)
+  assert logits_BxTxV.shape == (2, 5, 24) and logits_BxTxV.dtype == jnp.float32
+  np.testing.assert_allclose(logits_BxTxV[0, :3], logits_BxTxV[1, :3], rtol=1e-6, atol=1e-6)
+  assert not np.allclose(logits_BxTxV[0, 3:], logits_BxTxV[1, 3:])
+
+
+def test_token_losses_equal_a_numpy_cross_entropy_with_bos_prefix():
+  model = tiny_model()
+  params = model.init(jax.random.PRNGKey(1))
+  tokens_BxT = jnp.array([[3, 7, 1, 20], [5, 5, 2, 0]], jnp.int32)
+  loss_BxT = np.asarray(trainer.token_losses(model, params, tokens_BxT, bos_id=0), np.float64)
+  inputs_BxT = np.concatenate([np.zeros((2, 1), np.int32), np.asarray(tokens_BxT)[:, :-1]], axis=1)
+  logits = np.asarray(model.apply(params, jnp.asarray(inputs_BxT)), np.float64)
+  for b in range(2):
+    for t in range(4):
+      z = logits[b, t]
+      expected = np.log(np.exp(z - z.max()).sum()) + z.max() - z[int(tokens_BxT[b, t])]
+      assert loss_BxT[b, t] == pytest.approx(expected, rel=1e-5, abs=1e-5)
+
+
+def test_epoch_slots_cover_each_example_once_and_pad_with_minus_one():
+  ids = np.arange(10, 17)
+  slots_SxB = trainer.epoch_slots(ids, length=9, batch_size=4, seed=0, model_id=3, epoch=1)
+  assert slots_SxB.shape == (3, 4)
+  flat = slots_SxB.ravel()
+  np.testing.assert_array_equal(np.sort(flat[flat >= 0]), ids)
+  assert (flat == -1).sum() == 12 - 7
+  np.testing.assert_array_equal(flat[9:], -1)  # the tail beyond `length` is padding
+  np.testing.assert_array_equal(slots_SxB, trainer.epoch_slots(ids, 9, 4, 0, 3, 1))
+  assert not np.array_equal(slots_SxB, trainer.epoch_slots(ids, 9, 4, 0, 3, 2))  # reshuffled every epoch
+  assert not np.array_equal(slots_SxB, trainer.epoch_slots(ids, 9, 4, 0, 4, 1))  # and per model
+
+
+def test_init_stack_equals_each_model_initialised_alone():
+  model = tiny_model()
+  keys = jnp.stack([trainer.model_key(0, m) for m in range(3)])
+  stacked = trainer.init_stack(model, keys)
+  for m in range(3):
+    alone = model.init(trainer.model_key(0, m))
+    jax.tree.map(lambda s, a: np.testing.assert_allclose(s[m], a, rtol=1e-6, atol=1e-7), stacked, alone)
+  assert not np.allclose(jax.tree.leaves(stacked)[0][0], jax.tree.leaves(stacked)[0][1])
+
+
+def test_models_trained_together_equal_models_trained_one_by_one():
+  model = tiny_model()
+  examples_ExT, _, keep_MxN, ids = tiny_task()
+  cfg = trainer.TrainConfig(epochs=3, batch_size=4, learning_rate=1e-2, weight_decay=1e-3, seed=7)
+  length = 12 + int(keep_MxN.sum(1).max())
+  together, loss_G = trainer.train_group(model, examples_ExT, ids, [0, 1, 2, 3], cfg, bos_id=0, length=length,
+                                         progress=False)
+  for m in range(4):
+    alone, loss_1 = trainer.train_group(model, examples_ExT, ids[m:m + 1], [m], cfg, bos_id=0, length=length,
+                                        progress=False)
+    jax.tree.map(lambda t, a: np.testing.assert_allclose(t[m], a[0], rtol=1e-4, atol=1e-6), together, alone)
+    assert loss_G[m] == pytest.approx(loss_1[0], rel=1e-4)
+  leaves = jax.tree.leaves(together)
+  assert not np.allclose(leaves[0][0], leaves[0][1])  # different models really are different
+
+
+def test_models_memorize_their_in_canaries():
+  vocab = 24
+  model = tiny_model(vocab)
+  examples_ExT, canaries_NxT, keep_MxN, ids = tiny_task(num_models=4, num_train=8, num_canaries=16, seq_len=8,
+                                                        vocab=vocab, seed=3)
+  cfg = trainer.TrainConfig(epochs=40, batch_size=8, learning_rate=3e-2, seed=0)
+  params, _ = trainer.train_group(model, examples_ExT, ids, [0, 1, 2, 3], cfg, bos_id=0, progress=False)
+  loss_MxNxT = trainer.canary_losses(model, params, canaries_NxT, bos_id=0, batch_size=5)
+  assert loss_MxNxT.shape == (4, 16, 8) and loss_MxNxT.dtype == np.float32
+  mean_MxN = loss_MxNxT.mean(axis=2)
+  in_mean, out_mean = mean_MxN[keep_MxN].mean(), mean_MxN[~keep_MxN].mean()
+  assert in_mean < 0.7 * out_mean, (in_mean, out_mean)
+  # and model by model: each one finds its own members easier than the canaries it never saw
+  for m in range(4):
+    assert mean_MxN[m, keep_MxN[m]].mean() < mean_MxN[m, ~keep_MxN[m]].mean()
+
+
+def test_canary_losses_equal_per_model_token_losses():
+  model = tiny_model()
+  keys = jnp.stack([trainer.model_key(1, m) for m in range(2)])
+  params = trainer.init_stack(model, keys)
+  _, canaries_NxT, _, _ = tiny_task()
+  loss_MxNxT = trainer.canary_losses(model, params, canaries_NxT, bos_id=0, batch_size=3)
+  for m in range(2):
+    one = jax.tree.map(lambda x: x[m], params)
+    np.testing.assert_allclose(loss_MxNxT[m], trainer.token_losses(model, one, jnp.asarray(canaries_NxT), 0),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_a_diverging_model_is_named():
+  model = tiny_model()
+  examples_ExT, _, _, ids = tiny_task()
+  cfg = trainer.TrainConfig(epochs=2, batch_size=4, learning_rate=float("inf"), seed=0)
+  with pytest.raises(trainer.TrainingDiverged, match=r"model 5 has a non-finite training loss in epoch 1"):
+    trainer.train_group(model, examples_ExT, ids[:2], [5, 6], cfg, bos_id=0, progress=False)
+
+
+def test_group_size_must_divide_over_the_mesh():
+  model = tiny_model()
+  examples_ExT, _, _, ids = tiny_task()
+
+  class TwoDeviceMesh:
+    size = 2
+
+  with pytest.raises(ValueError, match="group size 3 must be a multiple of the 2 devices"):
+    trainer.train_group(model, examples_ExT, ids[:3], [0, 1, 2], trainer.TrainConfig(), bos_id=0,
+                        mesh=TwoDeviceMesh(), progress=False)
+
+
+_SHARDED_SCRIPT = textwrap.dedent("""
+  import jax, numpy as np
+  assert jax.device_count() == 4, jax.devices()
+  sys_path = __import__("sys").path; sys_path.insert(0, {tests!r}); sys_path.insert(0, {root!r})
+  from test_trainer import tiny_model, tiny_task
+  from training import trainer
+  model = tiny_model()
+  examples_ExT, canaries_NxT, keep_MxN, ids = tiny_task(num_models=8)
+  cfg = trainer.TrainConfig(epochs=2, batch_size=4, learning_rate=1e-2, seed=3)
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("models",))
+  sharded, _ = trainer.train_group(model, examples_ExT, ids, list(range(8)), cfg, bos_id=0, mesh=mesh, progress=False)
+  plain, _ = trainer.train_group(model, examples_ExT, ids, list(range(8)), cfg, bos_id=0, progress=False)
+  jax.tree.map(lambda a, b: np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6), sharded, plain)
+  loss_s = trainer.canary_losses(model, sharded, canaries_NxT, bos_id=0, mesh=mesh)
+  loss_p = trainer.canary_losses(model, plain, canaries_NxT, bos_id=0)
+  np.testing.assert_allclose(loss_s, loss_p, rtol=1e-5, atol=1e-6)
+  print("SHARDED_OK", len(jax.devices()))
+""")
+
+
+def test_sharded_training_over_four_simulated_devices_equals_unsharded():
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+  script = _SHARDED_SCRIPT.format(tests=os.path.join(ROOT, "tests"), root=ROOT)
+  proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  assert "SHARDED_OK 4" in proc.stdout
