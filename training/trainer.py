@@ -5,6 +5,7 @@ in, so a model trained in a group of 16 equals the same model trained alone (to 
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -55,8 +56,17 @@ def epoch_slots(example_ids, length, batch_size, seed, model_id, epoch):
   return slots.reshape(steps, batch_size)
 
 
-def make_step(model, optimizer, bos_id):
-  """One AdamW step for a stack of models: (params, opt_state, tokens_GxBxT, weight_GxB) -> (..., loss_G)."""
+def make_optimizer(learning_rate, weight_decay):
+  return optax.adamw(learning_rate, weight_decay=weight_decay)
+
+
+@functools.lru_cache(maxsize=16)
+def make_step(model, learning_rate, weight_decay, bos_id):
+  """One AdamW step for a stack of models: (params, opt_state, tokens_GxBxT, weight_GxB) -> (..., loss_G).
+
+  Cached, so the groups of a run share one compiled step (jit caches per function object).
+  """
+  optimizer = make_optimizer(learning_rate, weight_decay)
 
   def step(params, opt_state, tokens_BxT, weight_B):
     def loss_fn(p):
@@ -80,7 +90,22 @@ def init_stack(model, keys):
   lax.map rather than vmap: a vmapped orthogonal initialiser becomes one batched LAPACK QR, which
   deadlocks jaxlib's CPU thread pool for batches of 8 or more on small machines.
   """
-  return jax.jit(lambda k: jax.lax.map(model.init, k))(keys)
+  return _init_fn(model)(keys)
+
+
+@functools.lru_cache(maxsize=16)
+def _init_fn(model):
+  return jax.jit(lambda k: jax.lax.map(model.init, k))
+
+
+@functools.lru_cache(maxsize=16)
+def _opt_init_fn(learning_rate, weight_decay):
+  return jax.jit(jax.vmap(make_optimizer(learning_rate, weight_decay).init))
+
+
+@functools.lru_cache(maxsize=16)
+def _losses_fn(model, bos_id):
+  return jax.jit(jax.vmap(lambda p, t: token_losses(model, p, t, bos_id), in_axes=(0, None)))
 
 
 def model_sharding(mesh):
@@ -104,11 +129,10 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, 
     raise ValueError(f"group size {G} must be a multiple of the {mesh.size} devices the model axis is sharded over")
   length = length or max(len(ids) for ids in example_ids)
   sharding = model_sharding(mesh)
-  optimizer = optax.adamw(config.learning_rate, weight_decay=config.weight_decay)
   keys = jnp.stack([model_key(config.seed, m) for m in model_ids])
   params = _put(init_stack(model, keys), sharding)
-  opt_state = _put(jax.jit(jax.vmap(optimizer.init))(params), sharding)
-  step = make_step(model, optimizer, bos_id)
+  opt_state = _put(_opt_init_fn(config.learning_rate, config.weight_decay)(params), sharding)
+  step = make_step(model, config.learning_rate, config.weight_decay, bos_id)
   examples_ExT = np.asarray(examples_ExT)
   steps = -(-length // config.batch_size)
   bar = tqdm(total=config.epochs * steps, desc=f"models {model_ids[0]}-{model_ids[-1]}", disable=not progress,
@@ -141,7 +165,7 @@ def canary_losses(model, params, canaries_NxT, *, bos_id, batch_size=256, mesh=N
   """Per-token losses of every canary on every stacked model: loss_GxNxT float32."""
   sharding = model_sharding(mesh)
   params = _put(params, sharding)
-  fn = jax.jit(jax.vmap(lambda p, t: token_losses(model, p, t, bos_id), in_axes=(0, None)))
+  fn = _losses_fn(model, bos_id)
   out = [jax.device_get(fn(params, jnp.asarray(canaries_NxT[i:i + batch_size])))
          for i in range(0, len(canaries_NxT), batch_size)]
   return np.concatenate(out, axis=1).astype(np.float32)
