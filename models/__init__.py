@@ -34,9 +34,13 @@ def functional(name, config, make_module):
 
 
 def get_model(name, **kwargs):
-  """Model by name: "lstm" (kwargs: LSTMConfig fields)."""
+  """Model by name: "lstm" (kwargs: LSTMConfig fields) or "gpt_neox" (kwargs: GPTNeoXConfig fields)."""
   if name == "lstm":
     from models import lstm
     config = lstm.LSTMConfig(**kwargs)
     return functional(name, config, lambda rngs: lstm.LSTMLanguageModel(config, rngs=rngs))
-  raise ValueError(f"unknown model {name!r}; available: lstm")
+  if name == "gpt_neox":
+    from models import gpt_neox
+    config = gpt_neox.GPTNeoXConfig(**kwargs)
+    return functional(name, config, lambda rngs: gpt_neox.GPTNeoXForCausalLM(config, rngs=rngs))
+  raise ValueError(f"unknown model {name!r}; available: lstm, gpt_neox")

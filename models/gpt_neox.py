@@ -1,0 +1,206 @@
+"""GPT-NeoX (Pythia) decoder in Flax NNX, numerically matching Hugging Face's `GPTNeoXForCausalLM` forward pass.
+
+Letters: B batch, T query time, S key time, D hidden, H heads, K head dim, R rotary dims, F MLP width, V vocab.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+# Hugging Face activation names -> GELU variant; "gelu" is the exact erf form, the rest the tanh approximation.
+_GELU_APPROXIMATE = {"gelu": False, "gelu_new": True, "gelu_fast": True, "gelu_pytorch_tanh": True}
+
+
+@dataclasses.dataclass(frozen=True)
+class GPTNeoXConfig:
+  """Fields of Hugging Face's config.json (defaults: Pythia-160M) plus `dtype`, the compute dtype."""
+
+  vocab_size: int
+  hidden_size: int = 768
+  num_hidden_layers: int = 12
+  num_attention_heads: int = 12
+  intermediate_size: int = 3072
+  rotary_pct: float = 0.25  # fraction of each head's dims that get rotary embeddings
+  rotary_emb_base: float = 10000.0  # rope theta
+  max_position_embeddings: int = 2048
+  layer_norm_eps: float = 1e-5
+  use_parallel_residual: bool = True
+  hidden_act: str = "gelu"
+  tie_word_embeddings: bool = False
+  attention_bias: bool = True
+  initializer_range: float = 0.02
+  bos_token_id: int | None = 0
+  eos_token_id: int | None = 0
+  dtype: str = "float32"  # compute dtype ("float32" or "bfloat16"); params, softmax and layernorm stay float32
+
+  def __post_init__(self):
+    if self.hidden_size % self.num_attention_heads:
+      raise ValueError(f"hidden_size {self.hidden_size} not divisible by {self.num_attention_heads} heads")
+    if self.hidden_act not in _GELU_APPROXIMATE:
+      raise ValueError(f"hidden_act {self.hidden_act!r} unsupported; available: {sorted(_GELU_APPROXIMATE)}")
+    if self.rotary_ndims % 2:
+      raise ValueError(f"rotary dims int({self.head_dim} * {self.rotary_pct}) = {self.rotary_ndims} must be even")
+    if self.dtype not in ("float32", "bfloat16"):
+      raise ValueError(f"dtype {self.dtype!r} unsupported; available: float32, bfloat16")
+
+  @property
+  def head_dim(self):
+    return self.hidden_size // self.num_attention_heads
+
+  @property
+  def rotary_ndims(self):
+    return int(self.head_dim * self.rotary_pct)  # as Hugging Face rounds it
+
+  @classmethod
+  def from_hf_dict(cls, d, dtype="float32"):
+    """Config from a parsed config.json; reads the rope keys of transformers v5 (`rope_parameters`) and older ones."""
+    if d.get("model_type", "gpt_neox") != "gpt_neox":
+      raise ValueError(f"model_type {d['model_type']!r} is not gpt_neox")
+    required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
+    if missing := [k for k in required if k not in d]:
+      raise ValueError(f"config.json lacks {missing}")
+    rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
+    if rope.get("rope_type", rope.get("type", "default")) != "default":
+      raise ValueError(f"rope type {rope.get('rope_type', rope.get('type'))!r} unsupported; only default rope")
+    theta = rope.get("rope_theta", d.get("rotary_emb_base", d.get("rope_theta", cls.rotary_emb_base)))
+    fields = {f.name for f in dataclasses.fields(cls)} - {"dtype", "rotary_pct", "rotary_emb_base"}
+    kwargs = {k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in fields if k in d}  # eos may be a list
+    return cls(**kwargs, dtype=dtype, rotary_emb_base=float(theta),
+               rotary_pct=float(rope.get("partial_rotary_factor", d.get("rotary_pct", cls.rotary_pct))))
+
+  def to_hf_dict(self):
+    """config.json contents that transformers v5 and older both read (both rope key styles, float32 weights)."""
+    d = {k: v for k, v in dataclasses.asdict(self).items() if k != "dtype"}
+    d["rope_parameters"] = {"rope_type": "default", "rope_theta": self.rotary_emb_base,
+                            "partial_rotary_factor": self.rotary_pct}
+    return {"architectures": ["GPTNeoXForCausalLM"], "model_type": "gpt_neox", **d, "hidden_dropout": 0.0,
+            "attention_dropout": 0.0, "use_cache": True, "dtype": "float32"}
+
+
+def rotary_cos_sin(positions_BxT, config):
+  """cos, sin of RoPE angles (Su et al. 2021), laid out for rotate_half as Hugging Face does: [B, T, R]."""
+  R = config.rotary_ndims
+  inv_freq_R2 = 1.0 / (config.rotary_emb_base ** (jnp.arange(0, R, 2, dtype=jnp.float32) / R))
+  freqs_BxTxR2 = positions_BxT[..., None].astype(jnp.float32) * inv_freq_R2
+  angles_BxTxR = jnp.concatenate([freqs_BxTxR2, freqs_BxTxR2], axis=-1)
+  return jnp.cos(angles_BxTxR), jnp.sin(angles_BxTxR)
+
+
+def apply_rotary(x_BxTxHxK, cos_BxTxR, sin_BxTxR):
+  """Rotate the first R dims of each head (rotate_half convention); the remaining K - R pass through."""
+  R = cos_BxTxR.shape[-1]
+  cos_BxTx1xR = cos_BxTxR[:, :, None].astype(x_BxTxHxK.dtype)
+  sin_BxTx1xR = sin_BxTxR[:, :, None].astype(x_BxTxHxK.dtype)
+  rot_BxTxHxR, pass_BxTxHxP = x_BxTxHxK[..., :R], x_BxTxHxK[..., R:]
+  x1, x2 = rot_BxTxHxR[..., :R // 2], rot_BxTxHxR[..., R // 2:]
+  half_rotated_BxTxHxR = jnp.concatenate([-x2, x1], axis=-1)
+  rot_BxTxHxR = rot_BxTxHxR * cos_BxTx1xR + half_rotated_BxTxHxR * sin_BxTx1xR
+  return jnp.concatenate([rot_BxTxHxR, pass_BxTxHxP], axis=-1)
+
+
+def _linear(d_in, d_out, config, rngs, use_bias=True):
+  return nnx.Linear(d_in, d_out, use_bias=use_bias, dtype=jnp.dtype(config.dtype), param_dtype=jnp.float32,
+                    kernel_init=nnx.initializers.normal(config.initializer_range), rngs=rngs)
+
+
+class LayerNorm(nnx.Module):
+  """torch.nn.LayerNorm computed in float32 (exact two-pass variance), returned in the compute dtype."""
+
+  def __init__(self, config, rngs):
+    self.norm = nnx.LayerNorm(config.hidden_size, epsilon=config.layer_norm_eps, dtype=jnp.float32,
+                              param_dtype=jnp.float32, use_fast_variance=False, rngs=rngs)
+
+  def __call__(self, x_BxTxD):
+    return self.norm(x_BxTxD.astype(jnp.float32)).astype(x_BxTxD.dtype)
+
+
+class Attention(nnx.Module):
+  """Causal self-attention with HF's fused query_key_value: per head the 3K outputs are [q | k | v]."""
+
+  def __init__(self, config, rngs):
+    self.config = config
+    D = config.hidden_size
+    self.query_key_value = _linear(D, 3 * D, config, rngs, use_bias=config.attention_bias)
+    self.dense = _linear(D, D, config, rngs, use_bias=config.attention_bias)
+
+  def __call__(self, x_BxTxD, cos_BxTxR, sin_BxTxR, allowed_BxTxS):
+    B, T, D = x_BxTxD.shape
+    H, K = self.config.num_attention_heads, self.config.head_dim
+    qkv_BxTxHx3K = self.query_key_value(x_BxTxD).reshape(B, T, H, 3 * K)
+    q_BxTxHxK, k_BxSxHxK, v_BxSxHxK = jnp.split(qkv_BxTxHx3K, 3, axis=-1)
+    q_BxTxHxK = apply_rotary(q_BxTxHxK, cos_BxTxR, sin_BxTxR)
+    k_BxSxHxK = apply_rotary(k_BxSxHxK, cos_BxTxR, sin_BxTxR)
+    scores_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxSxHxK,
+                                preferred_element_type=jnp.float32) * K ** -0.5
+    # A finite floor, not -inf: a row with no allowed key (a left-padding query) softmaxes to uniform, not NaN.
+    scores_BxHxTxS = jnp.where(allowed_BxTxS[:, None], scores_BxHxTxS, jnp.finfo(jnp.float32).min)
+    probs_BxHxTxS = jax.nn.softmax(scores_BxHxTxS, axis=-1).astype(v_BxSxHxK.dtype)
+    out_BxTxHxK = jnp.einsum("bhts,bshk->bthk", probs_BxHxTxS, v_BxSxHxK)
+    return self.dense(out_BxTxHxK.reshape(B, T, D))
+
+
+class MLP(nnx.Module):
+  def __init__(self, config, rngs):
+    self.approximate = _GELU_APPROXIMATE[config.hidden_act]
+    self.dense_h_to_4h = _linear(config.hidden_size, config.intermediate_size, config, rngs)
+    self.dense_4h_to_h = _linear(config.intermediate_size, config.hidden_size, config, rngs)
+
+  def __call__(self, x_BxTxD):
+    return self.dense_4h_to_h(jax.nn.gelu(self.dense_h_to_4h(x_BxTxD), approximate=self.approximate))
+
+
+class Layer(nnx.Module):
+  """Parallel residual x + attn(ln1(x)) + mlp(ln2(x)) (Pythia), or sequential h = x + attn(ln1(x)); h + mlp(ln2(h))."""
+
+  def __init__(self, config, rngs):
+    self.use_parallel_residual = config.use_parallel_residual
+    self.input_layernorm = LayerNorm(config, rngs)
+    self.post_attention_layernorm = LayerNorm(config, rngs)
+    self.attention = Attention(config, rngs)
+    self.mlp = MLP(config, rngs)
+
+  def __call__(self, x_BxTxD, cos_BxTxR, sin_BxTxR, allowed_BxTxS):
+    attn_BxTxD = self.attention(self.input_layernorm(x_BxTxD), cos_BxTxR, sin_BxTxR, allowed_BxTxS)
+    if self.use_parallel_residual:
+      return self.mlp(self.post_attention_layernorm(x_BxTxD)) + attn_BxTxD + x_BxTxD  # HF's summation order
+    h_BxTxD = attn_BxTxD + x_BxTxD
+    return self.mlp(self.post_attention_layernorm(h_BxTxD)) + h_BxTxD
+
+
+class GPTNeoXForCausalLM(nnx.Module):
+  """Next-token model: logits_BxTxV[b, t] predicts token t + 1 from the unmasked tokens <= t."""
+
+  def __init__(self, config: GPTNeoXConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    self.embed_in = nnx.Embed(config.vocab_size, config.hidden_size, dtype=jnp.dtype(config.dtype),
+                              param_dtype=jnp.float32,
+                              embedding_init=nnx.initializers.normal(config.initializer_range), rngs=rngs)
+    self.layers = nnx.List([Layer(config, rngs) for _ in range(config.num_hidden_layers)])
+    self.final_layer_norm = LayerNorm(config, rngs)
+    if not config.tie_word_embeddings:
+      self.embed_out = _linear(config.hidden_size, config.vocab_size, config, rngs, use_bias=False)
+
+  def __call__(self, tokens_BxT, attention_mask=None, position_ids=None):
+    """attention_mask_BxT: 1 keep / 0 padding, left or right; masked keys are never attended to.
+
+    Positions default to arange(T) whatever the mask, as in HF's plain forward `model(ids, attention_mask=mask)`;
+    HF's generate() instead passes cumsum(mask) - 1 for left padding: give that as position_ids to match it. For
+    real tokens the two differ by a shift shared by all of them, which RoPE cancels up to float rounding.
+    Outputs at padded positions are finite but meaningless.
+    """
+    B, T = tokens_BxT.shape
+    if position_ids is None:
+      position_ids = jnp.broadcast_to(jnp.arange(T), (B, T))
+    allowed_BxTxS = jnp.tril(jnp.ones((T, T), bool))[None]
+    if attention_mask is not None:
+      allowed_BxTxS = allowed_BxTxS & (attention_mask[:, None, :] > 0)
+    cos_BxTxR, sin_BxTxR = rotary_cos_sin(position_ids, self.config)
+    x_BxTxD = self.embed_in(tokens_BxT)
+    for layer in self.layers:
+      x_BxTxD = layer(x_BxTxD, cos_BxTxR, sin_BxTxR, allowed_BxTxS)
+    x_BxTxD = self.final_layer_norm(x_BxTxD)
+    if self.config.tie_word_embeddings:
+      return self.embed_in.attend(x_BxTxD).astype(jnp.float32)
+    return self.embed_out(x_BxTxD).astype(jnp.float32)

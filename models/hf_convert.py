@@ -1,0 +1,174 @@
+"""Hugging Face GPT-NeoX (Pythia) folders <-> NNX params through an explicit name map, every shape asserted.
+
+Only safetensors are read (numpy API, no torch): pickled `pytorch_model.bin` files can run code when loaded.
+"""
+
+import json
+import os
+import re
+import shutil
+import tempfile
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from safetensors import numpy as safetensors_numpy
+
+from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
+
+# HF tensor name, NNX param path, HF shape in config letters (D hidden, F MLP width, V vocab), transpose.
+# A torch Linear weight is [out, in] and an NNX kernel [in, out], hence the transposes. {i} is the layer.
+NAME_MAP = (
+    ("gpt_neox.embed_in.weight", "embed_in.embedding", ("V", "D"), False),
+    ("gpt_neox.layers.{i}.input_layernorm.weight", "layers.{i}.input_layernorm.norm.scale", ("D",), False),
+    ("gpt_neox.layers.{i}.input_layernorm.bias", "layers.{i}.input_layernorm.norm.bias", ("D",), False),
+    ("gpt_neox.layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_attention_layernorm.norm.scale",
+     ("D",), False),
+    ("gpt_neox.layers.{i}.post_attention_layernorm.bias", "layers.{i}.post_attention_layernorm.norm.bias",
+     ("D",), False),
+    ("gpt_neox.layers.{i}.attention.query_key_value.weight", "layers.{i}.attention.query_key_value.kernel",
+     ("3D", "D"), True),
+    ("gpt_neox.layers.{i}.attention.query_key_value.bias", "layers.{i}.attention.query_key_value.bias",
+     ("3D",), False),
+    ("gpt_neox.layers.{i}.attention.dense.weight", "layers.{i}.attention.dense.kernel", ("D", "D"), True),
+    ("gpt_neox.layers.{i}.attention.dense.bias", "layers.{i}.attention.dense.bias", ("D",), False),
+    ("gpt_neox.layers.{i}.mlp.dense_h_to_4h.weight", "layers.{i}.mlp.dense_h_to_4h.kernel", ("F", "D"), True),
+    ("gpt_neox.layers.{i}.mlp.dense_h_to_4h.bias", "layers.{i}.mlp.dense_h_to_4h.bias", ("F",), False),
+    ("gpt_neox.layers.{i}.mlp.dense_4h_to_h.weight", "layers.{i}.mlp.dense_4h_to_h.kernel", ("D", "F"), True),
+    ("gpt_neox.layers.{i}.mlp.dense_4h_to_h.bias", "layers.{i}.mlp.dense_4h_to_h.bias", ("D",), False),
+    ("gpt_neox.final_layer_norm.weight", "final_layer_norm.norm.scale", ("D",), False),
+    ("gpt_neox.final_layer_norm.bias", "final_layer_norm.norm.bias", ("D",), False),
+    ("embed_out.weight", "embed_out.kernel", ("V", "D"), True),  # absent when tie_word_embeddings
+)
+# transformers v5 calls the head lm_head in memory; hub checkpoints (and its save_pretrained) say embed_out.
+_ALIASES = {"lm_head.weight": "embed_out.weight"}
+# Non-persistent buffers that older Pythia checkpoints stored: recomputed here, so skipped.
+_BUFFERS = re.compile(r"gpt_neox\.(layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)"
+                      r"|rotary_emb\.inv_freq)")
+_PICKLE_REFUSAL = (
+    "pickled PyTorch checkpoints are refused (unpickling can run arbitrary code); convert it once where you trust "
+    "it: `transformers.GPTNeoXForCausalLM.from_pretrained(src).save_pretrained(dst, safe_serialization=True)`, "
+    "then load dst")
+
+
+def _abstract_params(config):
+  return nnx.split(nnx.eval_shape(lambda: GPTNeoXForCausalLM(config, rngs=nnx.Rngs(0))))[1]
+
+
+def _path_str(path):
+  return ".".join(str(p) for p in path)
+
+
+def name_table(config):
+  """{HF name: (NNX path, HF shape, transpose)} for this config; fails unless it covers every NNX param exactly."""
+  dims = {"D": config.hidden_size, "3D": 3 * config.hidden_size, "F": config.intermediate_size,
+          "V": config.vocab_size}
+  model_paths = {_path_str(p) for p, _ in nnx.to_flat_state(_abstract_params(config))}
+  table = {}
+  for hf, nnx_path, shape, transpose in NAME_MAP:
+    layers = range(config.num_hidden_layers) if "{i}" in hf else [None]
+    for i in layers:
+      path = nnx_path.format(i=i)
+      if path in model_paths:  # biases without attention_bias, the head when tied: not in the model
+        table[hf.format(i=i)] = (path, tuple(dims[d] for d in shape), transpose)
+  if uncovered := model_paths - {path for path, _, _ in table.values()}:
+    raise AssertionError(f"NAME_MAP lacks NNX params {sorted(uncovered)}")
+  return table
+
+
+def params_from_hf(config, tensors):
+  """NNX params (float32 State, as FunctionalModel.init makes) from {HF name: numpy array}."""
+  table = name_table(config)
+  named = {}
+  for name, array in tensors.items():
+    name = _ALIASES.get(name, name)
+    if name in named:
+      raise ValueError(f"{name} given twice (as itself and as its alias lm_head.weight)")
+    named[name] = array
+  tied_head = {"embed_out.weight"} if config.tie_word_embeddings else set()  # a duplicate of embed_in
+  unknown = sorted(n for n in named if n not in table and n not in tied_head and not _BUFFERS.fullmatch(n))
+  missing = sorted(n for n in table if n not in named)
+  if unknown or missing:
+    raise ValueError(f"checkpoint does not match the GPT-NeoX config: unknown tensors {unknown}, missing {missing}")
+  by_path = {}
+  for name, (path, shape, transpose) in table.items():
+    if tuple(named[name].shape) != shape:
+      raise ValueError(f"{name}: shape {tuple(named[name].shape)}, config expects {shape}")
+    array = np.asarray(named[name], np.float32)
+    by_path[path] = array.T if transpose else array
+  flat = [(p, v.replace(jnp.asarray(by_path[_path_str(p)]))) for p, v in nnx.to_flat_state(_abstract_params(config))]
+  return nnx.from_flat_state(flat)
+
+
+def params_to_hf(config, params):
+  """{HF name: float32 numpy array} from NNX params."""
+  by_path = {_path_str(p): v.get_value() for p, v in nnx.to_flat_state(params)}
+  tensors = {}
+  for name, (path, shape, transpose) in name_table(config).items():
+    array = np.asarray(by_path[path], np.float32)
+    array = np.ascontiguousarray(array.T if transpose else array)
+    if array.shape != shape:
+      raise ValueError(f"{path}: gives {name} of shape {array.shape}, config expects {shape}")
+    tensors[name] = array
+  return tensors
+
+
+def _read_safetensors(folder):
+  """{name: numpy array} from model.safetensors or the shards a model.safetensors.index.json lists."""
+  index = os.path.join(folder, "model.safetensors.index.json")
+  if os.path.exists(index):
+    with open(index) as f:
+      files = sorted(set(json.load(f)["weight_map"].values()))
+  elif os.path.exists(os.path.join(folder, "model.safetensors")):
+    files = ["model.safetensors"]
+  elif any(n.endswith(".bin") for n in os.listdir(folder)):
+    raise ValueError(f"{folder} holds only pickled weights (.bin); {_PICKLE_REFUSAL}")
+  else:
+    raise FileNotFoundError(f"{folder} has no model.safetensors or model.safetensors.index.json")
+  tensors = {}
+  for file in files:
+    shard = safetensors_numpy.load_file(os.path.join(folder, file))
+    if twice := sorted(set(shard) & set(tensors)):
+      raise ValueError(f"tensors {twice} appear in more than one shard")
+    tensors.update(shard)
+  return tensors
+
+
+def load_hf_folder(path, revision=None, dtype="float32"):
+  """(GPTNeoXConfig, params) from a Hugging Face folder, or a hub id (downloads config and safetensors only)."""
+  if not os.path.exists(path):
+    if path.startswith(("/", ".", "~")) or path.count("/") > 1:
+      raise FileNotFoundError(f"{path} does not exist (and is not a hub id like EleutherAI/pythia-70m)")
+    from huggingface_hub import snapshot_download  # only for hub ids
+    path = snapshot_download(repo_id=path, revision=revision, allow_patterns=["*.json", "*.safetensors"])
+    if not any(n.endswith(".safetensors") for n in os.listdir(path)):
+      raise ValueError(f"hub repo at revision {revision} has no safetensors weights; {_PICKLE_REFUSAL}")
+  with open(os.path.join(path, "config.json")) as f:
+    config = GPTNeoXConfig.from_hf_dict(json.load(f), dtype=dtype)
+  return config, params_from_hf(config, _read_safetensors(path))
+
+
+def save_hf_folder(config, params, path, overwrite=False):
+  """Write config.json and model.safetensors that `GPTNeoXForCausalLM.from_pretrained(path)` loads; atomic."""
+  from safetensors.numpy import save_file
+  path = os.path.abspath(path)
+  if os.path.exists(path) and not overwrite:
+    raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
+  tensors = params_to_hf(config, params)
+  parent = os.path.dirname(path)
+  os.makedirs(parent, exist_ok=True)
+  tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
+  try:
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+      json.dump(config.to_hf_dict(), f, indent=2)
+    save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    if os.path.exists(path):  # swap: the old folder moves aside before the new one takes its name
+      old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")
+      os.rename(path, os.path.join(old, "x"))
+      os.rename(tmp, path)
+      shutil.rmtree(old)
+    else:
+      os.rename(tmp, path)
+  except BaseException:
+    shutil.rmtree(tmp, ignore_errors=True)
+    raise
