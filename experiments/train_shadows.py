@@ -2,6 +2,7 @@
 
 python -m experiments.train_shadows                      # CPU default, minutes on 2 cores
 python -m experiments.train_shadows --config=experiments/configs/lstm.py:paper --run_dir=runs/paper
+python -m experiments.train_shadows --config=experiments/configs/pythia.py:pythia_tiny   # fine-tuned GPT-NeoX, CPU
 Re-running the same command on the same --run_dir resumes; several hosts share the groups with
 --num_processes/--process_id (and --coordinator_address for jax.distributed).
 """
@@ -21,6 +22,8 @@ FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", _DEFAULT_CONFIG, "Run config (ml_collections file[:variant]).")
 flags.DEFINE_string("run_dir", None, "Run folder; default runs/<model>_<canary kind>.")
 flags.DEFINE_bool("shard_models", False, "Shard each group's model axis over all local devices (jax.sharding).")
+flags.DEFINE_bool("shard_params", False, "FSDP: split every model's parameters and optimiser state, and each batch, "
+                  "over all local devices; for models too large for one device per copy (Pythia-1b).")
 flags.DEFINE_integer("num_processes", 1, "Processes sharing the groups (multi-host).")
 flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes).")
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0; calls jax.distributed.initialize.")
@@ -28,18 +31,22 @@ flags.DEFINE_bool("evaluate", True, "Run the six-variant leave-one-out evaluatio
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 
-def make_mesh(shard):
-  """A one-axis mesh ("models") over the local devices, or None."""
+def make_mesh(shard_models, shard_params):
+  """A one-axis mesh over the local devices: "models" (the model axis) or "fsdp" (each model's params), or None."""
   import jax
   import numpy as np
   devices = jax.local_devices()
-  return jax.sharding.Mesh(np.array(devices), ("models",)) if shard and len(devices) > 1 else None
+  if len(devices) == 1 or not (shard_models or shard_params):
+    return None
+  return jax.sharding.Mesh(np.array(devices), ("models",) if shard_models else ("fsdp",))
 
 
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
   cfg = FLAGS.config
+  if FLAGS.shard_models and FLAGS.shard_params:
+    raise app.UsageError("--shard_models and --shard_params exclude each other: pick one")
   if not 0 <= FLAGS.process_id < FLAGS.num_processes:
     raise app.UsageError(f"--process_id={FLAGS.process_id} is outside [0, --num_processes={FLAGS.num_processes})")
   if FLAGS.coordinator_address:
@@ -47,7 +54,7 @@ def main(argv):
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   run_dir = FLAGS.run_dir or os.path.join("runs", f"{cfg.model.name}_{cfg.canaries.kind}")
   complete = pipeline.run(cfg, run_dir, process_id=FLAGS.process_id, num_processes=FLAGS.num_processes,
-                          mesh=make_mesh(FLAGS.shard_models), progress=FLAGS.progress)
+                          mesh=make_mesh(FLAGS.shard_models, FLAGS.shard_params), progress=FLAGS.progress)
   if not complete:
     print(f"this process's groups are done; other groups are still missing in {run_dir}/losses. Re-run the command "
           "(any process) once they are finished to assemble losses.npy and evaluate.")

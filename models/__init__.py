@@ -18,6 +18,9 @@ class FunctionalModel:
   config: Any
   graphdef: Any
   init: Callable[[Any], Any]
+  # Fine-tuning: every copy starts from these params (init ignores its key). Not part of equality or hashing, so
+  # jit and lru caches key on the (graphdef, init) pair; `init` is a new closure for each base checkpoint.
+  pretrained: Any = dataclasses.field(default=None, compare=False, repr=False)
 
   def apply(self, params, tokens_BxT, mask_BxT=None):
     return nnx.merge(self.graphdef, params)(tokens_BxT, attention_mask=mask_BxT)
@@ -31,6 +34,12 @@ def functional(name, config, make_module):
     return nnx.split(make_module(nnx.Rngs(params=key)))[1]
 
   return FunctionalModel(name, config, graphdef, init)
+
+
+def pretrained(name, config, module):
+  """A FunctionalModel whose every copy starts from the parameters of `module` (fine-tuning a base checkpoint)."""
+  graphdef, params = nnx.split(module)
+  return FunctionalModel(name, config, graphdef, lambda key: params, pretrained=params)
 
 
 def get_model(name, **kwargs):

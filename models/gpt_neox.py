@@ -204,3 +204,23 @@ class GPTNeoXForCausalLM(nnx.Module):
     if self.config.tie_word_embeddings:
       return self.embed_in.attend(x_BxTxD).astype(jnp.float32)
     return self.embed_out(x_BxTxD).astype(jnp.float32)
+
+
+def from_pretrained(path_or_hub_id, dtype=jnp.float32, revision=None):
+  """GPTNeoXForCausalLM with the weights of a Hugging Face folder (safetensors, sharded or not) or a hub id.
+
+  `dtype` is the compute dtype (float32 or bfloat16); parameters are kept in float32.
+  """
+  from models import hf_convert  # hf_convert imports this module
+  config, params = hf_convert.load_hf_folder(path_or_hub_id, revision=revision, dtype=jnp.dtype(dtype).name)
+  graphdef = nnx.graphdef(nnx.eval_shape(lambda: GPTNeoXForCausalLM(config, rngs=nnx.Rngs(0))))
+  return nnx.merge(graphdef, params)
+
+
+def save_pretrained(model, path, tokenizer_file=None):
+  """Write `model` as a Hugging Face folder (config.json, model.safetensors) that transformers loads.
+
+  `path` may exist (as with transformers' save_pretrained); `tokenizer_file`, a tokenizer.json, is copied beside.
+  """
+  from models import hf_convert
+  hf_convert.save_hf_folder(model.config, nnx.state(model, nnx.Param), path, tokenizer_file=tokenizer_file)

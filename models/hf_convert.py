@@ -148,27 +148,44 @@ def load_hf_folder(path, revision=None, dtype="float32"):
   return config, params_from_hf(config, _read_safetensors(path))
 
 
-def save_hf_folder(config, params, path, overwrite=False):
-  """Write config.json and model.safetensors that `GPTNeoXForCausalLM.from_pretrained(path)` loads; atomic."""
+def _replace_atomically(path, write):
+  """Call write(tmp_path) on a temporary name in path's folder, then rename it to path."""
+  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.tmp-")
+  os.close(fd)
+  try:
+    write(tmp)
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+def save_hf_folder(config, params, path, tokenizer_file=None):
+  """Write config.json and model.safetensors that `GPTNeoXForCausalLM.from_pretrained(path)` loads.
+
+  Like transformers' save_pretrained, `path` may exist: each file is replaced atomically (temporary name, then
+  rename), and a stale sharded index with its shards is removed so that it cannot shadow the new weights.
+  `tokenizer_file` (a tokenizer.json) is copied beside them.
+  """
   from safetensors.numpy import save_file
   path = os.path.abspath(path)
-  if os.path.exists(path) and not overwrite:
-    raise FileExistsError(f"{path} exists; pass overwrite=True to replace it")
   tensors = params_to_hf(config, params)
-  parent = os.path.dirname(path)
-  os.makedirs(parent, exist_ok=True)
-  tmp = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.tmp-")
-  try:
-    with open(os.path.join(tmp, "config.json"), "w") as f:
+  os.makedirs(path, exist_ok=True)
+  _replace_atomically(os.path.join(path, "model.safetensors"),
+                      lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+  index = os.path.join(path, "model.safetensors.index.json")
+  if os.path.exists(index):
+    with open(index) as f:
+      shards = set(json.load(f)["weight_map"].values()) - {"model.safetensors"}
+    os.remove(index)
+    for shard in shards:
+      if os.path.exists(os.path.join(path, shard)):
+        os.remove(os.path.join(path, shard))
+  if tokenizer_file is not None:
+    _replace_atomically(os.path.join(path, "tokenizer.json"), lambda tmp: shutil.copyfile(tokenizer_file, tmp))
+
+  def write_config(tmp):
+    with open(tmp, "w") as f:
       json.dump(config.to_hf_dict(), f, indent=2)
-    save_file(tensors, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-    if os.path.exists(path):  # swap: the old folder moves aside before the new one takes its name
-      old = tempfile.mkdtemp(dir=parent, prefix=f".{os.path.basename(path)}.old-")
-      os.rename(path, os.path.join(old, "x"))
-      os.rename(tmp, path)
-      shutil.rmtree(old)
-    else:
-      os.rename(tmp, path)
-  except BaseException:
-    shutil.rmtree(tmp, ignore_errors=True)
-    raise
+  _replace_atomically(os.path.join(path, "config.json"), write_config)  # last: the folder is complete once it is new

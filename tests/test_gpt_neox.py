@@ -16,6 +16,7 @@ from flax import nnx
 
 from models import get_model
 from models import hf_convert
+from models import gpt_neox
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
 
 T = 12
@@ -131,14 +132,38 @@ def test_save_load_round_trip_and_overwrite(tmp_path):
   params = hf_convert.params_from_hf(config, random_params(config))
   path = tmp_path / "model"
   hf_convert.save_hf_folder(config, params, path)
-  with pytest.raises(FileExistsError):
-    hf_convert.save_hf_folder(config, params, path)
-  hf_convert.save_hf_folder(config, params, path, overwrite=True)
-  assert sorted(os.listdir(tmp_path)) == ["model"]  # no temporary folders left behind
-  assert sorted(os.listdir(path)) == ["config.json", "model.safetensors"]
+  # Saving again over an existing folder (as transformers allows) replaces the files, and a stale sharded index
+  # that would otherwise shadow the new weights is removed with its shards.
+  (path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"x": "model-00001.safetensors"}}))
+  (path / "model-00001.safetensors").write_bytes(b"stale")
+  other = hf_convert.params_from_hf(config, random_params(config, seed=1))
+  hf_convert.save_hf_folder(config, other, path)
+  hf_convert.save_hf_folder(config, params, path)
+  assert sorted(os.listdir(tmp_path)) == ["model"]
+  assert sorted(os.listdir(path)) == ["config.json", "model.safetensors"]  # no temporary files left behind
   loaded_config, loaded = hf_convert.load_hf_folder(str(path))
   assert loaded_config == config
   jax.tree.map(np.testing.assert_array_equal, loaded, params)
+
+
+def test_from_pretrained_and_save_pretrained_round_trip_every_tensor(tmp_path):
+  config = tiny_config(rotary_pct=0.5)
+  tensors = random_params(config)
+  hf_convert.save_hf_folder(config, hf_convert.params_from_hf(config, tensors), tmp_path / "a")
+  model = gpt_neox.from_pretrained(str(tmp_path / "a"), dtype=jnp.float32)
+  assert isinstance(model, GPTNeoXForCausalLM) and model.config == config
+  logits_BxTxV = model(jnp.asarray(tokens()), attention_mask=jnp.asarray(MASK_BxT))
+  assert logits_BxTxV.shape == (3, T, config.vocab_size) and logits_BxTxV.dtype == jnp.float32
+  tok = tmp_path / "tokenizer.json"
+  tok.write_text("{}")
+  gpt_neox.save_pretrained(model, tmp_path / "b", tokenizer_file=str(tok))
+  assert sorted(os.listdir(tmp_path / "b")) == ["config.json", "model.safetensors", "tokenizer.json"]
+  from safetensors.numpy import load_file
+  again = load_file(str(tmp_path / "b" / "model.safetensors"))
+  assert sorted(again) == sorted(tensors)
+  for name, array in tensors.items():
+    np.testing.assert_array_equal(again[name], array, err_msg=name)
+  assert gpt_neox.from_pretrained(str(tmp_path / "b"), dtype=jnp.bfloat16).config.dtype == "bfloat16"
 
 
 def test_pickled_checkpoint_refused(tmp_path):

@@ -70,7 +70,8 @@ def test_losses_are_the_checkpointed_models_losses(finished_run):
   from flax import nnx
   import jax
   tokenizer = data_lib.load_tokenizer(os.path.join(finished_run, "tokenizer.json"))
-  model = pipeline.build_model(cfg, data_lib.vocab_size(tokenizer))
+  data = pipeline.prepare_data(cfg, finished_run, progress=False)
+  model = pipeline.build_model(cfg, data, finished_run, progress=False)
   params = ocp.StandardCheckpointer().restore(os.path.abspath(os.path.join(finished_run, "checkpoints", "group_0001")))
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 3)))
   nnx.replace_by_pure_dict(state, params)

@@ -30,6 +30,7 @@ class RunData:
   keep_MxN: np.ndarray
   bos_id: int
   vocab_size: int
+  pretrain_SxT: np.ndarray  # train-split sequences left out of examples_ExT (data.max_train_sequences): base pretraining
 
 
 def _config_dict(cfg):
@@ -117,6 +118,7 @@ def prepare_data(cfg, run_dir, progress=True):
   tokenizer = _tokenizer(cfg, train_texts, run_dir)
   T, N, M = cfg.data.seq_len, cfg.canaries.num_canaries, cfg.shadow.num_models
   train_SxT = _pack(train_texts, tokenizer, T, "training")
+  pretrain_SxT = train_SxT[cfg.data.max_train_sequences:] if cfg.data.max_train_sequences else train_SxT[:0]
   if cfg.data.max_train_sequences:
     train_SxT = train_SxT[:cfg.data.max_train_sequences]
   if len(train_SxT) < cfg.train.batch_size:
@@ -143,13 +145,56 @@ def prepare_data(cfg, run_dir, progress=True):
     print(f"data: {len(train_SxT)} training sequences of {T} tokens, {N} {cfg.canaries.kind}-case canaries, "
           f"vocabulary {vocab} ({time.perf_counter() - t0:.1f} s)")
   return RunData(np.concatenate([train_SxT, canaries_NxT]).astype(np.int32), len(train_SxT), canaries_NxT, keep_MxN,
-                 bos, vocab)
+                 bos, vocab, pretrain_SxT)
 
 
-def build_model(cfg, vocab_size):
+def build_model(cfg, data, run_dir, progress=True):
+  """The model every shadow copy starts as: a fresh LSTM, or a GPT-NeoX base checkpoint to fine-tune."""
   kwargs = dict(cfg.model)
   name = kwargs.pop("name")
-  return models.get_model(name, vocab_size=vocab_size, **kwargs)
+  if name != "gpt_neox":
+    return models.get_model(name, vocab_size=data.vocab_size, **kwargs)
+  from models import gpt_neox
+  base = cfg.model.base
+  if base == "pretrain":
+    base = pretrain_base(cfg, data, run_dir, progress)
+  module = gpt_neox.from_pretrained(base, dtype=cfg.model.dtype)
+  if module.config.vocab_size < data.vocab_size:
+    raise ValueError(f"model.base {cfg.model.base!r} embeds {module.config.vocab_size} token ids but the tokenizer "
+                     f"{cfg.tokenizer.name!r} has {data.vocab_size}; use the base model's own tokenizer")
+  return models.pretrained(name, module.config, module)
+
+
+def pretrain_base(cfg, data, run_dir, progress=True):
+  """Pretrain a small GPT-NeoX on the train-split sequences the shadows do not fine-tune on; save it as a
+  Hugging Face folder RUN_DIR/base_model (with the run's tokenizer.json) and return its path.
+
+  The offline stand-in for a Pythia checkpoint: it never sees the held-out split the average-case canaries come
+  from, nor the fine-tuning sequences. Done once; a resumed run reuses the folder (config.json is written last).
+  """
+  folder = os.path.join(run_dir, "base_model")
+  if os.path.exists(os.path.join(folder, "config.json")):
+    return folder
+  from models import gpt_neox
+  p = cfg.pretrain
+  sequences_SxT = data.pretrain_SxT[:p.max_sequences] if p.max_sequences else data.pretrain_SxT
+  if len(sequences_SxT) < p.batch_size:
+    raise ValueError(f"model.base='pretrain' needs at least pretrain.batch_size={p.batch_size} training sequences "
+                     f"beyond data.max_train_sequences={cfg.data.max_train_sequences}; the split has "
+                     f"{len(sequences_SxT)}. Lower data.max_train_sequences or use a checkpoint as model.base")
+  arch = dict(cfg.model.arch)
+  model = models.get_model("gpt_neox", vocab_size=data.vocab_size, bos_token_id=data.bos_id,
+                           eos_token_id=data.bos_id, dtype=cfg.model.dtype, **arch)
+  tcfg = trainer.TrainConfig(p.epochs, p.batch_size, p.learning_rate, p.weight_decay, cfg.shadow.seed)
+  t0 = time.perf_counter()
+  state, loss = trainer.train_group(model, sequences_SxT, [np.arange(len(sequences_SxT))], [0], tcfg,
+                                    bos_id=data.bos_id, progress=progress)
+  module = nnx.merge(model.graphdef, jax.tree.map(lambda x: x[0], state))
+  gpt_neox.save_pretrained(module, folder, tokenizer_file=os.path.join(run_dir, "tokenizer.json"))
+  if progress:
+    print(f"base model: pretrained on {len(sequences_SxT)} sequences, last-epoch loss {float(loss[0]):.3f} "
+          f"({time.perf_counter() - t0:.1f} s); saved as a Hugging Face folder in {folder}")
+  return folder
 
 
 def groups_of(cfg, process_id=0, num_processes=1):
@@ -160,8 +205,17 @@ def groups_of(cfg, process_id=0, num_processes=1):
 
 
 def _group_paths(run_dir, g):
+  """Checkpoint folder and losses file of group g; the losses file is written last and marks the group done."""
   return (os.path.abspath(os.path.join(run_dir, "checkpoints", f"group_{g:04d}")),
           os.path.join(run_dir, "losses", f"group_{g:04d}.npy"))
+
+
+def _stat_path(losses_path, stat):
+  """mu / sigma of a group, beside its losses file."""
+  return losses_path[:-len(".npy")] + f"_{stat}.npy"
+
+
+STATS = ("mu", "sigma")  # per-token moments of ln p over the vocabulary, stored beside the losses
 
 
 def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True):
@@ -182,7 +236,10 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True)
     checkpointer.wait_until_finished()
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
   nnx.replace_by_pure_dict(state, params)
-  loss_GxNxT = trainer.canary_losses(model, state, data.canaries_NxT, bos_id=data.bos_id, mesh=mesh)
+  loss_GxNxT, *stats = trainer.canary_statistics(model, state, data.canaries_NxT, bos_id=data.bos_id,
+                                                 batch_size=cfg.train.get("eval_batch_size", 256), mesh=mesh)
+  for stat, array_GxNxT in zip(STATS, stats):
+    rundir.save_npy(_stat_path(losses_path, stat), array_GxNxT)
   rundir.save_npy(losses_path, loss_GxNxT)
   return loss_GxNxT
 
@@ -192,6 +249,10 @@ def assemble(cfg, run_dir):
   parts = [_group_paths(run_dir, g)[1] for g, _ in groups_of(cfg)]
   if not all(os.path.exists(p) for p in parts):
     return False
+  for stat in STATS:
+    stat_parts = [_stat_path(p, stat) for p in parts]
+    if all(os.path.exists(p) for p in stat_parts):
+      rundir.save_npy(os.path.join(run_dir, f"{stat}.npy"), np.concatenate([np.load(p) for p in stat_parts]))
   loss_MxNxT = np.concatenate([np.load(p) for p in parts])
   rundir.save_npy(os.path.join(run_dir, "losses.npy"), loss_MxNxT)
   return True
@@ -203,7 +264,7 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   os.makedirs(run_dir, exist_ok=True)
   check_config(cfg, run_dir)
   data = prepare_data(cfg, run_dir, progress)
-  model = build_model(cfg, data.vocab_size)
+  model = build_model(cfg, data, run_dir, progress)
   todo = [(g, ids) for g, ids in groups_of(cfg, process_id, num_processes)
           if not os.path.exists(_group_paths(run_dir, g)[1])]
   done = len(groups_of(cfg, process_id, num_processes)) - len(todo)

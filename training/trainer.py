@@ -14,6 +14,8 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
+from training import extract
+
 
 @dataclasses.dataclass(frozen=True)
 class TrainConfig:
@@ -35,9 +37,7 @@ def model_key(seed, model_id):
 
 def token_losses(model, params, tokens_BxT, bos_id):
   """Per-token loss -ln p(x_t | BOS, x_<t) for every position t of tokens_BxT (all T positions scored)."""
-  bos_Bx1 = jnp.full((tokens_BxT.shape[0], 1), bos_id, tokens_BxT.dtype)
-  inputs_BxT = jnp.concatenate([bos_Bx1, tokens_BxT[:, :-1]], axis=1)
-  logits_BxTxV = model.apply(params, inputs_BxT)
+  logits_BxTxV = model.apply(params, extract.with_bos(tokens_BxT, bos_id))
   logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
   return -jnp.take_along_axis(logp_BxTxV, tokens_BxT[..., None], axis=-1)[..., 0]
 
@@ -85,11 +85,13 @@ def make_step(model, learning_rate, weight_decay, bos_id):
 
 
 def init_stack(model, keys):
-  """Parameters of one model per key, stacked on a leading axis.
+  """Parameters of one model per key, stacked on a leading axis (copies of the base params when fine-tuning).
 
   lax.map rather than vmap: a vmapped orthogonal initialiser becomes one batched LAPACK QR, which
   deadlocks jaxlib's CPU thread pool for batches of 8 or more on small machines.
   """
+  if model.pretrained is not None:
+    return jax.tree.map(lambda x: jnp.broadcast_to(x, (len(keys),) + x.shape), model.pretrained)
   return _init_fn(model)(keys)
 
 
@@ -104,17 +106,45 @@ def _opt_init_fn(learning_rate, weight_decay):
 
 
 @functools.lru_cache(maxsize=16)
-def _losses_fn(model, bos_id):
-  return jax.jit(jax.vmap(lambda p, t: token_losses(model, p, t, bos_id), in_axes=(0, None)))
+def _stats_fn(model, bos_id):
+  def stats(params, tokens_BxT):
+    return extract.sequence_statistics(lambda x, m: model.apply(params, x, m), tokens_BxT, bos_id=bos_id)
+  return jax.jit(jax.vmap(stats, in_axes=(0, None)))
 
 
-def model_sharding(mesh):
-  """Shard the leading model axis over the mesh's "models" axis (None: no sharding)."""
-  return None if mesh is None else NamedSharding(mesh, PartitionSpec("models"))
+def fsdp_spec(shape, num_devices):
+  """PartitionSpec of a stacked [G, ...] array: its largest non-model dimension divisible by the device count is
+  split over the "fsdp" axis (FSDP / ZeRO-3 style); arrays with no such dimension (scalars, small biases) are
+  replicated."""
+  dims = [d for d in range(1, len(shape)) if shape[d] % num_devices == 0 and shape[d] >= num_devices]
+  if not dims:
+    return PartitionSpec()
+  split = max(dims, key=lambda d: shape[d])
+  return PartitionSpec(*[("fsdp" if d == split else None) for d in range(len(shape))])
 
 
-def _put(tree, sharding):
-  return tree if sharding is None else jax.device_put(tree, sharding)
+def shardings(mesh, tree, batch_axis=None):
+  """Shardings for `tree` on `mesh`: None (one device); a "models" mesh shards the model axis of every leaf; an
+  "fsdp" mesh splits each model's parameters and optimiser moments by `fsdp_spec`, or, with `batch_axis`, the
+  batch dimension of the data (data parallelism within each model)."""
+  if mesh is None:
+    return None
+  if "models" in mesh.axis_names:  # data without a model axis (batch_axis 0) is replicated
+    spec = PartitionSpec() if batch_axis == 0 else PartitionSpec("models")
+    return jax.tree.map(lambda _: NamedSharding(mesh, spec), tree)
+  n = mesh.shape["fsdp"]
+
+  def one(x):
+    if batch_axis is not None:
+      ok = x.shape[batch_axis] % n == 0
+      return NamedSharding(mesh, PartitionSpec(*([None] * batch_axis + ["fsdp"])) if ok else PartitionSpec())
+    return NamedSharding(mesh, fsdp_spec(x.shape, n))
+
+  return jax.tree.map(one, tree)
+
+
+def _put(tree, mesh, batch_axis=None):
+  return tree if mesh is None else jax.device_put(tree, shardings(mesh, tree, batch_axis))
 
 
 def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, length=None, mesh=None,
@@ -125,13 +155,12 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, 
   of each model in its last epoch. Raises TrainingDiverged naming the model whose loss is not finite.
   """
   G = len(model_ids)
-  if mesh is not None and G % mesh.size:
+  if mesh is not None and "models" in mesh.axis_names and G % mesh.size:
     raise ValueError(f"group size {G} must be a multiple of the {mesh.size} devices the model axis is sharded over")
   length = length or max(len(ids) for ids in example_ids)
-  sharding = model_sharding(mesh)
   keys = jnp.stack([model_key(config.seed, m) for m in model_ids])
-  params = _put(init_stack(model, keys), sharding)
-  opt_state = _put(_opt_init_fn(config.learning_rate, config.weight_decay)(params), sharding)
+  params = _put(init_stack(model, keys), mesh)
+  opt_state = _put(_opt_init_fn(config.learning_rate, config.weight_decay)(params), mesh)
   step = make_step(model, config.learning_rate, config.weight_decay, bos_id)
   examples_ExT = np.asarray(examples_ExT)
   steps = -(-length // config.batch_size)
@@ -145,7 +174,7 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, 
       slot_GxB = slots_GxSxB[:, s]
       tokens_GxBxT = examples_ExT[np.maximum(slot_GxB, 0)]
       weight_GxB = (slot_GxB >= 0).astype(np.float32)
-      params, opt_state, loss_G = step(params, opt_state, _put(tokens_GxBxT, sharding), _put(weight_GxB, sharding))
+      params, opt_state, loss_G = step(params, opt_state, _put(tokens_GxBxT, mesh, 1), _put(weight_GxB, mesh, 1))
       if losses:  # one step in flight at most: the bar shows finished steps, not queued ones
         jax.block_until_ready(losses[-1])
       losses.append(loss_G)
@@ -161,11 +190,18 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, 
   return jax.device_get(params), epoch_loss_G
 
 
+def canary_statistics(model, params, canaries_NxT, *, bos_id, batch_size=256, mesh=None):
+  """Per-token (loss, mu, sigma) of every canary on every stacked model, each [G, N, T] float32.
+
+  loss = -ln p(x_t | BOS, x_<t); mu and sigma are the mean and std of ln p over the vocabulary at that position.
+  """
+  fn = _stats_fn(model, bos_id)
+  params = _put(params, mesh)
+  parts = [jax.device_get(fn(params, _put(jnp.asarray(canaries_NxT[i:i + batch_size]), mesh, 0)))
+           for i in range(0, len(canaries_NxT), batch_size)]
+  return tuple(np.concatenate([p[k] for p in parts], axis=1).astype(np.float32) for k in range(3))
+
+
 def canary_losses(model, params, canaries_NxT, *, bos_id, batch_size=256, mesh=None):
   """Per-token losses of every canary on every stacked model: loss_GxNxT float32."""
-  sharding = model_sharding(mesh)
-  params = _put(params, sharding)
-  fn = _losses_fn(model, bos_id)
-  out = [jax.device_get(fn(params, jnp.asarray(canaries_NxT[i:i + batch_size])))
-         for i in range(0, len(canaries_NxT), batch_size)]
-  return np.concatenate(out, axis=1).astype(np.float32)
+  return canary_statistics(model, params, canaries_NxT, bos_id=bos_id, batch_size=batch_size, mesh=mesh)[0]

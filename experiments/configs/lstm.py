@@ -10,6 +10,9 @@ import ml_collections
 
 
 def get_config(arg="cpu"):
+  if arg in ("pythia", "pythia_tiny"):  # the GPT-NeoX shadow configs live in pythia.py; accept their names here too
+    from experiments.configs import pythia
+    return pythia.get_config(arg)
   c = ml_collections.ConfigDict()
   # CPU default: the paper's architecture, smaller (vocab 512, hidden 128, T=32) and 32 models so the whole
   # command takes minutes on 2 cores; smaller batches with a higher learning rate give the few thousand
@@ -36,5 +39,5 @@ def get_config(arg="cpu"):
     c.model.update(embed_dim=16, hidden_dim=32)
     c.train.update(epochs=2, batch_size=16)
   elif arg != "cpu":
-    raise ValueError(f"unknown LSTM config {arg!r}: use cpu (default), paper or tiny")
+    raise ValueError(f"unknown LSTM config {arg!r}: use cpu (default), paper or tiny (or pythia, pythia_tiny)")
   return c

@@ -1,0 +1,44 @@
+"""Fine-tuned GPT-NeoX (Pythia) shadow models (Rossi et al. 2025, Sec. 4.1, Table I).
+
+--config=experiments/configs/pythia.py:pythia        the paper: Pythia-1b (deduped) from the hub, PersonaChat, GPU/TPU
+--config=experiments/configs/pythia.py:pythia_tiny   CPU default (minutes): a small GPT-NeoX that the run pretrains
+                                                     on the corpus first, saved as a Hugging Face folder
+--config=experiments/configs/pythia.py:tiny          seconds, for tests
+model.base is a Hugging Face folder, a hub id, or "pretrain" (pretrain model.arch on the train-split sequences
+that fine-tuning does not use, into RUN_DIR/base_model).
+"""
+
+import ml_collections
+
+
+def get_config(arg="pythia_tiny"):
+  c = ml_collections.ConfigDict()
+  # CPU default: the corpus is split into a pretraining part and 1,000 fine-tuning sequences (+ IN canaries).
+  c.data = dict(corpus="chitchat", hub_id="bavard/personachat_truecased", heldout_fraction=0.1, seq_len=32,
+                max_train_sequences=1000)
+  c.tokenizer = dict(name="bpe", vocab_size=512)
+  c.canaries = dict(kind="worst", num_canaries=1000)
+  c.shadow = dict(num_models=32, group_size=2, seed=0)
+  c.model = dict(name="gpt_neox", base="pretrain", dtype="float32",
+                 arch=dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
+                           rotary_pct=0.25, max_position_embeddings=256))
+  c.pretrain = dict(epochs=1, batch_size=32, learning_rate=3e-3, weight_decay=0.01, max_sequences=20_000)
+  c.train = dict(epochs=4, batch_size=16, learning_rate=1e-3, weight_decay=1e-4, eval_batch_size=256)
+  if arg == "pythia":  # Table I: 7 epochs, lr 1e-4, weight decay 1e-4, batch 16, T = 128, AdamW, 64 models
+    c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)
+    c.tokenizer.update(name="EleutherAI/pythia-1b-deduped")
+    c.canaries.update(num_canaries=10_000)
+    c.shadow.update(num_models=64, group_size=1)  # run with --shard_params on a multi-GPU host (README)
+    c.model.update(base="EleutherAI/pythia-1b-deduped")
+    c.train.update(epochs=7, batch_size=16, learning_rate=1e-4, weight_decay=1e-4, eval_batch_size=16)
+  elif arg == "tiny":
+    c.data.update(seq_len=12, max_train_sequences=64)
+    c.tokenizer.update(vocab_size=300)
+    c.canaries.update(num_canaries=16)
+    c.shadow.update(num_models=6, group_size=3)
+    c.model.arch.update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
+    c.pretrain.update(epochs=1, batch_size=16, max_sequences=128)
+    c.train.update(epochs=2, batch_size=16, learning_rate=3e-3)
+  elif arg != "pythia_tiny":
+    raise ValueError(f"unknown Pythia config {arg!r}: use pythia_tiny (default), pythia or tiny")
+  return c

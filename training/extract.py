@@ -1,0 +1,56 @@
+"""Per-token statistics of a causal LM: loss, and mean / std of log-probabilities over the vocabulary.
+
+mu_i = sum_v p_v ln p_v and sigma_i^2 = sum_v p_v (ln p_v - mu_i)^2 at each position (Min-K%++, Zhang et al. 2024;
+../shared/reference.md), so the pretraining-data attacks can be recomputed from stored arrays without the model.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+
+def token_statistics(logits_BxTxV, targets_BxT):
+  """(loss, mu, sigma), each [B, T] float32: -ln p(target), and the moments of ln p under p, from float32 logits."""
+  logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
+  loss_BxT = -jnp.take_along_axis(logp_BxTxV, targets_BxT[..., None], axis=-1)[..., 0]
+  p_BxTxV = jnp.exp(logp_BxTxV)
+  mu_BxT = jnp.sum(p_BxTxV * logp_BxTxV, axis=-1)
+  var_BxT = jnp.sum(p_BxTxV * jnp.square(logp_BxTxV - mu_BxT[..., None]), axis=-1)
+  return loss_BxT, mu_BxT, jnp.sqrt(jnp.maximum(var_BxT, 0.0))
+
+
+def with_bos(tokens_BxT, bos_id):
+  """Inputs that predict every token of tokens_BxT: BOS, then tokens_BxT without its last token."""
+  bos_Bx1 = jnp.full((tokens_BxT.shape[0], 1), bos_id, tokens_BxT.dtype)
+  return jnp.concatenate([bos_Bx1, tokens_BxT[:, :-1]], axis=1)
+
+
+def sequence_statistics(apply_fn, tokens_BxT, mask_BxT=None, bos_id=None):
+  """(loss, mu, sigma) [B, T] for a batch of sequences under `apply_fn(inputs_BxT, mask_BxT) -> logits_BxTxV`.
+
+  With `bos_id`, a BOS token is prepended and all T positions are scored (the shadow-model convention). Without
+  it, position t >= 1 is scored from tokens < t and position 0, which nothing predicts, is NaN (the
+  pretraining-data convention: the first token is never scored). Padded positions (mask 0) are NaN too.
+  """
+  tokens_BxT = jnp.asarray(tokens_BxT)
+  if bos_id is not None:
+    inputs_BxT = with_bos(tokens_BxT, bos_id)
+    in_mask_BxT = None if mask_BxT is None else jnp.concatenate(
+        [jnp.ones_like(mask_BxT[:, :1]), mask_BxT[:, :-1]], axis=1)
+    stats = token_statistics(apply_fn(inputs_BxT, in_mask_BxT), tokens_BxT)
+    scored_BxT = jnp.ones(tokens_BxT.shape, bool)
+  else:
+    logits_BxTxV = apply_fn(tokens_BxT, mask_BxT)
+    shifted = token_statistics(logits_BxTxV[:, :-1], tokens_BxT[:, 1:])
+    stats = tuple(jnp.pad(s, ((0, 0), (1, 0))) for s in shifted)
+    scored_BxT = jnp.arange(tokens_BxT.shape[1])[None] >= 1
+  if mask_BxT is not None:
+    scored_BxT = scored_BxT & (jnp.asarray(mask_BxT) > 0)
+  return tuple(jnp.where(scored_BxT, s, jnp.nan) for s in stats)
+
+
+def batched(fn, arrays, batch_size):
+  """Apply `fn(*batch) -> tuple of [B, ...] arrays` over the leading axis in chunks; concatenated numpy float32."""
+  n = len(arrays[0])
+  parts = [jax.device_get(fn(*(a[i:i + batch_size] for a in arrays))) for i in range(0, n, batch_size)]
+  return tuple(np.concatenate([p[k] for p in parts]).astype(np.float32) for k in range(len(parts[0])))
