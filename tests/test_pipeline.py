@@ -204,3 +204,131 @@ def test_train_shadows_cli_runs_end_to_end_and_prints_the_table(tmp_path):
   proc = subprocess.run(cmd + ["--noevaluate"], cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")), before)
+
+
+# ---------------------------------------------------------------- fine-tuned GPT-NeoX (pythia configs)
+
+
+def pythia_cfg(**overrides):
+  from experiments.configs import pythia as pythia_configs
+  cfg = pythia_configs.get_config("tiny")
+  for key, value in overrides.items():
+    section, field = key.split("__")
+    cfg[section][field] = value
+  return cfg
+
+
+@pytest.fixture(scope="module")
+def pythia_run(tmp_path_factory, small_corpus):
+  mp = pytest.MonkeyPatch()
+  mp.setattr(pipeline, "_corpus", lambda cfg: small_corpus)
+  run_dir = str(tmp_path_factory.mktemp("pythia"))
+  assert pipeline.run(pythia_cfg(), run_dir, progress=False)
+  mp.undo()
+  return run_dir
+
+
+def test_pythia_run_pretrains_a_base_then_fine_tunes_copies_of_it(pythia_run):
+  from models import gpt_neox
+  cfg = pythia_cfg()
+  M, N, T = cfg.shadow.num_models, cfg.canaries.num_canaries, cfg.data.seq_len
+  base = os.path.join(pythia_run, "base_model")
+  assert sorted(os.listdir(base)) == ["config.json", "model.safetensors", "tokenizer.json"]
+  base_model = gpt_neox.from_pretrained(base)
+  assert base_model.config.hidden_size == cfg.model.arch.hidden_size
+  run = rundir.load_run(pythia_run)
+  assert run.loss_MxNxT.shape == (M, N, T)
+  mu_MxNxT, sigma_MxNxT = (np.load(os.path.join(pythia_run, f"{s}.npy")) for s in ("mu", "sigma"))
+  assert mu_MxNxT.shape == sigma_MxNxT.shape == (M, N, T) and mu_MxNxT.dtype == np.float32
+  assert (mu_MxNxT <= 0).all() and (sigma_MxNxT >= 0).all()
+  # The stored statistics are those of the checkpointed copy: restore model 4 and recompute.
+  import jax
+  import orbax.checkpoint as ocp
+  from flax import nnx
+  from training import extract
+  data = pipeline.prepare_data(cfg, pythia_run, progress=False)
+  model = pipeline.build_model(cfg, data, pythia_run, progress=False)
+  params = ocp.StandardCheckpointer().restore(os.path.abspath(os.path.join(pythia_run, "checkpoints", "group_0001")))
+  state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 3)))
+  nnx.replace_by_pure_dict(state, params)
+  one = jax.tree.map(lambda x: x[1], state)
+  canaries_NxT = np.load(os.path.join(pythia_run, "canaries.npy"))
+  loss, mu, sigma = extract.sequence_statistics(lambda x, m: model.apply(one, x, m), canaries_NxT, bos_id=data.bos_id)
+  for ours, stored in zip((loss, mu, sigma), (run.loss_MxNxT[4], mu_MxNxT[4], sigma_MxNxT[4])):
+    np.testing.assert_allclose(stored, ours, rtol=1e-5, atol=1e-5)
+  # fine-tuning moved the copy away from the base
+  base_params = nnx.state(base_model, nnx.Param)
+  assert not np.allclose(one["embed_in"]["embedding"], base_params["embed_in"]["embedding"])
+
+
+def test_pythia_run_resumes_without_pretraining_again(tmp_path, monkeypatch, pythia_run):
+  import shutil
+  run_dir = str(tmp_path / "run")
+  shutil.copytree(pythia_run, run_dir)
+  os.remove(os.path.join(run_dir, "losses", "group_0001.npy"))
+  os.remove(os.path.join(run_dir, "losses.npy"))
+  monkeypatch.setattr(pipeline, "pretrain_base", lambda *a, **k: pytest.fail("pretrained again"))
+  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("retrained a checkpointed group"))
+  assert pipeline.run(pythia_cfg(), run_dir, progress=False)
+  np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")),
+                                np.load(os.path.join(pythia_run, "losses.npy")))
+
+
+def test_a_base_checkpoint_smaller_than_the_vocabulary_is_refused(tmp_path, pythia_run, monkeypatch):
+  from models import gpt_neox
+  small = gpt_neox.GPTNeoXForCausalLM(gpt_neox.GPTNeoXConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
+                                                             num_attention_heads=2, intermediate_size=32),
+                                      rngs=__import__("flax").nnx.Rngs(0))
+  gpt_neox.save_pretrained(small, tmp_path / "small")
+  cfg = pythia_cfg()
+  cfg.model.base = str(tmp_path / "small")
+  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("training started"))
+  with pytest.raises(ValueError, match=r"model.base .*small.* embeds 50 token ids but the tokenizer 'bpe' has 300"):
+    pipeline.run(cfg, str(tmp_path / "run"), progress=False)
+
+
+def test_pythia_base_folder_loads_in_transformers_with_the_same_logits(pythia_run):
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  from models import gpt_neox
+  import jax.numpy as jnp
+  base = os.path.join(pythia_run, "base_model")
+  hf = transformers.GPTNeoXForCausalLM.from_pretrained(base, attn_implementation="eager").eval()
+  tokens_BxT = np.load(os.path.join(pythia_run, "canaries.npy"))[:4]
+  with torch.no_grad():
+    theirs = hf(torch.from_numpy(tokens_BxT.astype(np.int64))).logits.numpy()
+  ours = np.asarray(gpt_neox.from_pretrained(base)(jnp.asarray(tokens_BxT)))
+  np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+
+
+def test_extract_tokens_cli_on_the_base_checkpoint(tmp_path, pythia_run):
+  """lp, mu, sigma of padded texts equal each text scored alone; and transformers' log-probs where torch exists."""
+  import jax.numpy as jnp
+  from models import gpt_neox
+  from training import extract
+  base = os.path.join(pythia_run, "base_model")
+  texts = ["hi there, how are you doing today?", "fine", "I like to go hiking with my dog on weekends."]
+  (tmp_path / "t.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in texts) + "\n")
+  out = tmp_path / "out"
+  cmd = [sys.executable, "-m", "experiments.extract_tokens", f"--model={base}", f"--texts={tmp_path / 't.jsonl'}",
+         f"--out_dir={out}", "--batch_size=2"]
+  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  ids_BxT, mask_BxT, lp, mu, sigma = (np.load(out / f"{n}.npy") for n in ("token_ids", "mask", "lp", "mu", "sigma"))
+  assert json.loads((out / "texts.json").read_text())["texts"] == texts
+  assert np.isnan(lp[:, 0]).all() and np.isnan(lp[~mask_BxT]).all()
+  module = gpt_neox.from_pretrained(base)
+  for b in range(3):
+    n = int(mask_BxT[b].sum())
+    alone = [np.asarray(s)[0] for s in extract.sequence_statistics(
+        lambda x, m: module(x, attention_mask=m), jnp.asarray(ids_BxT[b:b + 1, :n]))]
+    for ours, ref in zip((-lp[b, 1:n], mu[b, 1:n], sigma[b, 1:n]), alone):
+      np.testing.assert_allclose(ours, ref[1:], rtol=1e-4, atol=1e-5)
+  torch = pytest.importorskip("torch")
+  transformers = pytest.importorskip("transformers")
+  hf = transformers.GPTNeoXForCausalLM.from_pretrained(base, attn_implementation="eager").eval()
+  with torch.no_grad():
+    logp = torch.log_softmax(hf(torch.from_numpy(ids_BxT.astype(np.int64)),
+                                attention_mask=torch.from_numpy(mask_BxT.astype(np.int64))).logits, -1).numpy()
+  hf_lp = np.take_along_axis(logp[:, :-1], ids_BxT[:, 1:, None], -1)[..., 0]
+  np.testing.assert_allclose(lp[:, 1:][mask_BxT[:, 1:]], hf_lp[mask_BxT[:, 1:]], rtol=1e-4, atol=1e-4)

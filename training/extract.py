@@ -54,3 +54,32 @@ def batched(fn, arrays, batch_size):
   n = len(arrays[0])
   parts = [jax.device_get(fn(*(a[i:i + batch_size] for a in arrays))) for i in range(0, n, batch_size)]
   return tuple(np.concatenate([p[k] for p in parts]).astype(np.float32) for k in range(len(parts[0])))
+
+
+def encode_batch(tokenizer, texts, max_length):
+  """Right-padded token ids [B, T] int32 and mask [B, T] bool of the texts (truncated to max_length tokens)."""
+  encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+  if empty := [i for i, e in enumerate(encodings) if not e.ids]:
+    raise ValueError(f"texts {empty[:10]} encode to no tokens")
+  T = min(max_length, max(len(e.ids) for e in encodings))
+  ids_BxT = np.zeros((len(encodings), T), np.int32)
+  mask_BxT = np.zeros((len(encodings), T), bool)
+  for b, e in enumerate(encodings):
+    n = min(T, len(e.ids))
+    ids_BxT[b, :n], mask_BxT[b, :n] = e.ids[:n], True
+  return ids_BxT, mask_BxT
+
+
+def causal_lm_statistics(module, tokens_BxT, mask_BxT, batch_size=16):
+  """(lp, mu, sigma) [B, T] float32 of an NNX causal LM on token ids: lp = ln p(t_i | t_<i); position 0 and
+  padding are NaN (the pretraining-data attacks' convention, ../shared/reference.md)."""
+  from flax import nnx
+  graphdef, state = nnx.split(module)
+
+  @jax.jit
+  def stats(tokens, mask):
+    apply_fn = lambda x, m: nnx.merge(graphdef, state)(x, attention_mask=m)  # noqa: E731
+    loss, mu, sigma = sequence_statistics(apply_fn, tokens, mask)
+    return -loss, mu, sigma
+
+  return batched(stats, (np.asarray(tokens_BxT), np.asarray(mask_BxT)), batch_size)

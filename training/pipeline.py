@@ -157,7 +157,9 @@ def build_model(cfg, data, run_dir, progress=True):
   from models import gpt_neox
   base = cfg.model.base
   if base == "pretrain":
-    base = pretrain_base(cfg, data, run_dir, progress)
+    base = os.path.join(run_dir, "base_model")
+    if not os.path.exists(os.path.join(base, "config.json")):  # written last: the folder is complete
+      pretrain_base(cfg, data, base, os.path.join(run_dir, "tokenizer.json"), progress)
   module = gpt_neox.from_pretrained(base, dtype=cfg.model.dtype)
   if module.config.vocab_size < data.vocab_size:
     raise ValueError(f"model.base {cfg.model.base!r} embeds {module.config.vocab_size} token ids but the tokenizer "
@@ -165,16 +167,13 @@ def build_model(cfg, data, run_dir, progress=True):
   return models.pretrained(name, module.config, module)
 
 
-def pretrain_base(cfg, data, run_dir, progress=True):
+def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
   """Pretrain a small GPT-NeoX on the train-split sequences the shadows do not fine-tune on; save it as a
-  Hugging Face folder RUN_DIR/base_model (with the run's tokenizer.json) and return its path.
+  Hugging Face folder (with the run's tokenizer.json).
 
   The offline stand-in for a Pythia checkpoint: it never sees the held-out split the average-case canaries come
-  from, nor the fine-tuning sequences. Done once; a resumed run reuses the folder (config.json is written last).
+  from, nor the fine-tuning sequences.
   """
-  folder = os.path.join(run_dir, "base_model")
-  if os.path.exists(os.path.join(folder, "config.json")):
-    return folder
   from models import gpt_neox
   p = cfg.pretrain
   sequences_SxT = data.pretrain_SxT[:p.max_sequences] if p.max_sequences else data.pretrain_SxT
@@ -190,11 +189,10 @@ def pretrain_base(cfg, data, run_dir, progress=True):
   state, loss = trainer.train_group(model, sequences_SxT, [np.arange(len(sequences_SxT))], [0], tcfg,
                                     bos_id=data.bos_id, progress=progress)
   module = nnx.merge(model.graphdef, jax.tree.map(lambda x: x[0], state))
-  gpt_neox.save_pretrained(module, folder, tokenizer_file=os.path.join(run_dir, "tokenizer.json"))
+  gpt_neox.save_pretrained(module, folder, tokenizer_file=tokenizer_file)
   if progress:
     print(f"base model: pretrained on {len(sequences_SxT)} sequences, last-epoch loss {float(loss[0]):.3f} "
           f"({time.perf_counter() - t0:.1f} s); saved as a Hugging Face folder in {folder}")
-  return folder
 
 
 def groups_of(cfg, process_id=0, num_processes=1):

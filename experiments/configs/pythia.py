@@ -28,7 +28,7 @@ def get_config(arg="pythia_tiny"):
     c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)
     c.tokenizer.update(name="EleutherAI/pythia-1b-deduped")
     c.canaries.update(num_canaries=10_000)
-    c.shadow.update(num_models=64, group_size=1)  # run with --shard_params on a multi-GPU host (README)
+    c.shadow.update(num_models=64, group_size=2)  # ~44 GB on one GPU in float32; see the README for FSDP
     c.model.update(base="EleutherAI/pythia-1b-deduped")
     c.train.update(epochs=7, batch_size=16, learning_rate=1e-4, weight_decay=1e-4, eval_batch_size=16)
   elif arg == "tiny":
