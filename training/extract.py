@@ -10,13 +10,21 @@ import numpy as np
 
 
 def token_statistics(logits_BxTxV, targets_BxT):
-  """(loss, mu, sigma), each [B, T] float32: -ln p(target), and the moments of ln p under p, from float32 logits."""
-  logp_BxTxV = jax.nn.log_softmax(logits_BxTxV.astype(jnp.float32), axis=-1)
-  loss_BxT = -jnp.take_along_axis(logp_BxTxV, targets_BxT[..., None], axis=-1)[..., 0]
-  p_BxTxV = jnp.exp(logp_BxTxV)
-  mu_BxT = jnp.sum(p_BxTxV * logp_BxTxV, axis=-1)
-  var_BxT = jnp.sum(p_BxTxV * jnp.square(logp_BxTxV - mu_BxT[..., None]), axis=-1)
-  return loss_BxT, mu_BxT, jnp.sqrt(jnp.maximum(var_BxT, 0.0))
+  """(loss, mu, sigma), each [B, T] float32: -ln p(target), and the moments of ln p under p, from float32 logits.
+
+  With z = logits - max and e = exp(z), s = sum e: ln p = z - ln s, so mu = E_p[z] - ln s and sigma^2 =
+  E_p[(z - E_p[z])^2], where E_p[f] = sum(e f) / s. This never forms ln p or p over the vocabulary (measured
+  1.3x faster than log_softmax at V = 50,304; BENCHMARKS.md); the variance is two-pass, so no cancellation.
+  """
+  z_BxTxV = logits_BxTxV.astype(jnp.float32)
+  z_BxTxV = z_BxTxV - jax.lax.stop_gradient(jnp.max(z_BxTxV, axis=-1, keepdims=True))
+  e_BxTxV = jnp.exp(z_BxTxV)
+  s_BxT = jnp.sum(e_BxTxV, axis=-1)
+  log_s_BxT = jnp.log(s_BxT)
+  mean_z_BxT = jnp.sum(e_BxTxV * z_BxTxV, axis=-1) / s_BxT
+  var_BxT = jnp.sum(e_BxTxV * jnp.square(z_BxTxV - mean_z_BxT[..., None]), axis=-1) / s_BxT
+  loss_BxT = log_s_BxT - jnp.take_along_axis(z_BxTxV, targets_BxT[..., None], axis=-1)[..., 0]
+  return loss_BxT, mean_z_BxT - log_s_BxT, jnp.sqrt(var_BxT)
 
 
 def with_bos(tokens_BxT, bos_id):
