@@ -139,7 +139,11 @@ def load_hf_folder(path, revision=None, dtype="float32"):
   if not os.path.exists(path):
     if path.startswith(("/", ".", "~")) or path.count("/") > 1:
       raise FileNotFoundError(f"{path} does not exist (and is not a hub id like EleutherAI/pythia-70m)")
-    from huggingface_hub import snapshot_download  # only for hub ids
+    try:
+      from huggingface_hub import snapshot_download  # only for hub ids
+    except ImportError as e:
+      raise ImportError(f"{path} is not a local folder; downloading it as a hub id needs huggingface_hub: "
+                        'pip install -e ".[hf]"') from e
     path = snapshot_download(repo_id=path, revision=revision, allow_patterns=["*.json", "*.safetensors"])
     if not any(n.endswith(".safetensors") for n in os.listdir(path)):
       raise ValueError(f"hub repo at revision {revision} has no safetensors weights; {_PICKLE_REFUSAL}")

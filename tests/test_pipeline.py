@@ -58,6 +58,8 @@ def test_tiny_run_writes_the_run_folder_lira_reads(finished_run):
   assert canaries_NxT.max() < data_lib.vocab_size(tokenizer)
   assert not (canaries_NxT == data_lib.bos_id(tokenizer)).any()
   assert run.config["shadow"]["num_models"] == M and run.config["model"]["name"] == "lstm"
+  for stat in ("mu", "sigma"):  # per-token moments of ln p over the vocabulary, beside the losses
+    assert np.load(os.path.join(finished_run, f"{stat}.npy")).shape == (M, N, T)
   groups = -(-M // cfg.shadow.group_size)
   assert sorted(os.listdir(os.path.join(finished_run, "checkpoints"))) == [f"group_{g:04d}" for g in range(groups)]
   assert not [f for f in os.listdir(finished_run) if ".tmp" in f]
@@ -123,7 +125,8 @@ def test_a_killed_run_resumes_to_identical_arrays(tmp_path, monkeypatch, finishe
 def test_a_run_split_over_two_processes_equals_one_process(tmp_path, finished_run):
   run_dir = str(tmp_path / "run")
   assert not pipeline.run(tiny_cfg(), run_dir, process_id=1, num_processes=2, progress=False)
-  assert sorted(os.listdir(os.path.join(run_dir, "losses"))) == ["group_0001.npy"]
+  assert sorted(os.listdir(os.path.join(run_dir, "losses"))) == ["group_0001.npy", "group_0001_mu.npy",
+                                                                  "group_0001_sigma.npy"]
   assert pipeline.run(tiny_cfg(), run_dir, process_id=0, num_processes=2, progress=False)
   np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")),
                                 np.load(os.path.join(finished_run, "losses.npy")))
@@ -141,7 +144,8 @@ def test_a_diverging_group_names_the_model_and_keeps_finished_groups(tmp_path, m
   monkeypatch.setattr(trainer, "train_group", diverge_second_group)
   with pytest.raises(trainer.TrainingDiverged, match="model 3 has a non-finite training loss"):
     pipeline.run(tiny_cfg(), run_dir, progress=False)
-  assert os.listdir(os.path.join(run_dir, "losses")) == ["group_0000.npy"]
+  assert sorted(os.listdir(os.path.join(run_dir, "losses"))) == ["group_0000.npy", "group_0000_mu.npy",
+                                                                  "group_0000_sigma.npy"]
   assert os.listdir(os.path.join(run_dir, "checkpoints")) == ["group_0000"]
 
 
