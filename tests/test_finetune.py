@@ -7,7 +7,7 @@ from flax import nnx
 
 import models
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
-from training import canaries as canaries_lib
+from test_trainer import tiny_task
 from training import trainer
 
 VOCAB, T = 40, 8
@@ -22,12 +22,7 @@ def base_model(seed=0):
 
 
 def task(num_models, num_canaries=8, num_train=16, seed=0):
-  train_SxT = np.random.default_rng(seed + 1000).integers(1, VOCAB, (num_train, T))  # not the canaries' stream
-  canaries_NxT = canaries_lib.worst_case_canaries(num_canaries, T, VOCAB, seed)
-  keep_MxN = canaries_lib.keep_matrix(num_models, num_canaries, seed)
-  examples_ExT = np.concatenate([train_SxT, canaries_NxT]).astype(np.int32)
-  ids = [canaries_lib.training_indices(num_train, keep_MxN, m) for m in range(num_models)]
-  return examples_ExT, canaries_NxT, keep_MxN, ids
+  return tiny_task(num_models, num_train, num_canaries, seq_len=T, vocab=VOCAB, seed=seed)
 
 
 def test_every_copy_starts_from_the_base_checkpoint():

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.configs import lstm as lstm_configs
+from experiments.configs import pythia as pythia_configs
 from lira import rundir
 from training import data as data_lib
 from training import pipeline
@@ -27,22 +28,33 @@ def _use_small_corpus(monkeypatch, small_corpus):
   monkeypatch.setattr(pipeline, "_corpus", lambda cfg: small_corpus)
 
 
-def tiny_cfg(**overrides):
-  cfg = lstm_configs.get_config("tiny")
+def _override(cfg, overrides):
   for key, value in overrides.items():
     section, field = key.split("__")
     cfg[section][field] = value
   return cfg
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, small_corpus):
+def tiny_cfg(**overrides):
+  return _override(lstm_configs.get_config("tiny"), overrides)
+
+
+def pythia_cfg(**overrides):
+  return _override(pythia_configs.get_config("tiny"), overrides)
+
+
+def _finished(tmp_path_factory, small_corpus, cfg, name):
   mp = pytest.MonkeyPatch()
   mp.setattr(pipeline, "_corpus", lambda cfg: small_corpus)
-  run_dir = str(tmp_path_factory.mktemp("run"))
-  assert pipeline.run(tiny_cfg(), run_dir, progress=False)
+  run_dir = str(tmp_path_factory.mktemp(name))
+  assert pipeline.run(cfg, run_dir, progress=False)
   mp.undo()
   return run_dir
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, small_corpus):
+  return _finished(tmp_path_factory, small_corpus, tiny_cfg(), "run")
 
 
 def test_tiny_run_writes_the_run_folder_lira_reads(finished_run):
@@ -213,23 +225,9 @@ def test_train_shadows_cli_runs_end_to_end_and_prints_the_table(tmp_path):
 # ---------------------------------------------------------------- fine-tuned GPT-NeoX (pythia configs)
 
 
-def pythia_cfg(**overrides):
-  from experiments.configs import pythia as pythia_configs
-  cfg = pythia_configs.get_config("tiny")
-  for key, value in overrides.items():
-    section, field = key.split("__")
-    cfg[section][field] = value
-  return cfg
-
-
 @pytest.fixture(scope="module")
 def pythia_run(tmp_path_factory, small_corpus):
-  mp = pytest.MonkeyPatch()
-  mp.setattr(pipeline, "_corpus", lambda cfg: small_corpus)
-  run_dir = str(tmp_path_factory.mktemp("pythia"))
-  assert pipeline.run(pythia_cfg(), run_dir, progress=False)
-  mp.undo()
-  return run_dir
+  return _finished(tmp_path_factory, small_corpus, pythia_cfg(), "pythia")
 
 
 def test_pythia_run_pretrains_a_base_then_fine_tunes_copies_of_it(pythia_run):
