@@ -334,3 +334,15 @@ def test_extract_tokens_cli_on_the_base_checkpoint(tmp_path, pythia_run):
                                 attention_mask=torch.from_numpy(mask_BxT.astype(np.int64))).logits, -1).numpy()
   hf_lp = np.take_along_axis(logp[:, :-1], ids_BxT[:, 1:, None], -1)[..., 0]
   np.testing.assert_allclose(lp[:, 1:][mask_BxT[:, 1:]], hf_lp[mask_BxT[:, 1:]], rtol=1e-4, atol=1e-4)
+
+
+def test_pythia_configs_hold_table_one_and_are_reachable_from_lstm_py():
+  paper = pythia_configs.get_config("pythia")
+  assert (paper.train.epochs, paper.train.learning_rate, paper.train.weight_decay, paper.train.batch_size) == (
+      7, 1e-4, 1e-4, 16)  # Rossi et al. 2025, Table I
+  assert (paper.data.seq_len, paper.shadow.num_models, paper.canaries.num_canaries) == (128, 64, 10_000)
+  assert paper.model.base == paper.tokenizer.name == "EleutherAI/pythia-1b-deduped"
+  for arg in ("pythia", "pythia_tiny"):
+    assert lstm_configs.get_config(arg).to_dict() == pythia_configs.get_config(arg).to_dict()
+  with pytest.raises(ValueError, match="unknown Pythia config 'pythia-1b'"):
+    pythia_configs.get_config("pythia-1b")
