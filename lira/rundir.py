@@ -90,7 +90,12 @@ def save_json(path, obj):
 
 def save_text(path, text):
   """Write a text file atomically."""
-  _atomic(path, lambda f: f.write(text.encode()), "wb")
+  save_bytes(path, text.encode())
+
+
+def save_bytes(path, data):
+  """Write bytes atomically."""
+  _atomic(path, lambda f: f.write(data), "wb")
 
 
 def save_figure(path, fig):

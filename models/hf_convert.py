@@ -6,14 +6,13 @@ Only safetensors are read (numpy API, no torch): pickled `pytorch_model.bin` fil
 import json
 import os
 import re
-import shutil
-import tempfile
 
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 from safetensors import numpy as safetensors_numpy
 
+from lira import rundir
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
 
 # HF tensor name, NNX param path, HF shape in config letters (D hidden, F MLP width, V vocab), transpose.
@@ -152,19 +151,6 @@ def load_hf_folder(path, revision=None, dtype="float32"):
   return config, params_from_hf(config, _read_safetensors(path))
 
 
-def _replace_atomically(path, write):
-  """Call write(tmp_path) on a temporary name in path's folder, then rename it to path."""
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=f".{os.path.basename(path)}.tmp-")
-  os.close(fd)
-  try:
-    write(tmp)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
 def save_hf_folder(config, params, path, tokenizer_file=None):
   """Write config.json and model.safetensors that `GPTNeoXForCausalLM.from_pretrained(path)` loads.
 
@@ -172,12 +158,9 @@ def save_hf_folder(config, params, path, tokenizer_file=None):
   rename), and a stale sharded index with its shards is removed so that it cannot shadow the new weights.
   `tokenizer_file` (a tokenizer.json) is copied beside them.
   """
-  from safetensors.numpy import save_file
   path = os.path.abspath(path)
   tensors = params_to_hf(config, params)
-  os.makedirs(path, exist_ok=True)
-  _replace_atomically(os.path.join(path, "model.safetensors"),
-                      lambda tmp: save_file(tensors, tmp, metadata={"format": "pt"}))
+  rundir.save_bytes(os.path.join(path, "model.safetensors"), safetensors_numpy.save(tensors, metadata={"format": "pt"}))
   index = os.path.join(path, "model.safetensors.index.json")
   if os.path.exists(index):
     with open(index) as f:
@@ -187,9 +170,6 @@ def save_hf_folder(config, params, path, tokenizer_file=None):
       if os.path.exists(os.path.join(path, shard)):
         os.remove(os.path.join(path, shard))
   if tokenizer_file is not None:
-    _replace_atomically(os.path.join(path, "tokenizer.json"), lambda tmp: shutil.copyfile(tokenizer_file, tmp))
-
-  def write_config(tmp):
-    with open(tmp, "w") as f:
-      json.dump(config.to_hf_dict(), f, indent=2)
-  _replace_atomically(os.path.join(path, "config.json"), write_config)  # last: the folder is complete once it is new
+    with open(tokenizer_file, "rb") as f:
+      rundir.save_bytes(os.path.join(path, "tokenizer.json"), f.read())
+  rundir.save_json(os.path.join(path, "config.json"), config.to_hf_dict())  # last: the folder is complete now
