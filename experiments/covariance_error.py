@@ -12,6 +12,7 @@ from absl import flags
 import numpy as np
 import tqdm
 
+from experiments import cli
 from lira import cov_error
 from lira import rundir
 from lira import transforms
@@ -129,4 +130,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flag_as_required("run_dir")
-  app.run(main)
+  cli.run(main)

@@ -7,6 +7,7 @@ Writes results.json, results.md and roc.png (all variants, log-log) into DIR (or
 from absl import app
 from absl import flags
 
+from experiments import cli
 from lira import report
 from lira import transforms
 
@@ -35,4 +36,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

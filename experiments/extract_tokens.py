@@ -12,6 +12,9 @@ import os
 from absl import app
 from absl import flags
 
+from experiments import cli
+from lira.errors import InputError
+
 FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Hugging Face GPT-NeoX folder or hub id.")
 flags.DEFINE_string("tokenizer", None, "tokenizer.json, a folder holding one, or a hub id (default: --model's).")
@@ -32,7 +35,7 @@ def read_texts(path):
   for i, line in enumerate(lines):
     row = json.loads(line)
     if "text" not in row:
-      raise ValueError(f"{path}: row {i} has no 'text' field")
+      raise InputError(f"{path}: row {i} has no 'text' field")
     texts.append(row["text"])
   return texts
 
@@ -50,7 +53,7 @@ def main(argv):
   ids_BxT, mask_BxT = extract.encode_batch(tokenizer, texts, FLAGS.max_length)
   module = gpt_neox.from_pretrained(FLAGS.model, dtype=FLAGS.dtype)
   if ids_BxT.max() >= module.config.vocab_size:
-    raise ValueError(f"the tokenizer gives id {ids_BxT.max()} but {FLAGS.model} embeds {module.config.vocab_size}")
+    raise InputError(f"the tokenizer gives id {ids_BxT.max()} but {FLAGS.model} embeds {module.config.vocab_size}")
   lp, mu, sigma = extract.causal_lm_statistics(module, ids_BxT, mask_BxT, FLAGS.batch_size)
   os.makedirs(FLAGS.out_dir, exist_ok=True)
   for name, array in (("token_ids", ids_BxT), ("mask", mask_BxT), ("lp", lp), ("mu", mu), ("sigma", sigma)):
@@ -60,4 +63,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

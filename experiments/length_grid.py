@@ -9,6 +9,7 @@ import os
 from absl import app
 from absl import flags
 
+from experiments import cli
 from lira import evaluation
 from lira import plots
 from lira import rundir
@@ -52,4 +53,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -7,6 +7,7 @@ See lira/synthetic.py for the generating model.
 from absl import app
 from absl import flags
 
+from experiments import cli
 from lira import synthetic
 
 FLAGS = flags.FLAGS
@@ -32,4 +33,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

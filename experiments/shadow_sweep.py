@@ -10,6 +10,7 @@ from absl import app
 from absl import flags
 import numpy as np
 
+from experiments import cli
 from lira import evaluation
 from lira import plots
 from lira import rundir
@@ -58,4 +59,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -14,6 +14,7 @@ from absl import flags
 from absl import logging
 from ml_collections import config_flags
 
+from experiments import cli
 from lira import report
 from training import pipeline
 
@@ -67,4 +68,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  app.run(main)
+  cli.run(main)

@@ -5,6 +5,7 @@ from matplotlib.figure import Figure
 
 from lira import covariance
 from lira import transforms
+from lira.errors import InputError
 
 ESTIMATORS = ("univariate", "independent", "oas")
 MODES = ("classwise", "shared")
@@ -26,7 +27,7 @@ def select_canaries(keep_MxN, mask_NxT=None, max_canaries=1000, seed=0):
   if mask_NxT is not None:
     valid_N = np.asarray(mask_NxT, bool).all(axis=1)
     if not valid_N.any():
-      raise ValueError("no canary has all positions valid under mask_NxT; the covariance-error analysis needs "
+      raise InputError("no canary has all positions valid under mask_NxT; the covariance-error analysis needs "
                        "full-length canaries (same T for every canary)")
   index = np.flatnonzero(valid_N)
   if max_canaries is not None and index.size > max_canaries:
@@ -62,7 +63,7 @@ def estimate(scatter_NxTxT, n_N, estimator):
   if estimator == "oas":
     # oas_from_scatter(MLE, n) is exactly lira.covariance.oas on the same (centred) rows.
     return covariance.oas_from_scatter(cov_NxTxT, np.maximum(n_N, 1))[0]
-  raise ValueError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+  raise InputError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
 
 
 def _gold(stat_MxNxT, keep_MxN):
@@ -114,18 +115,18 @@ def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic
   keep_MxN = np.asarray(keep_MxN, bool)
   M = keep_MxN.shape[0]
   if np.shape(loss_MxNxT)[:2] != keep_MxN.shape:
-    raise ValueError(f"loss_MxNxT {np.shape(loss_MxNxT)} and keep_MxN {keep_MxN.shape} disagree on [M, N]")
+    raise InputError(f"loss_MxNxT {np.shape(loss_MxNxT)} and keep_MxN {keep_MxN.shape} disagree on [M, N]")
   counts = [int(m) for m in shadow_counts]
   bad = [m for m in counts if not 2 <= m <= M]
   if bad:
-    raise ValueError(f"shadow_counts must lie in [2, M={M}], got {bad}")
+    raise InputError(f"shadow_counts must lie in [2, M={M}], got {bad}")
   if draws < 1:
-    raise ValueError(f"draws must be >= 1, got {draws}")
+    raise InputError(f"draws must be >= 1, got {draws}")
   index_N = select_canaries(keep_MxN, mask_NxT, max_canaries, seed)
   keep_MxN = keep_MxN[:, index_N]
   n_in_N = keep_MxN.sum(axis=0)
   if (n_in_N < 2).any() or (M - n_in_N < 2).any():
-    raise ValueError("every analysed canary needs at least 2 IN and 2 OUT models for the gold standard")
+    raise InputError("every analysed canary needs at least 2 IN and 2 OUT models for the gold standard")
   stat_MxNxT = transforms.to_statistic(np.asarray(loss_MxNxT)[:, index_N], statistic)
   gold_in, gold_out = _gold(stat_MxNxT, keep_MxN)
 
@@ -191,7 +192,7 @@ def gold_covariance(loss_MxNxT, keep_MxN, canary, *, statistic="logit", mask_NxT
   """One canary's all-models MLE covariances (cov_in_TxT, cov_out_TxT), over its valid positions if a mask is given."""
   keep_M = np.asarray(keep_MxN, bool)[:, canary]
   if keep_M.sum() < 1 or (~keep_M).sum() < 1:
-    raise ValueError(f"canary {canary} needs at least one IN and one OUT model")
+    raise InputError(f"canary {canary} needs at least one IN and one OUT model")
   stat_MxT = transforms.to_statistic(np.asarray(loss_MxNxT)[:, canary], statistic)
   if mask_NxT is not None:
     stat_MxT = stat_MxT[:, np.asarray(mask_NxT, bool)[canary]]

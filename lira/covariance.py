@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from lira.errors import InputError
+
 # Variances below this (in squared statistic units) are raised to it, so that positions every
 # model predicts identically give finite densities instead of inf/NaN (reference.md).
 VAR_FLOOR = 1e-8
@@ -12,9 +14,9 @@ def _centered(x_BxSxT, assume_centered):
   if x_BxSxT.ndim == 2:
     x_BxSxT = x_BxSxT[None]
   if x_BxSxT.ndim != 3:
-    raise ValueError(f"expected samples shaped [B, S, T] or [S, T], got {x_BxSxT.shape}")
+    raise InputError(f"expected samples shaped [B, S, T] or [S, T], got {x_BxSxT.shape}")
   if x_BxSxT.shape[1] < 1:
-    raise ValueError("need at least one sample per batch element")
+    raise InputError("need at least one sample per batch element")
   if assume_centered:
     return x_BxSxT
   return x_BxSxT - x_BxSxT.mean(axis=1, keepdims=True)

@@ -6,6 +6,7 @@ from tqdm.auto import tqdm
 
 from lira import metrics
 from lira.loo import leave_one_out
+from lira.errors import InputError
 
 # Table II's rows: (name, covariance, shared).
 VARIANTS = (
@@ -28,7 +29,7 @@ def select_variants(names=None):
   for name in names:
     key = name.strip().lower()
     if key not in by_key:
-      raise ValueError(f"unknown variant {name!r}; choose from {sorted(k for k in by_key if '-' in k)}")
+      raise InputError(f"unknown variant {name!r}; choose from {sorted(k for k in by_key if '-' in k)}")
     out.append(by_key[key])
   return tuple(out)
 
@@ -69,7 +70,7 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=V
   M = keep_MxN.shape[0]
   counts = default_shadow_counts(M) if counts is None else sorted(counts)
   if min(counts) < 4 or max(counts) > M:
-    raise ValueError(f"shadow counts must lie in [4, M={M}], got {counts}")
+    raise InputError(f"shadow counts must lie in [4, M={M}], got {counts}")
   rng = np.random.default_rng(seed)
   jobs = [(m, d) for m in counts for d in range(1 if m == M else draws)]
   rows = []
@@ -101,7 +102,7 @@ def length_grid(loss_MxNxT, keep_MxN, *, lengths=None, strategies=("group", "min
   shortest = T if mask_NxT is None else int(np.asarray(mask_NxT, bool).sum(axis=1).min())
   lengths = [k for k in _powers_of_two(1, shortest) if k <= shortest] if lengths is None else sorted(lengths)
   if max(lengths) > shortest:
-    raise ValueError(f"reduced length {max(lengths)} exceeds the shortest canary ({shortest} scored positions)")
+    raise InputError(f"reduced length {max(lengths)} exceeds the shortest canary ({shortest} scored positions)")
   jobs = [(None, T, c) for c in covariances] + [(s, k, c) for s in strategies for k in lengths for c in covariances]
   rows = []
   for strategy, k, covariance in tqdm(jobs, desc="length grid", disable=not progress):

@@ -20,35 +20,36 @@ from tqdm.auto import tqdm
 from lira import gram
 from lira.covariance import VAR_FLOOR
 from lira.transforms import STATISTICS, member_sign, parse_reduction, reduce_length, to_statistic
+from lira.errors import InputError
 
 COVARIANCES = ("univariate", "independent", "oas")
 
 
 def _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_variance, statistic, reduction):
   if covariance not in COVARIANCES:
-    raise ValueError(f"covariance must be one of {COVARIANCES}, got {covariance!r}")
+    raise InputError(f"covariance must be one of {COVARIANCES}, got {covariance!r}")
   if statistic not in STATISTICS:
-    raise ValueError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+    raise InputError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
   if np.ndim(loss_MxNxT) != 3:
-    raise ValueError(f"losses must be shaped [M, N, T], got {np.shape(loss_MxNxT)}")
+    raise InputError(f"losses must be shaped [M, N, T], got {np.shape(loss_MxNxT)}")
   M, N, T = loss_MxNxT.shape
   if np.shape(keep_MxN) != (M, N):
-    raise ValueError(f"keep must be shaped [M, N] = {(M, N)}, got {np.shape(keep_MxN)}")
+    raise InputError(f"keep must be shaped [M, N] = {(M, N)}, got {np.shape(keep_MxN)}")
   if mask_NxT is not None and np.shape(mask_NxT) != (N, T):
-    raise ValueError(f"mask must be shaped [N, T] = {(N, T)}, got {np.shape(mask_NxT)}")
+    raise InputError(f"mask must be shaped [N, T] = {(N, T)}, got {np.shape(mask_NxT)}")
   if mask_NxT is not None and not np.asarray(mask_NxT, bool).any(axis=1).all():
     n = int(np.flatnonzero(~np.asarray(mask_NxT, bool).any(axis=1))[0])
-    raise ValueError(f"canary {n} has no scored position in the mask")
+    raise InputError(f"canary {n} has no scored position in the mask")
   kind, k = parse_reduction(reduction)
   if kind is not None:
     length_N = np.full(N, T) if mask_NxT is None else np.asarray(mask_NxT, bool).sum(axis=1)
     if (length_N < k).any():
       n = int(np.flatnonzero(length_N < k)[0])
-      raise ValueError(f"reduction {reduction!r} needs at least {k} scored positions, but canary {n} has {length_N[n]}")
+      raise InputError(f"reduction {reduction!r} needs at least {k} scored positions, but canary {n} has {length_N[n]}")
   if offline and shared:
-    raise ValueError("offline scoring uses OUT models only, so it cannot use a shared IN/OUT covariance")
+    raise InputError("offline scoring uses OUT models only, so it cannot use a shared IN/OUT covariance")
   if fix_variance and covariance == "oas":
-    raise ValueError("fix_variance (LiRA's global variance) applies to univariate and independent, not oas")
+    raise InputError("fix_variance (LiRA's global variance) applies to univariate and independent, not oas")
 
 
 def _check_counts(keep_MxN, shared, offline, canaries, on_undefined):
@@ -67,7 +68,7 @@ def _check_counts(keep_MxN, shared, offline, canaries, on_undefined):
     need = "at least 3 IN and 3 OUT models (2 left after removing a target)"
   if bad_N.any() and on_undefined == "raise":
     n = int(np.flatnonzero(bad_N)[0])
-    raise ValueError(
+    raise InputError(
         f"canary {canaries[n]} has {n_in_N[n]} IN and {n_out_N[n]} OUT models; leave-one-out needs {need} "
         f"({int(bad_N.sum())} canaries affected)")
   return bad_N
@@ -79,7 +80,7 @@ def _check_finite(loss_MxBxT, valid_BxT, canaries):
   if bad.any():
     m, b, t = (int(i[0]) for i in np.nonzero(bad))
     value = loss_MxBxT[m, b, t]
-    raise ValueError(
+    raise InputError(
         f"loss of model {m} on canary {canaries[b]} at position {t} is {value}; losses must be finite and >= 0 "
         f"at scored positions ({int(bad.sum())} such entries in this block; mask them out with mask.npy if "
         f"they are not meant to be scored)")

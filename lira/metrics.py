@@ -6,6 +6,8 @@ import math
 import numpy as np
 from sklearn import metrics as skm
 
+from lira.errors import InputError
+
 DEFAULT_FPRS = (0.01, 0.001, 0.0001)
 # Bootstrap replicates processed together; bounds memory to a few [chunk, pairs] int arrays.
 _CHUNK_ELEMENTS = 8_000_000
@@ -81,21 +83,21 @@ def check_pairs(scores_MxN, labels_MxN, valid_MxN=None):
   scores_MxN = np.atleast_2d(np.asarray(scores_MxN, dtype=np.float64))
   labels_MxN = np.atleast_2d(np.asarray(labels_MxN))
   if scores_MxN.ndim != 2 or scores_MxN.shape != labels_MxN.shape:
-    raise ValueError(f"scores {scores_MxN.shape} and labels {labels_MxN.shape} must both be [M, N]")
+    raise InputError(f"scores {scores_MxN.shape} and labels {labels_MxN.shape} must both be [M, N]")
   if labels_MxN.dtype != bool:
     if not np.isin(labels_MxN, (0, 1)).all():
-      raise ValueError("labels must be boolean (or 0/1): True = member")
+      raise InputError("labels must be boolean (or 0/1): True = member")
     labels_MxN = labels_MxN.astype(bool)
   if valid_MxN is None:
     valid_MxN = np.ones(scores_MxN.shape, dtype=bool)
   else:
     valid_MxN = np.atleast_2d(np.asarray(valid_MxN))
     if valid_MxN.dtype != bool or valid_MxN.shape != scores_MxN.shape:
-      raise ValueError(f"valid_MxN must be a boolean array shaped {scores_MxN.shape}")
+      raise InputError(f"valid_MxN must be a boolean array shaped {scores_MxN.shape}")
   bad_MxN = valid_MxN & ~np.isfinite(scores_MxN)
   if bad_MxN.any():
     m, n = (int(i) for i in np.argwhere(bad_MxN)[0])
-    raise ValueError(
+    raise InputError(
         f"non-finite score {scores_MxN[m, n]} for (model {m}, canary {n}) "
         f"({int(bad_MxN.sum())} such pairs); pass valid_MxN to exclude undefined pairs")
   return scores_MxN, labels_MxN, valid_MxN
@@ -252,7 +254,7 @@ def summarize(scores_MxN, labels_MxN, fprs=DEFAULT_FPRS, n_boot=200, level=0.95,
   score_P, label_P = scores_MxN[valid_MxN], labels_MxN[valid_MxN]
   n_pos, n_neg = int(label_P.sum()), int((~label_P).sum())
   if n_pos == 0 or n_neg == 0:
-    raise ValueError(f"need both members and non-members among valid pairs (got {n_pos} and {n_neg})")
+    raise InputError(f"need both members and non-members among valid pairs (got {n_pos} and {n_neg})")
   fpr_G, tpr_G, _ = roc(score_P, label_P)
   auc_value = auc(score_P, label_P)
   if n_boot > 0:

@@ -8,6 +8,7 @@ from lira import metrics
 from lira import plots
 from lira import rundir
 from lira import transforms
+from lira.errors import InputError
 
 
 def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", variants=None, offline=False,
@@ -20,7 +21,7 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   if fix_variance:
     chosen = tuple(v for v in chosen if v[1] != "oas")
   if not chosen:
-    raise ValueError("no variant left: offline needs class-wise variants, fix_variance needs univariate/independent")
+    raise InputError("no variant left: offline needs class-wise variants, fix_variance needs univariate/independent")
   run = rundir.load_run(run_dir)
   out_dir = out_dir or run_dir
   start = time.perf_counter()

@@ -9,6 +9,8 @@ import tempfile
 
 import numpy as np
 
+from lira.errors import InputError, MissingFileError
+
 
 @dataclasses.dataclass(frozen=True)
 class Run:
@@ -22,35 +24,35 @@ def _load_npy(path):
   try:
     return np.load(path, allow_pickle=False)
   except ValueError as e:
-    raise ValueError(f"{path}: cannot load without pickle ({e}); store plain numeric arrays") from e
+    raise InputError(f"{path}: cannot load without pickle ({e}); store plain numeric arrays") from e
 
 
 def load_run(run_dir, mmap=False):
   """Load losses.npy [M, N, T], keep.npy [M, N], optional mask.npy [N, T] and config.json; check shapes."""
   if not os.path.isdir(run_dir):
-    raise FileNotFoundError(f"run folder {run_dir!r} does not exist")
+    raise MissingFileError(f"run folder {run_dir!r} does not exist")
   paths = {k: os.path.join(run_dir, f"{k}.npy") for k in ("losses", "keep", "mask")}
   for k in ("losses", "keep"):
     if not os.path.exists(paths[k]):
-      raise FileNotFoundError(f"run folder {run_dir!r} has no {k}.npy (see README, 'Run folder layout')")
+      raise MissingFileError(f"run folder {run_dir!r} has no {k}.npy (see README, 'Run folder layout')")
   loss = np.load(paths["losses"], allow_pickle=False, mmap_mode="r" if mmap else None)
   if loss.ndim != 3:
-    raise ValueError(f"{paths['losses']}: expected per-token losses shaped [M, N, T], got {loss.shape}")
+    raise InputError(f"{paths['losses']}: expected per-token losses shaped [M, N, T], got {loss.shape}")
   if not np.issubdtype(loss.dtype, np.floating):
-    raise ValueError(f"{paths['losses']}: expected floating-point losses, got dtype {loss.dtype}")
+    raise InputError(f"{paths['losses']}: expected floating-point losses, got dtype {loss.dtype}")
   keep = _load_npy(paths["keep"])
   if keep.dtype != bool:
     if np.issubdtype(keep.dtype, np.integer) and np.isin(keep, (0, 1)).all():
       keep = keep.astype(bool)
     else:
-      raise ValueError(f"{paths['keep']}: expected a bool membership matrix, got dtype {keep.dtype}")
+      raise InputError(f"{paths['keep']}: expected a bool membership matrix, got dtype {keep.dtype}")
   if keep.shape != loss.shape[:2]:
-    raise ValueError(f"{paths['keep']}: shape {keep.shape} does not match losses.npy [M, N] = {loss.shape[:2]}")
+    raise InputError(f"{paths['keep']}: shape {keep.shape} does not match losses.npy [M, N] = {loss.shape[:2]}")
   mask = None
   if os.path.exists(paths["mask"]):
     mask = _load_npy(paths["mask"])
     if mask.shape != loss.shape[1:] or mask.dtype != bool:
-      raise ValueError(f"{paths['mask']}: expected bool [N, T] = {loss.shape[1:]}, got {mask.dtype} {mask.shape}")
+      raise InputError(f"{paths['mask']}: expected bool [N, T] = {loss.shape[1:]}, got {mask.dtype} {mask.shape}")
   config = {}
   cfg_path = os.path.join(run_dir, "config.json")
   if os.path.exists(cfg_path):
@@ -58,7 +60,7 @@ def load_run(run_dir, mmap=False):
       try:
         config = json.load(f)
       except json.JSONDecodeError as e:
-        raise ValueError(f"{cfg_path}: not valid JSON ({e})") from e
+        raise InputError(f"{cfg_path}: not valid JSON ({e})") from e
   return Run(loss, keep, mask, config)
 
 

@@ -13,12 +13,13 @@ lira.logit_scale(loss) recovers z.
 import numpy as np
 
 from lira import rundir
+from lira.errors import InputError
 
 
 def keep_matrix(num_models, num_canaries, seed):
   """Balanced membership as in the LiRA reference code: every canary IN for exactly M/2 models."""
   if num_models % 2:
-    raise ValueError(f"the number of models M must be even, got {num_models}")
+    raise InputError(f"the number of models M must be even, got {num_models}")
   rng = np.random.default_rng(seed)
   order_MxN = rng.uniform(size=(num_models, num_canaries)).argsort(0)
   return order_MxN < num_models // 2

@@ -2,6 +2,8 @@
 
 import numpy as np
 
+from lira.errors import InputError
+
 # A loss of exactly 0 (p rounded to 1 in float32) has an infinite logit; it is clipped to this.
 # float32 cannot resolve losses below ~1e-7 anyway, so the clip only caps the outlier.
 LOSS_FLOOR = 1e-12
@@ -21,7 +23,7 @@ def to_statistic(loss, statistic="logit"):
     return logit_scale(loss)
   if statistic == "loss":
     return np.asarray(loss, dtype=np.float64)
-  raise ValueError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+  raise InputError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
 
 
 def member_sign(statistic):
@@ -35,7 +37,7 @@ def parse_reduction(reduction):
     return None, None
   kind, sep, k = str(reduction).partition(":")
   if kind not in ("group", "min", "max") or not sep or not k.isdigit() or int(k) < 1:
-    raise ValueError(f"reduction must be None, 'group:K', 'min:K' or 'max:K' with K >= 1, got {reduction!r}")
+    raise InputError(f"reduction must be None, 'group:K', 'min:K' or 'max:K' with K >= 1, got {reduction!r}")
   return kind, int(k)
 
 
@@ -66,7 +68,7 @@ def reduce_length(stat_MxNxT, loss_MxNxT, reduction, mask_NxT=None):
   length_N = valid_NxT.sum(axis=1)
   short = np.flatnonzero(length_N < k)
   if short.size:
-    raise ValueError(
+    raise InputError(
         f"reduction {reduction!r} needs at least {k} scored positions, but canary {short[0]} has "
         f"{length_N[short[0]]} ({short.size} canaries are too short)")
   if kind == "group":

@@ -5,6 +5,8 @@ from typing import Any, Callable
 
 from flax import nnx
 
+from lira.errors import InputError
+
 
 @dataclasses.dataclass(frozen=True)
 class FunctionalModel:
@@ -52,4 +54,4 @@ def get_model(name, **kwargs):
     from models import gpt_neox
     config = gpt_neox.GPTNeoXConfig(**kwargs)
     return functional(name, config, lambda rngs: gpt_neox.GPTNeoXForCausalLM(config, rngs=rngs))
-  raise ValueError(f"unknown model {name!r}; available: lstm, gpt_neox")
+  raise InputError(f"unknown model {name!r}; available: lstm, gpt_neox")

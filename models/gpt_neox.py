@@ -9,6 +9,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from lira.errors import InputError
+
 # Hugging Face activation names -> GELU variant; "gelu" is the exact erf form, the rest the tanh approximation.
 _GELU_APPROXIMATE = {"gelu": False, "gelu_new": True, "gelu_fast": True, "gelu_pytorch_tanh": True}
 
@@ -37,13 +39,13 @@ class GPTNeoXConfig:
 
   def __post_init__(self):
     if self.hidden_size % self.num_attention_heads:
-      raise ValueError(f"hidden_size {self.hidden_size} not divisible by {self.num_attention_heads} heads")
+      raise InputError(f"hidden_size {self.hidden_size} not divisible by {self.num_attention_heads} heads")
     if self.hidden_act not in _GELU_APPROXIMATE:
-      raise ValueError(f"hidden_act {self.hidden_act!r} unsupported; available: {sorted(_GELU_APPROXIMATE)}")
+      raise InputError(f"hidden_act {self.hidden_act!r} unsupported; available: {sorted(_GELU_APPROXIMATE)}")
     if self.rotary_ndims % 2:
-      raise ValueError(f"rotary dims int({self.head_dim} * {self.rotary_pct}) = {self.rotary_ndims} must be even")
+      raise InputError(f"rotary dims int({self.head_dim} * {self.rotary_pct}) = {self.rotary_ndims} must be even")
     if self.dtype not in ("float32", "bfloat16"):
-      raise ValueError(f"dtype {self.dtype!r} unsupported; available: float32, bfloat16")
+      raise InputError(f"dtype {self.dtype!r} unsupported; available: float32, bfloat16")
 
   @property
   def head_dim(self):
@@ -57,13 +59,13 @@ class GPTNeoXConfig:
   def from_hf_dict(cls, d, dtype="float32"):
     """Config from a parsed config.json; reads the rope keys of transformers v5 (`rope_parameters`) and older ones."""
     if d.get("model_type", "gpt_neox") != "gpt_neox":
-      raise ValueError(f"model_type {d['model_type']!r} is not gpt_neox")
+      raise InputError(f"model_type {d['model_type']!r} is not gpt_neox")
     required = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size")
     if missing := [k for k in required if k not in d]:
-      raise ValueError(f"config.json lacks {missing}")
+      raise InputError(f"config.json lacks {missing}")
     rope = d.get("rope_parameters") or d.get("rope_scaling") or {}
     if rope.get("rope_type", rope.get("type", "default")) != "default":
-      raise ValueError(f"rope type {rope.get('rope_type', rope.get('type'))!r} unsupported; only default rope")
+      raise InputError(f"rope type {rope.get('rope_type', rope.get('type'))!r} unsupported; only default rope")
     theta = rope.get("rope_theta", d.get("rotary_emb_base", d.get("rope_theta", cls.rotary_emb_base)))
     fields = {f.name for f in dataclasses.fields(cls)} - {"dtype", "rotary_pct", "rotary_emb_base"}
     kwargs = {k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in fields if k in d}  # eos may be a list

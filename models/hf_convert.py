@@ -14,6 +14,7 @@ from safetensors import numpy as safetensors_numpy
 
 from lira import rundir
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
+from lira.errors import InputError, MissingPackageError, MissingFileError
 
 # HF tensor name, NNX param path, HF shape in config letters (D hidden, F MLP width, V vocab), transpose.
 # A torch Linear weight is [out, in] and an NNX kernel [in, out], hence the transposes. {i} is the layer.
@@ -82,17 +83,17 @@ def params_from_hf(config, tensors):
   for name, array in tensors.items():
     name = _ALIASES.get(name, name)
     if name in named:
-      raise ValueError(f"{name} given twice (as itself and as its alias lm_head.weight)")
+      raise InputError(f"{name} given twice (as itself and as its alias lm_head.weight)")
     named[name] = array
   tied_head = {"embed_out.weight"} if config.tie_word_embeddings else set()  # a duplicate of embed_in
   unknown = sorted(n for n in named if n not in table and n not in tied_head and not _BUFFERS.fullmatch(n))
   missing = sorted(n for n in table if n not in named)
   if unknown or missing:
-    raise ValueError(f"checkpoint does not match the GPT-NeoX config: unknown tensors {unknown}, missing {missing}")
+    raise InputError(f"checkpoint does not match the GPT-NeoX config: unknown tensors {unknown}, missing {missing}")
   by_path = {}
   for name, (path, shape, transpose) in table.items():
     if tuple(named[name].shape) != shape:
-      raise ValueError(f"{name}: shape {tuple(named[name].shape)}, config expects {shape}")
+      raise InputError(f"{name}: shape {tuple(named[name].shape)}, config expects {shape}")
     array = np.asarray(named[name], np.float32)
     by_path[path] = array.T if transpose else array
   flat = [(p, v.replace(jnp.asarray(by_path[_path_str(p)]))) for p, v in nnx.to_flat_state(_abstract_params(config))]
@@ -107,7 +108,7 @@ def params_to_hf(config, params):
     array = np.asarray(by_path[path], np.float32)
     array = np.ascontiguousarray(array.T if transpose else array)
     if array.shape != shape:
-      raise ValueError(f"{path}: gives {name} of shape {array.shape}, config expects {shape}")
+      raise InputError(f"{path}: gives {name} of shape {array.shape}, config expects {shape}")
     tensors[name] = array
   return tensors
 
@@ -121,14 +122,14 @@ def _read_safetensors(folder):
   elif os.path.exists(os.path.join(folder, "model.safetensors")):
     files = ["model.safetensors"]
   elif any(n.endswith(".bin") for n in os.listdir(folder)):
-    raise ValueError(f"{folder} holds only pickled weights (.bin); {_PICKLE_REFUSAL}")
+    raise InputError(f"{folder} holds only pickled weights (.bin); {_PICKLE_REFUSAL}")
   else:
-    raise FileNotFoundError(f"{folder} has no model.safetensors or model.safetensors.index.json")
+    raise MissingFileError(f"{folder} has no model.safetensors or model.safetensors.index.json")
   tensors = {}
   for file in files:
     shard = safetensors_numpy.load_file(os.path.join(folder, file))
     if twice := sorted(set(shard) & set(tensors)):
-      raise ValueError(f"tensors {twice} appear in more than one shard")
+      raise InputError(f"tensors {twice} appear in more than one shard")
     tensors.update(shard)
   return tensors
 
@@ -137,15 +138,15 @@ def load_hf_folder(path, revision=None, dtype="float32"):
   """(GPTNeoXConfig, params) from a Hugging Face folder, or a hub id (downloads config and safetensors only)."""
   if not os.path.exists(path):
     if path.startswith(("/", ".", "~")) or path.count("/") > 1:
-      raise FileNotFoundError(f"{path} does not exist (and is not a hub id like EleutherAI/pythia-70m)")
+      raise MissingFileError(f"{path} does not exist (and is not a hub id like EleutherAI/pythia-70m)")
     try:
       from huggingface_hub import snapshot_download  # only for hub ids
     except ImportError as e:
-      raise ImportError(f"{path} is not a local folder; downloading it as a hub id needs huggingface_hub: "
+      raise MissingPackageError(f"{path} is not a local folder; downloading it as a hub id needs huggingface_hub: "
                         'pip install -e ".[hf]"') from e
     path = snapshot_download(repo_id=path, revision=revision, allow_patterns=["*.json", "*.safetensors"])
     if not any(n.endswith(".safetensors") for n in os.listdir(path)):
-      raise ValueError(f"hub repo at revision {revision} has no safetensors weights; {_PICKLE_REFUSAL}")
+      raise InputError(f"hub repo at revision {revision} has no safetensors weights; {_PICKLE_REFUSAL}")
   with open(os.path.join(path, "config.json")) as f:
     config = GPTNeoXConfig.from_hf_dict(json.load(f), dtype=dtype)
   return config, params_from_hf(config, _read_safetensors(path))

@@ -7,6 +7,8 @@ import numpy as np
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from lira.errors import InputError, MissingPackageError, MissingFileError
+
 BOS = "<|endoftext|>"  # id 0 in every tokenizer we train, as in Pythia's
 
 
@@ -43,14 +45,14 @@ def load_personachat(name_or_path, split="train", config=None):
     import datasets
     import pyarrow.compute as pc
   except ImportError as e:
-    raise ImportError("load_personachat needs Hugging Face datasets: pip install datasets") from e
+    raise MissingPackageError("load_personachat needs Hugging Face datasets: pip install datasets") from e
   if os.path.isfile(name_or_path):
     ds = datasets.load_dataset("json", data_files={split: name_or_path}, split=split)
   else:
     ds = datasets.load_dataset(name_or_path, config or _HUB_CONFIGS.get(name_or_path), split=split)
   missing = {"conv_id", "utterance_idx", "history", "candidates"} - set(ds.column_names)
   if missing:
-    raise ValueError(f"{name_or_path} ({split}) lacks the PersonaChat fields {sorted(missing)}")
+    raise InputError(f"{name_or_path} ({split}) lacks the PersonaChat fields {sorted(missing)}")
   if len(ds) == 0:
     return []
   conv_ids = np.asarray(ds["conv_id"], np.int64)
@@ -66,7 +68,7 @@ def load_personachat(name_or_path, split="train", config=None):
 def split_conversations(conversations, heldout_fraction=0.1, seed=0):
   """Splits by conversation with a seeded permutation; returns (train, heldout), each in input order."""
   if not 0.0 <= heldout_fraction < 1.0:
-    raise ValueError(f"heldout_fraction must be in [0, 1), got {heldout_fraction}")
+    raise InputError(f"heldout_fraction must be in [0, 1), got {heldout_fraction}")
   n = len(conversations)
   perm = np.random.default_rng(seed).permutation(n)
   num_heldout = int(round(n * heldout_fraction))
@@ -111,7 +113,7 @@ def train_bpe_tokenizer(texts, vocab_size, path=None):
   """
   byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
   if vocab_size < len(byte_alphabet) + 1:
-    raise ValueError(f"vocab_size must be at least {len(byte_alphabet) + 1} (256 bytes + BOS), got {vocab_size}")
+    raise InputError(f"vocab_size must be at least {len(byte_alphabet) + 1} (256 bytes + BOS), got {vocab_size}")
   tokenizer = tokenizers.Tokenizer(models.BPE())
   tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
   tokenizer.decoder = decoders.ByteLevel()
@@ -131,14 +133,14 @@ def load_tokenizer(name_or_path):
   if os.path.isdir(path):
     file = os.path.join(path, "tokenizer.json")
     if not os.path.isfile(file):
-      raise FileNotFoundError(f"no tokenizer.json in the folder {path}")
+      raise MissingFileError(f"no tokenizer.json in the folder {path}")
     return tokenizers.Tokenizer.from_file(file)
   if os.path.isabs(path) or path.startswith(".") or path.endswith(".json") or path.count("/") > 1:
-    raise FileNotFoundError(f"tokenizer not found: {path}")
+    raise MissingFileError(f"tokenizer not found: {path}")
   try:
     return tokenizers.Tokenizer.from_pretrained(path)
   except Exception as e:  # the hub raises its own errors; name what was asked for
-    raise FileNotFoundError(f"tokenizer {path!r} is not a local file or folder and the hub could not "
+    raise MissingFileError(f"tokenizer {path!r} is not a local file or folder and the hub could not "
                             f"provide it: {e}") from e
 
 
@@ -146,7 +148,7 @@ def bos_id(tokenizer):
   """Id of the BOS token "<|endoftext|>" (also Pythia's end-of-text token)."""
   i = tokenizer.token_to_id(BOS)
   if i is None:
-    raise ValueError(f"the tokenizer has no {BOS} token")
+    raise InputError(f"the tokenizer has no {BOS} token")
   return i
 
 
@@ -161,7 +163,7 @@ def pack_sequences(texts, tokenizer, seq_len):
   Texts that encode to no tokens are skipped (no doubled BOS); the incomplete last chunk is dropped.
   """
   if seq_len < 2:
-    raise ValueError(f"seq_len must be at least 2, got {seq_len}")
+    raise InputError(f"seq_len must be at least 2, got {seq_len}")
   sep = np.array([bos_id(tokenizer)], np.int32)
   encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
   pieces = []
@@ -171,6 +173,6 @@ def pack_sequences(texts, tokenizer, seq_len):
   stream = np.concatenate(pieces[:-1]) if pieces else np.zeros(0, np.int32)
   num_seqs = len(stream) // seq_len
   if num_seqs == 0:
-    raise ValueError(f"the corpus has {len(stream)} tokens (BOS separators included), fewer than "
+    raise InputError(f"the corpus has {len(stream)} tokens (BOS separators included), fewer than "
                      f"seq_len={seq_len}: no sequence can be made")
   return stream[:num_seqs * seq_len].reshape(num_seqs, seq_len)

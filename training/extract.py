@@ -8,6 +8,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from lira.errors import InputError
+
 
 def token_statistics(logits_BxTxV, targets_BxT):
   """(loss, mu, sigma), each [B, T] float32: -ln p(target), and the moments of ln p under p, from float32 logits.
@@ -68,7 +70,7 @@ def encode_batch(tokenizer, texts, max_length):
   """Right-padded token ids [B, T] int32 and mask [B, T] bool of the texts (truncated to max_length tokens)."""
   encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
   if empty := [i for i, e in enumerate(encodings) if not e.ids]:
-    raise ValueError(f"texts {empty[:10]} encode to no tokens")
+    raise InputError(f"texts {empty[:10]} encode to no tokens")
   T = min(max_length, max(len(e.ids) for e in encodings))
   ids_BxT = np.zeros((len(encodings), T), np.int32)
   mask_BxT = np.zeros((len(encodings), T), bool)

@@ -20,6 +20,7 @@ from lira import rundir
 from training import canaries as canaries_lib
 from training import data as data_lib
 from training import trainer
+from lira.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,7 +59,7 @@ def check_config(cfg, run_dir):
       have = json.load(f)
     diffs = _diff(have, wanted)
     if diffs:
-      raise ValueError(f"run folder {run_dir} was written by a different config; use another --run_dir or the same "
+      raise InputError(f"run folder {run_dir} was written by a different config; use another --run_dir or the same "
                        "config:\n  " + "\n  ".join(diffs))
   else:
     rundir.save_json(path, wanted)
@@ -68,15 +69,15 @@ def validate(cfg):
   """Checks that need no data, before anything is loaded."""
   M, G = cfg.shadow.num_models, cfg.shadow.group_size
   if M < 2 or M % 2:
-    raise ValueError(f"shadow.num_models must be even and >= 2 (every canary IN for exactly M/2 models), got {M}")
+    raise InputError(f"shadow.num_models must be even and >= 2 (every canary IN for exactly M/2 models), got {M}")
   if G < 1:
-    raise ValueError(f"shadow.group_size must be >= 1, got {G}")
+    raise InputError(f"shadow.group_size must be >= 1, got {G}")
   if cfg.data.seq_len < 2:
-    raise ValueError(f"data.seq_len must be >= 2, got {cfg.data.seq_len}")
+    raise InputError(f"data.seq_len must be >= 2, got {cfg.data.seq_len}")
   if cfg.canaries.kind not in ("worst", "average"):
-    raise ValueError(f"canaries.kind must be 'worst' or 'average', got {cfg.canaries.kind!r}")
+    raise InputError(f"canaries.kind must be 'worst' or 'average', got {cfg.canaries.kind!r}")
   if cfg.canaries.num_canaries < 1:
-    raise ValueError(f"canaries.num_canaries must be >= 1, got {cfg.canaries.num_canaries}")
+    raise InputError(f"canaries.num_canaries must be >= 1, got {cfg.canaries.num_canaries}")
 
 
 def _corpus(cfg):
@@ -84,7 +85,7 @@ def _corpus(cfg):
     return data_lib.load_chitchat()
   if cfg.data.corpus == "personachat":
     return data_lib.load_personachat(cfg.data.hub_id)
-  raise ValueError(f"data.corpus must be 'chitchat' or 'personachat', got {cfg.data.corpus!r}")
+  raise InputError(f"data.corpus must be 'chitchat' or 'personachat', got {cfg.data.corpus!r}")
 
 
 def _tokenizer(cfg, train_texts, run_dir):
@@ -96,7 +97,7 @@ def _tokenizer(cfg, train_texts, run_dir):
     fresh = data_lib.load_tokenizer(cfg.tokenizer.name)
   saved = data_lib.load_tokenizer(path) if os.path.exists(path) else None
   if saved is not None and fresh is not None and saved.get_vocab() != fresh.get_vocab():
-    raise ValueError(f"tokenizer {cfg.tokenizer.name!r} has a different vocabulary ({data_lib.vocab_size(fresh)} "
+    raise InputError(f"tokenizer {cfg.tokenizer.name!r} has a different vocabulary ({data_lib.vocab_size(fresh)} "
                      f"tokens) from the one this run was started with ({path}, {data_lib.vocab_size(saved)} tokens)")
   if saved is None:
     rundir.save_text(path, fresh.to_str())
@@ -107,7 +108,7 @@ def _pack(texts, tokenizer, T, split):
   try:
     return data_lib.pack_sequences(texts, tokenizer, T)
   except ValueError as e:
-    raise ValueError(f"data.seq_len={T} is longer than the {split} split allows: {e}") from e
+    raise InputError(f"data.seq_len={T} is longer than the {split} split allows: {e}") from e
 
 
 def prepare_data(cfg, run_dir, progress=True):
@@ -122,14 +123,14 @@ def prepare_data(cfg, run_dir, progress=True):
   if cfg.data.max_train_sequences:
     train_SxT = train_SxT[:cfg.data.max_train_sequences]
   if len(train_SxT) < cfg.train.batch_size:
-    raise ValueError(f"data.seq_len={T} leaves only {len(train_SxT)} training sequences, fewer than one batch "
+    raise InputError(f"data.seq_len={T} leaves only {len(train_SxT)} training sequences, fewer than one batch "
                      f"(train.batch_size={cfg.train.batch_size}); use shorter sequences or more data")
   bos, vocab = data_lib.bos_id(tokenizer), data_lib.vocab_size(tokenizer)
   if cfg.canaries.kind == "average":
     heldout_SxT = _pack(data_lib.conversation_texts(heldout_conv), tokenizer, T, "held-out")
     distinct = len(np.unique(heldout_SxT, axis=0)) if len(heldout_SxT) else 0
     if N > distinct:
-      raise ValueError(f"canaries.num_canaries={N} is more than the {distinct} distinct held-out sequences of "
+      raise InputError(f"canaries.num_canaries={N} is more than the {distinct} distinct held-out sequences of "
                        f"data.seq_len={T} tokens (data.heldout_fraction={cfg.data.heldout_fraction}); use fewer "
                        "canaries, shorter sequences or a larger held-out split")
     canaries_NxT = canaries_lib.average_case_canaries(heldout_SxT, N, cfg.shadow.seed)
@@ -139,7 +140,7 @@ def prepare_data(cfg, run_dir, progress=True):
   for name, array in (("canaries", canaries_NxT), ("keep", keep_MxN)):
     path = os.path.join(run_dir, f"{name}.npy")
     if os.path.exists(path) and not np.array_equal(np.load(path), array):
-      raise ValueError(f"{path} differs from what this config produces (different data or tokenizer?)")
+      raise InputError(f"{path} differs from what this config produces (different data or tokenizer?)")
     rundir.save_npy(path, array)
   if progress:
     print(f"data: {len(train_SxT)} training sequences of {T} tokens, {N} {cfg.canaries.kind}-case canaries, "
@@ -162,7 +163,7 @@ def build_model(cfg, data, run_dir, progress=True):
       pretrain_base(cfg, data, base, os.path.join(run_dir, "tokenizer.json"), progress)
   module = gpt_neox.from_pretrained(base, dtype=cfg.model.dtype)
   if module.config.vocab_size < data.vocab_size:
-    raise ValueError(f"model.base {cfg.model.base!r} embeds {module.config.vocab_size} token ids but the tokenizer "
+    raise InputError(f"model.base {cfg.model.base!r} embeds {module.config.vocab_size} token ids but the tokenizer "
                      f"{cfg.tokenizer.name!r} has {data.vocab_size}; use the base model's own tokenizer")
   return models.pretrained(name, module.config, module)
 
@@ -178,7 +179,7 @@ def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
   p = cfg.pretrain
   sequences_SxT = data.pretrain_SxT[:p.max_sequences] if p.max_sequences else data.pretrain_SxT
   if len(sequences_SxT) < p.batch_size:
-    raise ValueError(f"model.base='pretrain' needs at least pretrain.batch_size={p.batch_size} training sequences "
+    raise InputError(f"model.base='pretrain' needs at least pretrain.batch_size={p.batch_size} training sequences "
                      f"beyond data.max_train_sequences={cfg.data.max_train_sequences}; the split has "
                      f"{len(sequences_SxT)}. Lower data.max_train_sequences or use a checkpoint as model.base")
   arch = dict(cfg.model.arch)

@@ -15,6 +15,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from training import extract
+from lira.errors import InputError, UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,7 +27,7 @@ class TrainConfig:
   seed: int = 0
 
 
-class TrainingDiverged(RuntimeError):
+class TrainingDiverged(UserError, RuntimeError):
   """A model's loss became NaN or inf."""
 
 
@@ -163,7 +164,7 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, 
   """
   G = len(model_ids)
   if mesh is not None and "models" in mesh.axis_names and G % mesh.size:
-    raise ValueError(f"group size {G} must be a multiple of the {mesh.size} devices the model axis is sharded over")
+    raise InputError(f"group size {G} must be a multiple of the {mesh.size} devices the model axis is sharded over")
   length = length or max(len(ids) for ids in example_ids)
   keys = jnp.stack([model_key(config.seed, m) for m in model_ids])
   params = _put(init_stack(model, keys), mesh)

@@ -8,6 +8,8 @@ Any field can be overridden, e.g. --config.canaries.kind=average --config.shadow
 
 import ml_collections
 
+from lira.errors import InputError
+
 
 def get_config(arg="cpu"):
   if arg in ("pythia", "pythia_tiny"):  # the GPT-NeoX shadow configs live in pythia.py; accept their names here too
@@ -39,5 +41,5 @@ def get_config(arg="cpu"):
     c.model.update(embed_dim=16, hidden_dim=32)
     c.train.update(epochs=2, batch_size=16)
   elif arg != "cpu":
-    raise ValueError(f"unknown LSTM config {arg!r}: use cpu (default), paper or tiny (or pythia, pythia_tiny)")
+    raise InputError(f"unknown LSTM config {arg!r}: use cpu (default), paper or tiny (or pythia, pythia_tiny)")
   return c

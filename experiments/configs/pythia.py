@@ -10,6 +10,8 @@ that fine-tuning does not use, into RUN_DIR/base_model).
 
 import ml_collections
 
+from lira.errors import InputError
+
 
 def get_config(arg="pythia_tiny"):
   c = ml_collections.ConfigDict()
@@ -40,5 +42,5 @@ def get_config(arg="pythia_tiny"):
     c.pretrain.update(epochs=1, batch_size=16, max_sequences=128)
     c.train.update(epochs=2, batch_size=16, learning_rate=3e-3)
   elif arg != "pythia_tiny":
-    raise ValueError(f"unknown Pythia config {arg!r}: use pythia_tiny (default), pythia or tiny")
+    raise InputError(f"unknown Pythia config {arg!r}: use pythia_tiny (default), pythia or tiny")
   return c
