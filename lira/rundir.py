@@ -64,11 +64,24 @@ def load_run(run_dir, mmap=False):
   return Run(loss, keep, mask, config)
 
 
+def _umask():
+  """The process's file-creation mask (read by setting it and restoring it at once)."""
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
 def _atomic(path, write_fn, mode):
+  """Write through a temporary file in the same folder, then rename it over `path`.
+
+  mkstemp creates its file readable by the owner only; the file gets the permissions a plain open() would
+  give (0666 minus the umask), so collaborators on a shared file system can read the results.
+  """
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
   try:
+    os.fchmod(fd, 0o666 & ~_umask())
     with os.fdopen(fd, mode) as f:
       write_fn(f)
       f.flush()
@@ -78,6 +91,20 @@ def _atomic(path, write_fn, mode):
     if os.path.exists(tmp):
       os.remove(tmp)
     raise
+
+
+def check_writable(folder, hint="choose another folder with --out_dir"):
+  """Refuse, before any long work, a folder the results cannot be written into (created if missing)."""
+  try:
+    os.makedirs(folder, exist_ok=True)
+  except OSError as e:
+    raise InputError(f"cannot create the output folder {folder}: {e.strerror}; {hint}") from e
+  try:
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
+  except OSError as e:
+    raise InputError(f"cannot write into {folder}: {e.strerror}; {hint}") from e
+  os.close(fd)
+  os.remove(probe)
 
 
 def save_npy(path, array):
