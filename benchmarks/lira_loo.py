@@ -122,6 +122,7 @@ def run_variant(name, loss_MxNxT, keep_MxN, targets, canaries, summarize):
     start = time.perf_counter()
     summary = summarize(llr_MxN, keep_MxN)
     row["summarize_s"] = time.perf_counter() - start
+    summary.pop("roc")  # the curve is not what BENCHMARKS.md reports; AUC and TPRs are
     row["summary"] = jsonable(summary)
 
   if len(targets) and len(canaries):
@@ -194,7 +195,8 @@ def main(argv=None):
   print()
   print_table(rows)
   print(f"machine: {machine}")
-  result = {"config": {**vars(args), "out": str(out), "ref_target_ids": targets, "ref_canary_ids": canaries,
+  shown_out = os.path.relpath(out, ROOT) if out.resolve().is_relative_to(ROOT) else out.name  # no machine paths
+  result = {"config": {**vars(args), "out": shown_out, "ref_target_ids": targets, "ref_canary_ids": canaries,
                        "ar_rho": AR_RHO, "in_shift": IN_SHIFT, "in_fraction": IN_FRACTION},
             "machine": machine, "data_s": data_s, "results": rows}
   out.parent.mkdir(parents=True, exist_ok=True)
