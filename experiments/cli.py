@@ -25,6 +25,13 @@ def is_user_error(error):
   return isinstance(error, (UserError, app.UsageError)) or (isinstance(error, OSError) and error.filename is not None)
 
 
+def report(error):
+  """Print a user error as one `error: ...` line on stderr; returns the exit status to use."""
+  hint = " (see --help)" if isinstance(error, app.UsageError) else ""
+  print(f"error: {message(error)}{hint}", file=sys.stderr)
+  return EXIT_USER_ERROR
+
+
 def run(main):
   """absl's app.run(main), printing user errors as `error: ...` (exit status 2) instead of a traceback."""
 
@@ -34,8 +41,6 @@ def run(main):
     except Exception as e:  # noqa: BLE001 - re-raised unless it is the user's to fix
       if not is_user_error(e):
         raise
-      hint = " (see --help)" if isinstance(e, app.UsageError) else ""
-      print(f"error: {message(e)}{hint}", file=sys.stderr)
-      sys.exit(EXIT_USER_ERROR)
+      sys.exit(report(e))
 
   app.run(guarded)

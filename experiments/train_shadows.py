@@ -7,7 +7,9 @@ Re-running the same command on the same --run_dir resumes; several hosts share t
 --num_processes/--process_id (and --coordinator_address for jax.distributed).
 """
 
+import importlib.util
 import os
+import sys
 
 from absl import app
 from absl import flags
@@ -16,12 +18,17 @@ from ml_collections import config_flags
 
 from experiments import cli
 from lira import report
+from lira import rundir
+from lira.errors import InputError, UserError
 from training import pipeline
 
-_DEFAULT_CONFIG = os.path.join(os.path.dirname(__file__), "configs", "lstm.py")
+_CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
+_DEFAULT_CONFIG = os.path.join(_CONFIG_DIR, "lstm.py")
 FLAGS = flags.FLAGS
 config_flags.DEFINE_config_file("config", _DEFAULT_CONFIG, "Run config (ml_collections file[:variant]).")
 flags.DEFINE_string("run_dir", None, "Run folder; default runs/<model>_<canary kind>.")
+flags.DEFINE_string("out_dir", None, "Where the evaluation reports go; default the run folder (e.g. for a read-only "
+                    "finished run).")
 flags.DEFINE_bool("shard_models", False, "Shard each group's model axis over all local devices (jax.sharding).")
 flags.DEFINE_bool("shard_params", False, "FSDP: split every model's parameters and optimiser state, and each batch, "
                   "over all local devices; for models too large for one device per copy (Pythia-1b).")
@@ -30,6 +37,42 @@ flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0; calls jax.distributed.initialize.")
 flags.DEFINE_bool("evaluate", True, "Run the six-variant leave-one-out evaluation when all groups are done.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
+
+
+def resolve_config_path(value):
+  """--config=FILE[:variant] found from any directory: as given, else relative to the installed package
+  (`experiments/configs/lstm.py`), else by name in experiments/configs (`lstm.py`, `pythia`)."""
+  path, sep, variant = value.partition(":")
+  if os.path.isfile(path):
+    return value
+  package_root = os.path.dirname(os.path.dirname(_CONFIG_DIR))
+  name = path if path.endswith(".py") else path + ".py"
+  for candidate in (os.path.join(package_root, path), os.path.join(_CONFIG_DIR, os.path.basename(name))):
+    if os.path.isfile(candidate):
+      return candidate + sep + variant
+  raise InputError(f"--config={value}: no config file {path!r} here, in the package, or in {_CONFIG_DIR}")
+
+
+def check_config_arg(value):
+  """Load --config's file and variant once up front, so a wrong name is a one-line error, not a flag traceback."""
+  path, _, variant = value.partition(":")
+  spec = importlib.util.spec_from_file_location("_seqlira_config_check", path)
+  module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(module)
+  module.get_config(*([variant] if variant else []))
+
+
+def resolved_argv(argv):
+  """argv with every --config value resolved (resolve_config_path) and checked (check_config_arg)."""
+  out = list(argv)
+  for i, arg in enumerate(out):
+    at = i if arg.startswith("--config=") else i + 1 if arg == "--config" and i + 1 < len(out) else None
+    if at is not None:
+      prefix = "--config=" if at == i else ""
+      value = resolve_config_path(out[at][len(prefix):])
+      check_config_arg(value)
+      out[at] = prefix + value
+  return out
 
 
 def make_mesh(shard_models, shard_params):
@@ -54,6 +97,13 @@ def main(argv):
     import jax
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   run_dir = FLAGS.run_dir or os.path.join("runs", f"{cfg.model.name}_{cfg.canaries.kind}")
+  out_dir = FLAGS.out_dir or run_dir
+  if FLAGS.evaluate:  # checked before hours of training, not after
+    if cfg.shadow.num_models < 6:
+      raise app.UsageError(f"shadow.num_models={cfg.shadow.num_models}: the leave-one-out evaluation needs every "
+                           "canary IN for at least 3 models and OUT for at least 3, so at least 6 models; train more "
+                           "models or pass --noevaluate")
+    rundir.check_writable(out_dir, "pass --out_dir for the reports, or --noevaluate")
   complete = pipeline.run(cfg, run_dir, process_id=FLAGS.process_id, num_processes=FLAGS.num_processes,
                           mesh=make_mesh(FLAGS.shard_models, FLAGS.shard_params), progress=FLAGS.progress)
   if not complete:
@@ -62,10 +112,14 @@ def main(argv):
     return
   print(f"per-token losses: {run_dir}/losses.npy; keep.npy, canaries.npy, tokenizer.json, config.json beside it")
   if FLAGS.evaluate:
-    table, _ = report.evaluate_run(run_dir, progress=FLAGS.progress)
+    table, _ = report.evaluate_run(run_dir, out_dir, progress=FLAGS.progress)
     print(table)
-    print(f"\nreport: {run_dir}/results.md, {run_dir}/results.json; ROC plot: {run_dir}/roc.png")
+    print(f"\nreport: {out_dir}/results.md, {out_dir}/results.json; ROC plot: {out_dir}/roc.png")
 
 
 if __name__ == "__main__":
+  try:
+    sys.argv = resolved_argv(sys.argv)
+  except UserError as e:
+    sys.exit(cli.report(e))
   cli.run(main)

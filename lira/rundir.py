@@ -20,11 +20,17 @@ class Run:
   config: dict
 
 
-def _load_npy(path):
+def load_npy(path, mmap=False):
+  """Load an .npy file without pickle; a damaged or pickled file is refused with its path named."""
   try:
-    return np.load(path, allow_pickle=False)
+    return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
   except ValueError as e:
-    raise InputError(f"{path}: cannot load without pickle ({e}); store plain numeric arrays") from e
+    if "allow_pickle" in str(e) or "pickle" in str(e).lower():
+      raise InputError(f"{path}: holds pickled objects; store plain numeric arrays (nothing here loads pickle)") from e
+    raise InputError(f"{path}: cannot be read as an .npy array ({e}); is the file truncated or still being "
+                     "written?") from e
+  except (EOFError, OSError) as e:
+    raise InputError(f"{path}: cannot be read as an .npy array ({e})") from e
 
 
 def load_run(run_dir, mmap=False):
@@ -35,12 +41,12 @@ def load_run(run_dir, mmap=False):
   for k in ("losses", "keep"):
     if not os.path.exists(paths[k]):
       raise MissingFileError(f"run folder {run_dir!r} has no {k}.npy (see README, 'Run folder layout')")
-  loss = np.load(paths["losses"], allow_pickle=False, mmap_mode="r" if mmap else None)
+  loss = load_npy(paths["losses"], mmap=mmap)
   if loss.ndim != 3:
     raise InputError(f"{paths['losses']}: expected per-token losses shaped [M, N, T], got {loss.shape}")
   if not np.issubdtype(loss.dtype, np.floating):
     raise InputError(f"{paths['losses']}: expected floating-point losses, got dtype {loss.dtype}")
-  keep = _load_npy(paths["keep"])
+  keep = load_npy(paths["keep"])
   if keep.dtype != bool:
     if np.issubdtype(keep.dtype, np.integer) and np.isin(keep, (0, 1)).all():
       keep = keep.astype(bool)
@@ -50,7 +56,7 @@ def load_run(run_dir, mmap=False):
     raise InputError(f"{paths['keep']}: shape {keep.shape} does not match losses.npy [M, N] = {loss.shape[:2]}")
   mask = None
   if os.path.exists(paths["mask"]):
-    mask = _load_npy(paths["mask"])
+    mask = load_npy(paths["mask"])
     if mask.shape != loss.shape[1:] or mask.dtype != bool:
       raise InputError(f"{paths['mask']}: expected bool [N, T] = {loss.shape[1:]}, got {mask.dtype} {mask.shape}")
   config = {}
@@ -91,6 +97,17 @@ def _atomic(path, write_fn, mode):
     if os.path.exists(tmp):
       os.remove(tmp)
     raise
+
+
+RUN_FILES = ("losses.npy", "keep.npy", "mask.npy", "config.json")
+
+
+def check_no_run(run_dir, flag="--overwrite"):
+  """Refuse to write a new run into a folder that already holds one (hours of training lost to a typo)."""
+  found = [f for f in RUN_FILES if os.path.exists(os.path.join(run_dir, f))]
+  if found:
+    raise InputError(f"{run_dir} already holds a run ({', '.join(found)}); choose another folder, or pass {flag} "
+                     "to replace it")
 
 
 def check_writable(folder, hint="choose another folder with --out_dir"):

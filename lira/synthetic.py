@@ -10,6 +10,8 @@ standard deviations. Losses are softplus(-z) = -ln sigmoid(z), stored as float32
 lira.logit_scale(loss) recovers z.
 """
 
+import os
+
 import numpy as np
 
 from lira import rundir
@@ -49,8 +51,14 @@ def synthetic_losses(num_models=32, num_canaries=2000, seq_len=32, *, rho=0.6, s
   return loss_MxNxT, keep_MxN, mask_NxT
 
 
-def write_synthetic_run(run_dir, **kwargs):
-  """Write losses.npy, keep.npy, (mask.npy) and config.json of a synthetic run; returns the config."""
+def write_synthetic_run(run_dir, overwrite=False, **kwargs):
+  """Write losses.npy, keep.npy, (mask.npy) and config.json of a synthetic run; returns the config.
+
+  A folder that already holds a run is refused unless `overwrite`; then a stale mask.npy is removed too.
+  """
+  if not overwrite:
+    rundir.check_no_run(run_dir)
+  rundir.check_writable(run_dir, "choose another --run_dir")
   loss_MxNxT, keep_MxN, mask_NxT = synthetic_losses(**kwargs)
   M, N, T = loss_MxNxT.shape
   config = {"source": "synthetic", "generator": "lira.synthetic.synthetic_losses", "num_models": M,
@@ -60,5 +68,7 @@ def write_synthetic_run(run_dir, **kwargs):
   rundir.save_npy(f"{run_dir}/keep.npy", keep_MxN)
   if mask_NxT is not None:
     rundir.save_npy(f"{run_dir}/mask.npy", mask_NxT)
+  elif os.path.exists(f"{run_dir}/mask.npy"):  # a replaced ragged run's mask would apply to the new losses
+    os.remove(f"{run_dir}/mask.npy")
   rundir.save_json(f"{run_dir}/config.json", config)
   return config
