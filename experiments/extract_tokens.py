@@ -1,9 +1,15 @@
-"""Per-token statistics of a causal LM on a set of texts, for the pretraining-data attacks.
+"""Per-token statistics of causal LMs on a set of texts: for the pretraining-data attacks, or as a run folder.
 
 python -m experiments.extract_tokens --model=RUN_DIR/base_model --texts=texts.jsonl --out_dir=DIR
 --model is a Hugging Face GPT-NeoX folder or hub id; --texts a JSONL file of {"text": ...} rows or a plain text
-file (one text per line). Writes token_ids.npy [B, T] int32, mask.npy [B, T] bool, lp.npy, mu.npy, sigma.npy
-[B, T] float32 (lp = ln p(t_i | t_<i); position 0 and padding are NaN) and texts.json.
+file (one text per line). Writes token_ids.npy [N, T] int32, mask.npy [N, T] bool (the attention mask: True at every
+token), lp.npy, mu.npy, sigma.npy [N, T] float32 (lp = ln p(t_i | t_<i); position 0 and padding are NaN) and
+texts.json.
+
+python -m experiments.extract_tokens --run_arrays --model=M0,M1,... --texts=canaries.jsonl --out_dir=RUN [--keep=K.npy]
+writes run-folder arrays instead: losses.npy [M, N, T] float32 (-lp, one row per model), mask.npy [N, T] bool (True
+only where a loss is scored: position 0 and padding are False), canaries.npy, config.json, and with --keep the
+membership matrix keep.npy [M, N]: a run folder for `experiments.evaluate`, or target losses for an attack.
 """
 
 import json
@@ -16,32 +22,59 @@ from experiments import cli
 from lira.errors import InputError
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", None, "Hugging Face GPT-NeoX folder or hub id.")
-flags.DEFINE_string("tokenizer", None, "tokenizer.json, a folder holding one, or a hub id (default: --model's).")
+flags.DEFINE_list("model", None, "Hugging Face GPT-NeoX folder or hub id; several (comma-separated) with --run_arrays.")
+flags.DEFINE_string("tokenizer", None, "tokenizer.json, a folder holding one, or a hub id (default: the first model's).")
 flags.DEFINE_string("texts", None, "JSONL file with a 'text' field per row, or a text file with one text per line.")
 flags.DEFINE_string("out_dir", None, "Folder for the arrays.")
 flags.DEFINE_integer("max_length", 128, "Texts are truncated to this many tokens.")
 flags.DEFINE_integer("batch_size", 16, "Texts per forward pass.")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
+flags.DEFINE_bool("run_arrays", False, "Write run-folder arrays (losses [M, N, T], scored mask) instead of lp/mu/sigma.")
+flags.DEFINE_string("keep", None, "With --run_arrays: keep.npy [M, N] (True = text n was in model m's training data).")
+flags.DEFINE_bool("overwrite", False, "With --run_arrays: replace a run already in --out_dir.")
 flags.mark_flags_as_required(["model", "texts", "out_dir"])
 
 
 def read_texts(path):
+  """Texts of a JSONL file ('text' field per row) or of a plain text file (one per non-empty line)."""
   with open(path) as f:
     lines = [line.rstrip("\n") for line in f if line.strip()]
   if not path.endswith(".jsonl"):
     return lines
   texts = []
   for i, line in enumerate(lines):
-    row = json.loads(line)
-    if "text" not in row:
+    try:
+      row = json.loads(line)
+    except json.JSONDecodeError as e:
+      raise InputError(f"{path}: row {i} is not JSON ({e})") from e
+    if not isinstance(row, dict) or "text" not in row:
       raise InputError(f"{path}: row {i} has no 'text' field")
     texts.append(row["text"])
   return texts
 
 
+def check_flags(num_texts):
+  """Everything that can be checked before a model is loaded; returns keep_MxN or None."""
+  import numpy as np
+  from lira import rundir
+  models = FLAGS.model
+  if not FLAGS.run_arrays and (len(models) != 1 or FLAGS.keep):
+    raise app.UsageError("several --model values and --keep need --run_arrays (lp/mu/sigma are written per model)")
+  keep_MxN = None
+  if FLAGS.keep:
+    keep_MxN = rundir.load_npy(FLAGS.keep)
+    if keep_MxN.shape != (len(models), num_texts) or keep_MxN.dtype != bool:
+      raise InputError(f"--keep={FLAGS.keep}: expected bool [M, N] = [{len(models)}, {num_texts}] (one row per "
+                       f"--model, one column per text), got {keep_MxN.dtype} {list(keep_MxN.shape)}")
+  if FLAGS.run_arrays and not FLAGS.overwrite:
+    rundir.check_no_run(FLAGS.out_dir)
+  rundir.check_writable(FLAGS.out_dir, "choose another --out_dir")
+  return None if keep_MxN is None else np.asarray(keep_MxN, bool)
+
+
 def main(argv):
   del argv
+  import numpy as np
   from lira import rundir
   from models import gpt_neox
   from training import data as data_lib
@@ -49,17 +82,36 @@ def main(argv):
   texts = read_texts(FLAGS.texts)
   if not texts:
     raise app.UsageError(f"--texts={FLAGS.texts} holds no texts")
-  tokenizer = data_lib.load_tokenizer(FLAGS.tokenizer or FLAGS.model)  # before the (possibly long) model load
-  ids_BxT, mask_BxT = extract.encode_batch(tokenizer, texts, FLAGS.max_length)
-  module = gpt_neox.from_pretrained(FLAGS.model, dtype=FLAGS.dtype)
-  if ids_BxT.max() >= module.config.vocab_size:
-    raise InputError(f"the tokenizer gives id {ids_BxT.max()} but {FLAGS.model} embeds {module.config.vocab_size}")
-  lp, mu, sigma = extract.causal_lm_statistics(module, ids_BxT, mask_BxT, FLAGS.batch_size)
-  os.makedirs(FLAGS.out_dir, exist_ok=True)
-  for name, array in (("token_ids", ids_BxT), ("mask", mask_BxT), ("lp", lp), ("mu", mu), ("sigma", sigma)):
-    rundir.save_npy(os.path.join(FLAGS.out_dir, f"{name}.npy"), array)
-  rundir.save_json(os.path.join(FLAGS.out_dir, "texts.json"), {"model": FLAGS.model, "texts": texts})
-  print(f"{len(texts)} texts, up to {ids_BxT.shape[1]} tokens: lp, mu, sigma written to {FLAGS.out_dir}")
+  keep_MxN = check_flags(len(texts))
+  tokenizer = data_lib.load_tokenizer(FLAGS.tokenizer or FLAGS.model[0])  # before the (possibly long) model load
+  ids_NxT, mask_NxT = extract.encode_batch(tokenizer, texts, FLAGS.max_length)
+  out = FLAGS.out_dir
+  lp_MxNxT = []
+  for name in FLAGS.model:
+    module = gpt_neox.from_pretrained(name, dtype=FLAGS.dtype)
+    if ids_NxT.max() >= module.config.vocab_size:
+      raise InputError(f"the tokenizer gives id {ids_NxT.max()} but {name} embeds {module.config.vocab_size}")
+    lp, mu, sigma = extract.causal_lm_statistics(module, ids_NxT, mask_NxT, FLAGS.batch_size)
+    lp_MxNxT.append(lp)
+  if not FLAGS.run_arrays:
+    for name, array in (("token_ids", ids_NxT), ("mask", mask_NxT), ("lp", lp), ("mu", mu), ("sigma", sigma)):
+      rundir.save_npy(os.path.join(out, f"{name}.npy"), array)
+    rundir.save_json(os.path.join(out, "texts.json"), {"model": FLAGS.model[0], "texts": texts})
+    print(f"{len(texts)} texts, up to {ids_NxT.shape[1]} tokens: lp, mu, sigma written to {out}")
+    return
+  scored_NxT = np.isfinite(lp_MxNxT[0])  # position 0 and padding are NaN: not scored
+  loss_MxNxT = -np.stack(lp_MxNxT).astype(np.float32)  # NaN where not scored
+  config = {"source": "experiments.extract_tokens", "models": FLAGS.model, "texts": os.path.abspath(FLAGS.texts),
+            "tokenizer": FLAGS.tokenizer or FLAGS.model[0], "max_length": FLAGS.max_length, "dtype": FLAGS.dtype}
+  rundir.save_npy(os.path.join(out, "canaries.npy"), ids_NxT)
+  rundir.save_npy(os.path.join(out, "mask.npy"), scored_NxT)
+  if keep_MxN is not None:
+    rundir.save_npy(os.path.join(out, "keep.npy"), keep_MxN)
+  rundir.save_json(os.path.join(out, "config.json"), config)
+  rundir.save_npy(os.path.join(out, "losses.npy"), loss_MxNxT)
+  M, N, T = loss_MxNxT.shape
+  print(f"{N} texts, up to {T} tokens, {M} model(s): losses.npy [M, N, T], mask.npy (scored positions)"
+        f"{', keep.npy' if keep_MxN is not None else ''} written to {out}")
 
 
 if __name__ == "__main__":
