@@ -57,7 +57,8 @@ def check_reduction(reduction, length_N):
 def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chunk_elements=2**24):
   """Raise InputError naming model, canary and position of the first loss not finite and >= 0 at a scored position.
 
-  Every command checks its losses with this before any work. model_ids / canary_ids name the rows and columns
+  Every command checks its losses with this (through lira.loo.check_arrays, which checks the shapes first)
+  before any work. model_ids / canary_ids name the rows and columns
   when the arrays are a subset of a run (default: their indices). Reads the losses canary chunk by canary chunk
   (about chunk_elements at a time), so a memory-mapped file is never loaded whole.
   """

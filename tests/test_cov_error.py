@@ -11,7 +11,9 @@ import pytest
 from sklearn.covariance import OAS
 
 from lira import cov_error
+from lira import evaluation
 from lira import transforms
+from lira.errors import InputError
 
 
 def make_keep(M, N, seed=0):
@@ -163,10 +165,23 @@ def test_gold_covariance_and_plots():
   assert fig.axes[0].images[0].get_array().shape == (64, 64)
 
 
-def test_default_shadow_counts():
-  assert cov_error.default_shadow_counts(64) == [4, 8, 16, 32, 64]
-  assert cov_error.default_shadow_counts(48) == [4, 8, 16, 32, 48]
-  assert cov_error.default_shadow_counts(4) == [4]
+def test_default_shadow_counts_is_the_sweeps():
+  assert cov_error.default_shadow_counts is evaluation.default_shadow_counts
+
+
+def test_bad_losses_are_refused_as_leave_one_out_refuses_them():
+  keep, loss = make_keep(8, 4), random_losses(8, 4, 3)
+  loss[5, 2, 1] = np.nan
+  with pytest.raises(InputError, match=r"model 5 on canary 2 at position 1 is nan"):
+    cov_error.covariance_errors(loss, keep, shadow_counts=[4])
+  loss[5, 2, 1] = -0.5
+  with pytest.raises(InputError, match=r"model 5 on canary 2 at position 1 is -0.5"):
+    cov_error.covariance_errors(loss, keep, shadow_counts=[4])
+  # A bad loss at an unscored position is ignored, as in leave_one_out.
+  mask = np.ones((4, 3), bool)
+  mask[2, 1] = False
+  rows = cov_error.covariance_errors(loss, keep, shadow_counts=[8], mask_NxT=mask)
+  assert all(r["n_canaries"] == 3 for r in rows)
 
 
 @pytest.fixture
