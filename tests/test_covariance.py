@@ -61,7 +61,9 @@ def test_mle_and_structured_estimators():
 
 def test_logit_scale_matches_scipy_and_stays_finite():
   loss = np.array([1e-6, 0.01, 0.5, 0.6931471805599453, 2.0, 20.0])
+  # scipy's reference rounds p = exp(-l) before 1 - p: it loses ~log10(1/l) digits (~1e-10 relative at l = 1e-6).
   np.testing.assert_allclose(lira.logit_scale(loss), scipy.special.logit(np.exp(-loss)), rtol=1e-6)
+  # ln 2 rounded to float64 is off by ~1e-17, so its logit is ~1e-16 from 0.
   assert lira.logit_scale(np.array([0.6931471805599453]))[0] == pytest.approx(0.0, abs=1e-12)
   extreme = lira.logit_scale(np.array([0.0, 1e-30, 1e-12, 700.0], dtype=np.float64))
   assert np.isfinite(extreme).all()
