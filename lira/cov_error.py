@@ -4,20 +4,16 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lira import covariance
+from lira import loo
 from lira import transforms
+from lira.evaluation import default_shadow_counts  # noqa: F401 (one definition; experiments use it from here)
 from lira.errors import InputError
 
-ESTIMATORS = ("univariate", "independent", "oas")
+ESTIMATORS = covariance.ESTIMATORS
 MODES = ("classwise", "shared")
 CLASSES = ("in", "out")
 # Canaries per batched step: bounds the [chunk, T, T] temporaries on top of the two gold standards.
 _CHUNK = 128
-
-
-def default_shadow_counts(num_models):
-  """Powers of two from 4 below M, then M itself (the x axis of Fig. 2)."""
-  counts = [m for m in (2**k for k in range(2, 32)) if m < num_models]
-  return counts + [num_models]
 
 
 def select_canaries(keep_MxN, mask_NxT=None, max_canaries=1000, seed=0):
@@ -53,17 +49,9 @@ def class_scatter(x_SxNxT, in_SxN):
 
 
 def estimate(scatter_NxTxT, n_N, estimator):
-  """Covariance from a scatter matrix and row count: univariate sigma^2 I, independent diag(S), or OAS (Sec. 2.4)."""
-  cov_NxTxT = scatter_NxTxT / np.maximum(n_N, 1)[:, None, None]
-  T = cov_NxTxT.shape[-1]
-  if estimator == "univariate":
-    return (np.trace(cov_NxTxT, axis1=1, axis2=2) / T)[:, None, None] * np.eye(T)
-  if estimator == "independent":
-    return np.einsum("ntt->nt", cov_NxTxT)[:, :, None] * np.eye(T)
-  if estimator == "oas":
-    # oas_from_scatter(MLE, n) is exactly lira.covariance.oas on the same (centred) rows.
-    return covariance.oas_from_scatter(cov_NxTxT, np.maximum(n_N, 1))[0]
-  raise InputError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")
+  """Covariance from a scatter matrix and row count with one of lira.covariance's estimators (Sec. 2.4)."""
+  n_N = np.maximum(n_N, 1)  # a class with no rows has a zero scatter; its estimate is never used
+  return covariance.estimate(scatter_NxTxT / n_N[:, None, None], n_N, estimator)
 
 
 def _gold(stat_MxNxT, keep_MxN):
@@ -103,9 +91,11 @@ def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic
                       max_canaries=1000, seed=0, progress=None):
   """Canary-averaged Frobenius error of each estimator/mode vs the all-M-models MLE, per m and draw (Figs. 2, 6a).
 
-  The statistic (default logit) is taken in float64. With a mask, only canaries whose mask is all True are used
-  (ValueError if none). At most max_canaries canaries (random, with the seed) are analysed; memory is about
-  2 x N x T x T float64 for the gold standards. For each m, `draws` random subsets of m of the M models are
+  The statistic (default logit) is taken in float64. Inputs are checked as leave_one_out checks them
+  (lira.loo.check_arrays): a loss that is not finite and >= 0 at a scored position raises InputError naming
+  model, canary and position. With a mask, only canaries whose mask is all True are used (InputError if none).
+  At most max_canaries canaries (random, with the seed) are analysed; memory is about 2 x N x T x T float64
+  for the gold standards. For each m, `draws` random subsets of m of the M models are
   drawn (m == M has a single subset, so it is drawn once). A canary whose subset has fewer than 2 rows of a
   class is skipped for that class, in both modes, and counted in n_skipped. Shared mode estimates one covariance
   from both classes' rows, each centred by its own class mean, and compares it with each class's gold standard.
@@ -114,14 +104,14 @@ def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic
   """
   keep_MxN = np.asarray(keep_MxN, bool)
   M = keep_MxN.shape[0]
-  if np.shape(loss_MxNxT)[:2] != keep_MxN.shape:
-    raise InputError(f"loss_MxNxT {np.shape(loss_MxNxT)} and keep_MxN {keep_MxN.shape} disagree on [M, N]")
   counts = [int(m) for m in shadow_counts]
   bad = [m for m in counts if not 2 <= m <= M]
   if bad:
     raise InputError(f"shadow_counts must lie in [2, M={M}], got {bad}")
   if draws < 1:
     raise InputError(f"draws must be >= 1, got {draws}")
+  # The checks of every other command: a bad loss at a scored position anywhere is refused, not skipped.
+  loo.check_arrays(loss_MxNxT, keep_MxN, mask_NxT)
   index_N = select_canaries(keep_MxN, mask_NxT, max_canaries, seed)
   keep_MxN = keep_MxN[:, index_N]
   n_in_N = keep_MxN.sum(axis=0)

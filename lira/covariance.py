@@ -1,4 +1,4 @@
-"""Batched covariance estimators in float64: MLE, diagonal, isotropic and OAS (Rossi et al. 2025, Sec. 2.4)."""
+"""Batched covariance estimators in float64: MLE, isotropic, diagonal and OAS (Rossi et al. 2025, Sec. 2.4)."""
 
 import numpy as np
 
@@ -7,6 +7,9 @@ from lira.errors import InputError
 # Variances below this (in squared statistic units) are raised to it, so that positions every
 # model predicts identically give finite densities instead of inf/NaN (reference.md).
 VAR_FLOOR = 1e-8
+
+# The three covariance models of the paper, in Table II's order.
+ESTIMATORS = ("univariate", "independent", "oas")
 
 
 def _centered(x_BxSxT, assume_centered):
@@ -28,8 +31,22 @@ def mle_covariance(x_BxSxT, assume_centered=False):
   return np.einsum("bst,bsu->btu", xc_BxSxT, xc_BxSxT) / xc_BxSxT.shape[1]
 
 
+def oas_shrinkage(mu, sq_mean, n, p):
+  """OAS shrinkage rho of an MLE covariance S of n rows in p dimensions, from mu = trace(S) / p and mean(S**2).
+
+  Sigma = (1 - rho) S + rho mu I, with rho as sklearn.covariance.oas computes it (Chen et al. 2010, Eq. 23).
+  The one departure: den = (n + 1) (mean(S**2) - mu**2 / p) is >= 0 in exact arithmetic, and where it is
+  not > 0 (0, or below 0 by rounding, where sklearn would divide by it) rho = 1; p == 1 also gives rho = 1,
+  whose Sigma is S itself whatever rounding does to den. Arguments broadcast.
+  """
+  num = sq_mean + mu**2
+  den = (n + 1.0) * (sq_mean - mu**2 / p)
+  rho = np.where(den > 0, np.minimum(num / np.where(den > 0, den, 1.0), 1.0), 1.0)
+  return np.where(p == 1, 1.0, rho)
+
+
 def oas_from_scatter(cov_BxTxT, n_samples):
-  """OAS shrinkage of MLE covariances, exactly sklearn.covariance.oas (Chen et al. 2010, Eq. 23 as in sklearn).
+  """OAS shrinkage of MLE covariances, equal to sklearn.covariance.oas on the rows they came from.
 
   Returns (shrunk_BxTxT, shrinkage_B). `n_samples` is a scalar or [B] array.
   """
@@ -37,14 +54,10 @@ def oas_from_scatter(cov_BxTxT, n_samples):
   n_B = np.broadcast_to(np.asarray(n_samples, dtype=np.float64), cov_BxTxT.shape[:1])
   p = cov_BxTxT.shape[-1]
   if p == 1:
-    # sklearn's special case: one feature means no shrinkage.
+    # sklearn reports shrinkage 0 for one feature; the covariance is S either way.
     return cov_BxTxT.copy(), np.zeros(cov_BxTxT.shape[0])
   mu_B = np.trace(cov_BxTxT, axis1=1, axis2=2) / p
-  alpha_B = np.mean(cov_BxTxT**2, axis=(1, 2))
-  num_B = alpha_B + mu_B**2
-  den_B = (n_B + 1.0) * (alpha_B - mu_B**2 / p)
-  with np.errstate(divide="ignore", invalid="ignore"):
-    rho_B = np.where(den_B == 0, 1.0, np.minimum(num_B / np.where(den_B == 0, 1.0, den_B), 1.0))
+  rho_B = oas_shrinkage(mu_B, np.mean(cov_BxTxT**2, axis=(1, 2)), n_B, p)
   shrunk_BxTxT = (1.0 - rho_B)[:, None, None] * cov_BxTxT
   idx = np.arange(p)
   shrunk_BxTxT[:, idx, idx] += (rho_B * mu_B)[:, None]
@@ -60,14 +73,25 @@ def oas(x_BxSxT, assume_centered=False):
   return oas_from_scatter(mle_covariance(xc_BxSxT, assume_centered=True), xc_BxSxT.shape[1])
 
 
-def diagonal_covariance(x_BxSxT, assume_centered=False):
-  """Independent (diagonal) estimate: per-position MLE variances on the diagonal."""
-  cov_BxTxT = mle_covariance(x_BxSxT, assume_centered)
+def isotropic(cov_BxTxT):
+  """Univariate LiRA's model sigma^2 I of MLE covariances, sigma^2 = trace(S) / T (the mean per-position variance)."""
+  cov_BxTxT = np.asarray(cov_BxTxT, dtype=np.float64)
+  p = cov_BxTxT.shape[-1]
+  return (np.trace(cov_BxTxT, axis1=1, axis2=2) / p)[:, None, None] * np.eye(p)
+
+
+def diagonal(cov_BxTxT):
+  """Independent model of MLE covariances: their per-position variances on the diagonal, zero elsewhere."""
+  cov_BxTxT = np.asarray(cov_BxTxT, dtype=np.float64)
   return np.einsum("btt->bt", cov_BxTxT)[:, :, None] * np.eye(cov_BxTxT.shape[-1])
 
 
-def isotropic_covariance(x_BxSxT, assume_centered=False):
-  """Univariate LiRA's model sigma^2 I with sigma^2 = trace(S) / T (the mean per-position variance)."""
-  cov_BxTxT = mle_covariance(x_BxSxT, assume_centered)
-  p = cov_BxTxT.shape[-1]
-  return (np.trace(cov_BxTxT, axis1=1, axis2=2) / p)[:, None, None] * np.eye(p)
+def estimate(cov_BxTxT, n_B, estimator):
+  """One of ESTIMATORS applied to MLE covariances of n_B rows each: sigma^2 I, diag(S) or OAS (Sec. 2.4)."""
+  if estimator == "univariate":
+    return isotropic(cov_BxTxT)
+  if estimator == "independent":
+    return diagonal(cov_BxTxT)
+  if estimator == "oas":
+    return oas_from_scatter(cov_BxTxT, n_B)[0]
+  raise InputError(f"estimator must be one of {ESTIMATORS}, got {estimator!r}")

@@ -5,7 +5,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lira import metrics
-from lira.loo import leave_one_out
+from lira.loo import check_arrays, leave_one_out
 from lira.errors import InputError
 
 # Table II's rows: (name, covariance, shared).
@@ -19,19 +19,50 @@ VARIANTS = (
 )
 
 
+def variant_key(variant):
+  """Command-line key of a variant: "univariate-classwise", ..., "oas-shared"."""
+  _, covariance, shared = variant
+  return f"{covariance}-{'shared' if shared else 'classwise'}"
+
+
+def _folded(name):
+  # "oas_shared", "OAS-Shared", "OAS Shared" and "oas-shared" are one name; so are "Class-Wise" and "classwise".
+  return "".join(ch for ch in str(name).lower() if ch not in " -_")
+
+
 def select_variants(names=None):
-  """Variants by name ("oas-shared", "univariate-classwise", ... or Table II names); None = all six."""
+  """Variants by key ("oas-shared", ...) or Table II name, case, "-", "_" and spaces ignored; None = all six."""
   if not names:
     return VARIANTS
-  by_key = {f"{c}-{'shared' if s else 'classwise'}": v for v in VARIANTS for (_, c, s) in [v]}
-  by_key.update({v[0].lower(): v for v in VARIANTS})
+  by_name = {_folded(n): v for v in VARIANTS for n in (variant_key(v), v[0])}
   out = []
   for name in names:
-    key = name.strip().lower()
-    if key not in by_key:
-      raise InputError(f"unknown variant {name!r}; choose from {sorted(k for k in by_key if '-' in k)}")
-    out.append(by_key[key])
+    variant = by_name.get(_folded(name))
+    if variant is None:
+      raise InputError(f"unknown variant {name!r}; choose from {', '.join(variant_key(v) for v in VARIANTS)}")
+    if variant not in out:
+      out.append(variant)
   return tuple(out)
+
+
+def applicable_variants(variants, *, offline=False, fix_variance=False):
+  """Split variants into (kept, dropped): offline has no shared variants, fix_variance no OAS.
+
+  dropped is a list of (name, reason) so a report can say once which variants were left out and why.
+  """
+  kept, dropped = [], []
+  for variant in variants:
+    name, covariance, shared = variant
+    reasons = []
+    if offline and shared:
+      reasons.append("offline scoring fits the OUT models alone, so it has no shared IN/OUT covariance")
+    if fix_variance and covariance == "oas":
+      reasons.append("fix_variance (LiRA's global variance) applies to univariate and independent, not OAS")
+    if reasons:
+      dropped.append((name, "; ".join(reasons)))
+    else:
+      kept.append(variant)
+  return tuple(kept), dropped
 
 
 def evaluate_variants(loss_MxNxT, keep_MxN, *, mask_NxT=None, reduction=None, statistic="logit",
@@ -56,7 +87,7 @@ def _powers_of_two(start, stop):
 
 
 def default_shadow_counts(num_models):
-  """4, 8, 16, ... and M itself (paper Figure 5)."""
+  """4, 8, 16, ... below M, then M itself: the x axis of the shadow-count sweep and the covariance error (Figs. 2, 5)."""
   return _powers_of_two(4, num_models) if num_models > 4 else [num_models]
 
 
@@ -66,11 +97,14 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=V
 
   Within a subset every model is the target in turn and the other m-1 are its shadow models. With few
   models some canaries have too few IN or OUT models for a fit; their pairs are left out and counted.
+  The full arrays are checked first (lira.loo.check_arrays), and errors name the run's model ids.
   """
-  M = keep_MxN.shape[0]
+  M = np.shape(keep_MxN)[0]
   counts = default_shadow_counts(M) if counts is None else sorted(counts)
   if min(counts) < 4 or max(counts) > M:
     raise InputError(f"shadow counts must lie in [4, M={M}], got {counts}")
+  # Checked once on the full run, so that errors name the run's model ids, before any subset is scored.
+  check_arrays(loss_MxNxT, keep_MxN, mask_NxT, reduction)
   rng = np.random.default_rng(seed)
   jobs = [(m, d) for m in counts for d in range(1 if m == M else draws)]
   rows = []
@@ -79,7 +113,7 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=V
     loss, keep = loss_MxNxT[models], keep_MxN[models]
     for name, covariance, shared in variants:
       llr = leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask_NxT, reduction=reduction,
-                          statistic=statistic, on_undefined="nan")
+                          statistic=statistic, on_undefined="nan", model_ids=models)
       valid = np.isfinite(llr)
       row = {"variant": name, "m": m, "draw": d, "n_pairs": int(valid.sum()), "n_excluded": int((~valid).sum()),
              "tpr": float("nan"), "auc": float("nan"), "resolved": False}

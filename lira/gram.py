@@ -14,6 +14,8 @@ lemma, so one eigendecomposition per canary and class serves all M targets.
 
 import numpy as np
 
+from lira.covariance import oas_shrinkage
+
 # Eigenvalues below this fraction of the largest are the null space of the centred rows.
 _RANK_RTOL = 1e-10
 
@@ -48,13 +50,9 @@ class _Fit:
   def params(self, n, trace, fro2, floor):
     """OAS (alpha, beta) exactly as sklearn's formula, from n rows, trace(W) and ||W||_F^2; ridge floored."""
     p = self.p_B[:, None] if np.ndim(trace) == 2 else self.p_B
+    # S = W / n: mu = trace(S) / p = trace(W) / (n p) and mean(S**2) = ||W||_F^2 / (n^2 p^2).
     mu = trace / (n * p)
-    a = fro2 / (n * n * p * p)
-    num = a + mu**2
-    den = (n + 1.0) * (a - mu**2 / p)
-    # den >= 0 in exact arithmetic; p == 1 (den == 0) means no shrinkage is needed, and rho = 1 gives S too.
-    rho = np.where(den > 0, np.minimum(num / np.where(den > 0, den, 1.0), 1.0), 1.0)
-    rho = np.where(p == 1, 1.0, rho)
+    rho = oas_shrinkage(mu, fro2 / (n * n * p * p), n, p)
     return np.maximum(rho * mu, floor), (1.0 - rho) / n
 
   def loo_params(self, pz_BxJxR, zz_BxJ, c, n_after, floor):

@@ -18,18 +18,29 @@ import threadpoolctl
 from tqdm.auto import tqdm
 
 from lira import gram
-from lira.covariance import VAR_FLOOR
-from lira.transforms import STATISTICS, member_sign, parse_reduction, reduce_length, to_statistic
+from lira.covariance import ESTIMATORS, VAR_FLOOR
+from lira.transforms import STATISTICS, check_losses, check_reduction, member_sign, reduce_length, to_statistic
 from lira.errors import InputError
 
-COVARIANCES = ("univariate", "independent", "oas")
+COVARIANCES = ESTIMATORS
 
 
-def _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_variance, statistic, reduction):
+def _check_settings(covariance, shared, offline, fix_variance, statistic):
   if covariance not in COVARIANCES:
     raise InputError(f"covariance must be one of {COVARIANCES}, got {covariance!r}")
   if statistic not in STATISTICS:
     raise InputError(f"statistic must be one of {STATISTICS}, got {statistic!r}")
+  if offline and shared:
+    raise InputError("offline scoring uses OUT models only, so it cannot use a shared IN/OUT covariance")
+  if fix_variance and covariance == "oas":
+    raise InputError("fix_variance (LiRA's global variance) applies to univariate and independent, not oas")
+
+
+def check_arrays(loss_MxNxT, keep_MxN, mask_NxT=None, reduction=None, model_ids=None):
+  """Check shapes, the mask, the reduction length and every scored loss; InputError names model, canary, position.
+
+  model_ids name the rows of loss_MxNxT in messages when they are a subset of a run's models.
+  """
   if np.ndim(loss_MxNxT) != 3:
     raise InputError(f"losses must be shaped [M, N, T], got {np.shape(loss_MxNxT)}")
   M, N, T = loss_MxNxT.shape
@@ -37,22 +48,14 @@ def _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_v
     raise InputError(f"keep must be shaped [M, N] = {(M, N)}, got {np.shape(keep_MxN)}")
   if mask_NxT is not None and np.shape(mask_NxT) != (N, T):
     raise InputError(f"mask must be shaped [N, T] = {(N, T)}, got {np.shape(mask_NxT)}")
-  if mask_NxT is not None and not np.asarray(mask_NxT, bool).any(axis=1).all():
-    n = int(np.flatnonzero(~np.asarray(mask_NxT, bool).any(axis=1))[0])
-    raise InputError(f"canary {n} has no scored position in the mask")
-  kind, k = parse_reduction(reduction)
-  if kind is not None:
-    length_N = np.full(N, T) if mask_NxT is None else np.asarray(mask_NxT, bool).sum(axis=1)
-    if (length_N < k).any():
-      n = int(np.flatnonzero(length_N < k)[0])
-      raise InputError(f"reduction {reduction!r} needs at least {k} scored positions, but canary {n} has {length_N[n]}")
-  if offline and shared:
-    raise InputError("offline scoring uses OUT models only, so it cannot use a shared IN/OUT covariance")
-  if fix_variance and covariance == "oas":
-    raise InputError("fix_variance (LiRA's global variance) applies to univariate and independent, not oas")
+  length_N = np.full(N, T) if mask_NxT is None else np.asarray(mask_NxT, bool).sum(axis=1)
+  if (length_N == 0).any():
+    raise InputError(f"canary {int(np.flatnonzero(length_N == 0)[0])} has no scored position in the mask")
+  check_reduction(reduction, length_N)
+  check_losses(loss_MxNxT, mask_NxT, model_ids=model_ids)
 
 
-def _check_counts(keep_MxN, shared, offline, canaries, on_undefined):
+def _check_counts(keep_MxN, shared, offline, on_undefined):
   """Rows left after removing the target: means need 1 per class, variances 2 (shared: 3 in all)."""
   n_in_N = keep_MxN.sum(axis=0)
   n_out_N = keep_MxN.shape[0] - n_in_N
@@ -69,21 +72,9 @@ def _check_counts(keep_MxN, shared, offline, canaries, on_undefined):
   if bad_N.any() and on_undefined == "raise":
     n = int(np.flatnonzero(bad_N)[0])
     raise InputError(
-        f"canary {canaries[n]} has {n_in_N[n]} IN and {n_out_N[n]} OUT models; leave-one-out needs {need} "
+        f"canary {n} has {n_in_N[n]} IN and {n_out_N[n]} OUT models; leave-one-out needs {need} "
         f"({int(bad_N.sum())} canaries affected)")
   return bad_N
-
-
-def _check_finite(loss_MxBxT, valid_BxT, canaries):
-  bad = ~np.isfinite(loss_MxBxT) | (loss_MxBxT < 0)
-  bad &= valid_BxT[None]
-  if bad.any():
-    m, b, t = (int(i[0]) for i in np.nonzero(bad))
-    value = loss_MxBxT[m, b, t]
-    raise InputError(
-        f"loss of model {m} on canary {canaries[b]} at position {t} is {value}; losses must be finite and >= 0 "
-        f"at scored positions ({int(bad.sum())} such entries in this block; mask them out with mask.npy if "
-        f"they are not meant to be scored)")
 
 
 def _features(loss_MxBxT, mask_BxT, covariance, reduction, statistic):
@@ -197,7 +188,7 @@ def _block_size(M, D, covariance):
 
 def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
                   mask_NxT=None, offline=False, fix_variance=False, var_floor=VAR_FLOOR,
-                  on_undefined="raise", block_size=None, num_threads=None, progress=False):
+                  on_undefined="raise", block_size=None, num_threads=None, progress=False, model_ids=None):
   """Leave-one-out LiRA log-likelihood ratios llr_MxN (float64, higher = member).
 
   covariance: "univariate" | "independent" | "oas"; shared: one covariance from IN and OUT rows
@@ -206,13 +197,14 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   generalised-least-squares z-score of a uniform shift towards members; T = 1 gives LiRA's offline
   test). fix_variance: LiRA's global variance, one per class (shared: one) pooled over all canaries
   and positions. Pairs whose fit is undefined (too few models of a class) raise, or give NaN with
-  on_undefined="nan".
+  on_undefined="nan". model_ids name the models in messages when loss_MxNxT holds a subset of a run's models.
+  Bad inputs (a loss not finite and >= 0 at a scored position, ...) raise InputError before any scoring.
   """
-  _validate(loss_MxNxT, keep_MxN, mask_NxT, covariance, shared, offline, fix_variance, statistic, reduction)
+  _check_settings(covariance, shared, offline, fix_variance, statistic)
+  check_arrays(loss_MxNxT, keep_MxN, mask_NxT, reduction, model_ids)
   keep_MxN = np.asarray(keep_MxN, bool)
   M, N, T = loss_MxNxT.shape
-  canaries = np.arange(N)
-  undefined_N = _check_counts(keep_MxN, shared, offline, canaries, on_undefined)
+  undefined_N = _check_counts(keep_MxN, shared, offline, on_undefined)
   sign = member_sign(statistic)
   bs = block_size or _block_size(M, T, covariance)
   blocks = [slice(i, min(i + bs, N)) for i in range(0, N, bs)]
@@ -220,10 +212,6 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   def features(blk):
     mask = None if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
     return _features(loss_MxNxT[:, blk], mask, covariance, reduction, statistic)
-
-  for blk in blocks:  # bad values anywhere are reported before any scoring starts
-    valid = np.ones((blk.stop - blk.start, T), bool) if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
-    _check_finite(np.asarray(loss_MxNxT[:, blk]), valid, canaries[blk])
 
   global_var = None
   if fix_variance:
@@ -259,5 +247,6 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   bad = ~np.isfinite(llr_MxN) & ~undefined_N[None]
   if bad.any():
     m, n = (int(i[0]) for i in np.nonzero(bad))
+    m = m if model_ids is None else int(np.asarray(model_ids)[m])
     raise FloatingPointError(f"non-finite score for model {m} on canary {n}; please report this with the data")
   return llr_MxN

@@ -27,8 +27,9 @@ def roc(scores, labels, sample_weight=None):
   return skm.roc_curve(labels, scores, drop_intermediate=False, sample_weight=sample_weight)
 
 
-def _max_tpr_at(fpr_G, tpr_G, fpr):
-  """Max TPR over ROC points with FPR <= target (no interpolation)."""
+def curve_tpr_at_fpr(fpr_G, tpr_G, fpr):
+  """TPR at a target FPR of an already computed ROC curve: max TPR over its points with FPR <= target (no interpolation)."""
+  fpr_G, tpr_G = np.asarray(fpr_G, dtype=np.float64), np.asarray(tpr_G, dtype=np.float64)
   ok_G = fpr_G <= fpr
   return float(tpr_G[ok_G].max()) if ok_G.any() else 0.0
 
@@ -36,7 +37,7 @@ def _max_tpr_at(fpr_G, tpr_G, fpr):
 def tpr_at_fpr(scores, labels, fpr, sample_weight=None):
   """TPR at a target FPR: max TPR over ROC points with FPR <= target (reference.md, no interpolation)."""
   fpr_G, tpr_G, _ = roc(scores, labels, sample_weight)
-  return _max_tpr_at(fpr_G, tpr_G, fpr)
+  return curve_tpr_at_fpr(fpr_G, tpr_G, fpr)
 
 
 def auc(scores, labels, sample_weight=None):
@@ -59,7 +60,7 @@ def is_resolved(n_negatives, fpr):
 
 
 # ----------------------------------------------------------------------------------------------
-# Pairs pooled into one ROC, and the weighted ROC of the bootstrap.
+# Pairs pooled into one ROC, and the weighted (bootstrap) statistics of that ROC.
 
 
 @dataclasses.dataclass(frozen=True)
@@ -144,17 +145,6 @@ def _cumulative(w_BxN, canary_P):
   return cum_BxP1
 
 
-def weighted_roc(ranked, w_N):
-  """Weighted ROC (fpr, tpr, thresholds) at tie-group ends; pair (m, n) weighs w_N[n] (sklearn's curve for w >= 1)."""
-  w_1xN = np.asarray(w_N, dtype=np.int64)[None]
-  cn_P1 = _cumulative(w_1xN, ranked.canary_neg_Pn)[0]
-  cp_P1 = _cumulative(w_1xN, ranked.canary_pos_Pp)[0]
-  fps_G1 = cn_P1[ranked.nneg_upto_G1].astype(np.float64)
-  tps_G1 = cp_P1[ranked.npos_upto_G1].astype(np.float64)
-  thresholds_G1 = np.r_[np.inf, ranked.score_P[ranked.end_P_G]]
-  return fps_G1 / fps_G1[-1], tps_G1 / tps_G1[-1], thresholds_G1
-
-
 def _largest_count_within(fpr, total_B):
   """Largest integer c per replicate with c / total <= fpr in float64, as sklearn's fpr <= target compares."""
   c_B = np.floor(fpr * total_B)
@@ -209,6 +199,7 @@ def bootstrap_weights(n_canaries, n_boot, seed=0):
 
 
 def _percentile_ci(x_B, level):
+  """Percentile interval of the defined (finite) replicates; [NaN, NaN] if none is."""
   x_B = x_B[np.isfinite(x_B)]
   if x_B.size == 0:
     return np.array([np.nan, np.nan])
@@ -217,12 +208,19 @@ def _percentile_ci(x_B, level):
 
 
 def bootstrap_ci(scores_MxN, labels_MxN, fprs=DEFAULT_FPRS, n_boot=200, level=0.95, seed=0, valid_MxN=None):
-  """Percentile intervals over canary-bootstrap replicates: (tpr_ci_Fx2, auc_ci_2)."""
+  """Percentile intervals over canary-bootstrap replicates: (tpr_ci_Fx2, auc_ci_2, n_undefined).
+
+  A replicate that draws no member pair or no non-member pair has no ROC; it cannot be given a value
+  without inventing one, so the intervals are taken over the other replicates and n_undefined counts
+  the ones left out (summaries report it as n_boot_undefined; all undefined gives NaN intervals).
+  """
   ranked = scores_MxN if isinstance(scores_MxN, RankedPairs) else rank_pairs(scores_MxN, labels_MxN, valid_MxN)
   w_BxN = bootstrap_weights(ranked.n_canaries, n_boot, seed)
   tpr_BxF, auc_B = weighted_stats(ranked, w_BxN, fprs)
+  # TPR and AUC are undefined in the same replicates (no negatives or no positives drawn).
+  n_undefined = int(np.isnan(auc_B).sum())
   tpr_ci_Fx2 = np.stack([_percentile_ci(tpr_BxF[:, f], level) for f in range(tpr_BxF.shape[1])])
-  return tpr_ci_Fx2.reshape(-1, 2), _percentile_ci(auc_B, level)
+  return tpr_ci_Fx2.reshape(-1, 2), _percentile_ci(auc_B, level), n_undefined
 
 
 # ----------------------------------------------------------------------------------------------
@@ -249,7 +247,10 @@ def downsample_roc(fpr_G, tpr_G, max_points=2000, fprs=DEFAULT_FPRS, n_first=150
 
 
 def summarize(scores_MxN, labels_MxN, fprs=DEFAULT_FPRS, n_boot=200, level=0.95, seed=0, valid_MxN=None):
-  """JSON-ready summary of one attack: AUC, TPR at each FPR with bootstrap CIs and resolution, and a plot-sized ROC."""
+  """JSON-ready summary of one attack: AUC, TPR at each FPR with bootstrap CIs and resolution, and a plot-sized ROC.
+
+  n_boot_undefined counts the bootstrap replicates left out of the intervals (no member or no non-member drawn).
+  """
   scores_MxN, labels_MxN, valid_MxN = check_pairs(scores_MxN, labels_MxN, valid_MxN)
   score_P, label_P = scores_MxN[valid_MxN], labels_MxN[valid_MxN]
   n_pos, n_neg = int(label_P.sum()), int((~label_P).sum())
@@ -259,14 +260,14 @@ def summarize(scores_MxN, labels_MxN, fprs=DEFAULT_FPRS, n_boot=200, level=0.95,
   auc_value = auc(score_P, label_P)
   if n_boot > 0:
     ranked = rank_pairs(scores_MxN, labels_MxN, valid_MxN)
-    tpr_ci_Fx2, auc_ci_2 = bootstrap_ci(ranked, None, fprs, n_boot, level, seed)
+    tpr_ci_Fx2, auc_ci_2, n_undefined = bootstrap_ci(ranked, None, fprs, n_boot, level, seed)
   else:
-    tpr_ci_Fx2, auc_ci_2 = np.full((len(fprs), 2), np.nan), np.full(2, np.nan)
+    tpr_ci_Fx2, auc_ci_2, n_undefined = np.full((len(fprs), 2), np.nan), np.full(2, np.nan), 0
   tpr = {}
   for f, fpr in enumerate(fprs):
     tpr[fpr_key(fpr)] = {
         "fpr": float(fpr),
-        "tpr": _max_tpr_at(fpr_G, tpr_G, fpr),
+        "tpr": curve_tpr_at_fpr(fpr_G, tpr_G, fpr),
         "ci": _json_floats(tpr_ci_Fx2[f]),
         "resolved": is_resolved(n_neg, fpr),
         "min_negatives": min_negatives(fpr),
@@ -279,6 +280,7 @@ def summarize(scores_MxN, labels_MxN, fprs=DEFAULT_FPRS, n_boot=200, level=0.95,
       "n_neg": n_neg,
       "n_excluded": int((~valid_MxN).sum()),
       "n_boot": int(n_boot),
+      "n_boot_undefined": n_undefined,
       "ci_level": float(level),
       "tpr": tpr,
       "roc": {"fpr": fpr_G[keep].tolist(), "tpr": tpr_G[keep].tolist()},
@@ -304,6 +306,10 @@ def _fpr_label(fpr):
   return f"TPR@{100.0 * float(fpr):g}%"
 
 
+def _has_ci(ci):
+  return ci is not None and any(v is not None for v in ci)
+
+
 def _table_cells(rows, fprs):
   """Header, body cells and footnotes shared by the text and markdown tables."""
   header = ["variant", "AUC"] + [_fpr_label(f) for f in fprs]
@@ -322,8 +328,12 @@ def _table_cells(rows, fprs):
         cells.append(_cell(entry["tpr"], entry.get("ci")))
     body.append(cells)
   notes = []
-  if any(s.get("auc_ci") or any(e.get("ci") for e in s.get("tpr", {}).values()) for _, s in rows):
+  if any(_has_ci(s.get("auc_ci")) or any(_has_ci(e.get("ci")) for e in s.get("tpr", {}).values()) for _, s in rows):
     notes.append("TPR in %; [bracketed] = bootstrap percentile interval over canaries.")
+  for name, s in rows:
+    if s.get("n_boot_undefined"):
+      notes.append(f"{name}: intervals from {s['n_boot'] - s['n_boot_undefined']} of {s['n_boot']} bootstrap "
+                   f"replicates; {s['n_boot_undefined']} drew no member or no non-member pair and have no ROC.")
   for fpr, need, names in unresolved.values():
     have = ", ".join(f"{n}: {h:,}" if h is not None else n for n, h in names)
     notes.append(f"n/r = not resolved: {_fpr_label(fpr)} FPR needs >= {need:,} negatives; available {have}.")

@@ -23,8 +23,13 @@ def _logit(loss):
 
 def test_logit_statistic_matches_definition_and_is_finite_at_zero():
   loss = np.array([1e-3, 0.5, 3.0, 20.0])
+  # log1p(-p) of p = exp(-l) rounds p first: ~1e-16 / l relative, 1e-13 at l = 1e-3.
   np.testing.assert_allclose(statistic_of(loss, "logit"), _logit(loss), rtol=1e-9)
   assert np.isfinite(statistic_of(np.array([0.0]), "logit")).all()
+
+
+# The reference and the hand formulas below compute the same float64 expressions in another order
+# (~1e-15 relative), cancelled by at most a few digits in the llr difference: rtol 1e-10.
 
 
 def test_univariate_classwise_matches_hand_formula():
@@ -60,14 +65,16 @@ def test_univariate_shared_pools_centred_variances():
 def test_oas_check_vector_of_reference_md():
   x_SxP = np.random.RandomState(0).multivariate_normal([0, 0], [[.8, .3], [.3, .4]], size=500)
   oas = sklearn.covariance.OAS().fit(x_SxP)
+  # reference.md prints the covariance to 8 decimals and the shrinkage to 16 significant digits.
   np.testing.assert_allclose(oas.covariance_, [[0.75337235, 0.27634855], [0.27634855, 0.39644751]], atol=1e-8)
   np.testing.assert_allclose(oas.shrinkage_, 0.01957582121241239, rtol=1e-12)
-  # The ridge rho * mu is far above the floor here, so the floored estimate is sklearn's.
+  # The ridge rho * mu is far above the floor here, so the floored estimate is sklearn's (plus an exact 0 * I).
   np.testing.assert_allclose(fit_covariance(x_SxP, "oas", False, 1e-8), oas.covariance_, rtol=1e-14)
 
 
 def test_oas_ridge_is_floored_on_constant_rows():
   rows_SxP = np.ones((6, 3))
+  # Centred constant rows are exactly 0, so the estimate is the floor itself up to one rounding.
   np.testing.assert_allclose(fit_covariance(rows_SxP, "oas", False, 1e-8), 1e-8 * np.eye(3), rtol=1e-12)
 
 

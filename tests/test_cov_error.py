@@ -11,7 +11,9 @@ import pytest
 from sklearn.covariance import OAS
 
 from lira import cov_error
+from lira import evaluation
 from lira import transforms
+from lira.errors import InputError
 
 
 def make_keep(M, N, seed=0):
@@ -68,6 +70,8 @@ def test_all_models_matches_sklearn_loop():
   assert len(rows) == 2 * 3 * 2  # m == M is a single subset, drawn once
   for r in rows:
     assert r["n_canaries"] == N and r["n_skipped"] == 0
+    # Batched scatters vs np.cov / sklearn per canary: float64 sums in another order (~1e-15); OAS's rho
+    # divides by a difference that can cancel a few digits, hence 1e-10.
     np.testing.assert_allclose(r["error"], ref[r["class"], r["estimator"], r["mode"]].mean(), rtol=1e-10)
   # Class-wise MLE on all models is the gold standard itself; OAS must then only shrink a little.
   oas_cw = [r["error"] for r in rows if r["estimator"] == "oas" and r["mode"] == "classwise"]
@@ -88,7 +92,7 @@ def test_subset_errors_match_sklearn_loop_with_skips(statistic):
   assert ((n_in < 2) | (n_in > 2)).any(), "the subset should leave some canary short of one class"
   for key, err_N in ref.items():
     np.testing.assert_array_equal(np.isnan(got[key]), np.isnan(err_N))
-    np.testing.assert_allclose(got[key], err_N, rtol=1e-10, equal_nan=True)
+    np.testing.assert_allclose(got[key], err_N, rtol=1e-10, equal_nan=True)  # as in test_all_models_matches_sklearn_loop
   assert np.isnan(got["in", "oas", "classwise"]).sum() == (n_in < 2).sum()
 
 
@@ -145,6 +149,7 @@ def test_aggregate_and_relative_errors_by_hand():
   assert agg["classwise"]["error_mean"] == 2.5 and agg["classwise"]["error_std"] == 0.5
   assert agg["shared"]["error_mean"] == 2.0 and agg["shared"]["draws"] == 2
   (rel,) = cov_error.relative_errors(rows)
+  # (3 - 2) / 2 and 0 have mean 0.25, std 0.25, each a float64 rounding or two from exact (approx: 1e-6).
   assert rel["relative_error_mean"] == pytest.approx(0.25) and rel["relative_error_std"] == pytest.approx(0.25)
 
 
@@ -153,6 +158,7 @@ def test_gold_covariance_and_plots():
   keep, loss = make_keep(M, N), random_losses(M, N, T)
   cov_in, cov_out = cov_error.gold_covariance(loss, keep, 1, statistic="loss")
   x = loss[:, 1].astype(np.float64)
+  # float64 sums of 4 rows in another order than np.cov: ~1e-16 relative.
   np.testing.assert_allclose(cov_in, np.cov(x[keep[:, 1]].T, bias=True), rtol=1e-12)
   np.testing.assert_allclose(cov_out, np.cov(x[~keep[:, 1]].T, bias=True), rtol=1e-12)
   mask = np.ones((N, T), bool)
@@ -163,10 +169,23 @@ def test_gold_covariance_and_plots():
   assert fig.axes[0].images[0].get_array().shape == (64, 64)
 
 
-def test_default_shadow_counts():
-  assert cov_error.default_shadow_counts(64) == [4, 8, 16, 32, 64]
-  assert cov_error.default_shadow_counts(48) == [4, 8, 16, 32, 48]
-  assert cov_error.default_shadow_counts(4) == [4]
+def test_default_shadow_counts_is_the_sweeps():
+  assert cov_error.default_shadow_counts is evaluation.default_shadow_counts
+
+
+def test_bad_losses_are_refused_as_leave_one_out_refuses_them():
+  keep, loss = make_keep(8, 4), random_losses(8, 4, 3)
+  loss[5, 2, 1] = np.nan
+  with pytest.raises(InputError, match=r"model 5 on canary 2 at position 1 is nan"):
+    cov_error.covariance_errors(loss, keep, shadow_counts=[4])
+  loss[5, 2, 1] = -0.5
+  with pytest.raises(InputError, match=r"model 5 on canary 2 at position 1 is -0.5"):
+    cov_error.covariance_errors(loss, keep, shadow_counts=[4])
+  # A bad loss at an unscored position is ignored, as in leave_one_out.
+  mask = np.ones((4, 3), bool)
+  mask[2, 1] = False
+  rows = cov_error.covariance_errors(loss, keep, shadow_counts=[8], mask_NxT=mask)
+  assert all(r["n_canaries"] == 3 for r in rows)
 
 
 @pytest.fixture

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import lira
+import lira.errors
 from lira import evaluation, report, rundir, synthetic
 
 
@@ -113,8 +114,73 @@ def test_shadow_count_sweep_excludes_undefined_pairs(run_dir):
   assert all(r["n_pairs"] == 0 and np.isnan(r["tpr"]) for r in small_cw)
   with pytest.raises(ValueError, match="shadow counts"):
     evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[16])
-  with pytest.raises(ValueError, match="unknown variant"):
+
+
+def test_shadow_count_sweep_checks_the_full_run_first(run_dir, monkeypatch):
+  run = rundir.load_run(run_dir)
+  loss = np.array(run.loss_MxNxT)
+  loss[3, 7, 2] = np.nan
+
+  def no_scoring(*args, **kwargs):
+    raise AssertionError("a subset was scored before the inputs were checked")
+
+  monkeypatch.setattr(evaluation, "leave_one_out", no_scoring)
+  # The run's model id (3), not its index inside a random subset.
+  with pytest.raises(lira.errors.InputError, match=r"model 3 on canary 7 at position 2 is nan"):
+    evaluation.shadow_count_sweep(loss, run.keep_MxN, counts=[4, 8], progress=False)
+  with pytest.raises(lira.errors.InputError, match=r"reduction 'min:7' .* canary 0 has 6"):
+    evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 8], reduction="min:7", progress=False)
+
+
+def test_leave_one_out_names_subset_models_by_their_run_ids(run_dir):
+  run = rundir.load_run(run_dir)
+  models = np.array([1, 2, 5, 6])
+  loss = np.array(run.loss_MxNxT[models])
+  loss[2, 4, 1] = -1.0
+  with pytest.raises(lira.errors.InputError, match=r"model 5 on canary 4 at position 1 is -1.0"):
+    lira.leave_one_out(loss, run.keep_MxN[models], covariance="oas", shared=True, on_undefined="nan",
+                       model_ids=models)
+
+
+def test_select_variants_accepts_keys_and_table_names_in_any_spelling():
+  by_key = {evaluation.variant_key(v): v for v in evaluation.VARIANTS}
+  assert list(by_key) == ["univariate-classwise", "univariate-shared", "independent-classwise", "independent-shared",
+                          "oas-classwise", "oas-shared"]
+  for spelling in ("oas-shared", "oas_shared", "OAS-Shared", "OAS Shared", " oas_SHARED "):
+    assert evaluation.select_variants([spelling]) == (by_key["oas-shared"],)
+  for spelling in ("Univariate Class-Wise", "univariate_classwise", "UNIVARIATE-CLASSWISE", "univariate class-wise"):
+    assert evaluation.select_variants([spelling]) == (by_key["univariate-classwise"],)
+  # Order as given, each variant once.
+  assert evaluation.select_variants(["oas_shared", "independent-classwise", "OAS Shared"]) == (
+      by_key["oas-shared"], by_key["independent-classwise"])
+  assert evaluation.select_variants(None) == evaluation.VARIANTS
+  with pytest.raises(lira.errors.InputError) as err:
     evaluation.select_variants(["oas-global"])
+  assert str(err.value) == ("unknown variant 'oas-global'; choose from univariate-classwise, univariate-shared, "
+                            "independent-classwise, independent-shared, oas-classwise, oas-shared")
+
+
+def test_applicable_variants_says_what_is_dropped_and_why():
+  kept, dropped = evaluation.applicable_variants(evaluation.VARIANTS)
+  assert kept == evaluation.VARIANTS and dropped == []
+  kept, dropped = evaluation.applicable_variants(evaluation.VARIANTS, offline=True)
+  assert [v[0] for v in kept] == ["Univariate Class-Wise", "Independent Class-Wise", "OAS Class-Wise"]
+  assert [d[0] for d in dropped] == ["Univariate Shared", "Independent Shared", "OAS Shared"]
+  assert all("offline" in reason for _, reason in dropped)
+  kept, dropped = evaluation.applicable_variants(evaluation.VARIANTS, offline=True, fix_variance=True)
+  assert [v[0] for v in kept] == ["Univariate Class-Wise", "Independent Class-Wise"]
+  reasons = dict(dropped)
+  assert "offline" in reasons["OAS Shared"] and "fix_variance" in reasons["OAS Shared"]
+  assert "offline" not in reasons["OAS Class-Wise"] and "fix_variance" in reasons["OAS Class-Wise"]
+  kept, dropped = evaluation.applicable_variants(evaluation.select_variants(["oas-shared"]), offline=True)
+  assert kept == () and dropped[0][0] == "OAS Shared"
+
+
+def test_default_shadow_counts():
+  assert evaluation.default_shadow_counts(64) == [4, 8, 16, 32, 64]
+  assert evaluation.default_shadow_counts(48) == [4, 8, 16, 32, 48]
+  assert evaluation.default_shadow_counts(5) == [4, 5]
+  assert evaluation.default_shadow_counts(4) == [4]
 
 
 @pytest.mark.parametrize("module,outputs", [
