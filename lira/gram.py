@@ -76,7 +76,7 @@ class _Fit:
     return terms.sum(axis=-1) + (self.p_B - self.rank_B)[:, None] * np.log(alpha)
 
 
-def oas_llr(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor):
+def oas_llr(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor, offline_shift="uniform"):
   """Leave-one-out OAS log-likelihood ratios (or offline z-scores) for a block of canaries, [M, B]."""
   M, B, D = x_MxBxD.shape
   out_MxB = np.empty((M, B))
@@ -86,14 +86,14 @@ def oas_llr(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor):
     # Sort each canary's models so that its k IN models come first.
     order_BxM = np.argsort(~keep_MxB[:, cols].T, axis=1, kind="stable")
     x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD[:, cols], 0, 1), order_BxM[:, :, None], axis=1)
-    llr_BxM = _sorted_llr(x_BxMxD, int(k), valid_BxD[cols], shared, offline, floor)
+    llr_BxM = _sorted_llr(x_BxMxD, int(k), valid_BxD[cols], shared, offline, floor, offline_shift)
     unsorted = np.empty_like(llr_BxM)
     np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
     out_MxB[:, cols] = sign * unsorted.T if offline else unsorted.T
   return out_MxB
 
 
-def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor):
+def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="uniform"):
   """Scores for canaries whose first k models are IN and the rest OUT; [B, M] in that order."""
   B, M, D = x_BxMxD.shape
   p_B = valid_BxD.sum(axis=1).astype(np.float64)
@@ -112,7 +112,7 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor):
   oth_dot_oth = zz_BxM + 2 * s_M * zd_BxM + dd_B[:, None]
 
   if offline:
-    return _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor)
+    return _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, offline_shift)
 
   if shared:
     fit = _Fit(z_BxMxD, p_B)
@@ -150,31 +150,47 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor):
   return -0.5 * s_M * ((own_q + own_ld) - (oth_q + oth_ld))
 
 
-def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor):
-  """One-sided OUT-only score: GLS z-score of a uniform shift, 1^T S^-1 r / sqrt(1^T S^-1 1)."""
+def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift):
+  """One-sided OUT-only score: GLS z-score u^T S^-1 r / sqrt(u^T S^-1 u) of a shift along u.
+
+  u = 1 on the scored positions (shift "uniform") or u = sqrt(diag S) (shift "std", scale-free); for an OUT target
+  S is its leave-one-out OUT fit, so u depends on the target: diag(W') = diag(W) - c z^2.
+  """
   B, M, D = z_BxMxD.shape
-  p_B = valid_BxD.sum(axis=1).astype(np.float64)
+  valid = valid_BxD.astype(np.float64)
+  p_B = valid.sum(axis=1)
   out = slice(k, M)
-  fit = _Fit(z_BxMxD[:, out], p_B)
+  z_out = z_BxMxD[:, out]
+  fit = _Fit(z_out, p_B)
   n = fit.n
   c = n / (n - 1.0)
-  p_one = fit.project(valid_BxD[:, None, :].astype(np.float64))  # the all-ones direction of the scored positions
-  z1_BxM = z_BxMxD.sum(axis=2)
   score = np.empty((B, M))
+
+  def direction(alpha, beta, diag_w):  # [B, J, D]
+    if shift == "uniform":
+      return np.broadcast_to(valid[:, None, :], diag_w.shape[:1] + alpha.shape[1:] + valid.shape[1:])
+    return np.sqrt(alpha[..., None] + beta[..., None] * np.maximum(diag_w, 0.0)) * valid[:, None, :]
+
+  diag_w_BxD = (z_out**2).sum(axis=1)
   # OUT targets: own row removed; residual c * z.
-  pz = fit.project(z_BxMxD[:, out])
+  pz = fit.project(z_out)
   zz = zz_BxM[:, out]
   alpha, beta = fit.loo_params(pz, zz, c, n - 1.0, floor)
   gamma = beta * c
+  u = direction(alpha, beta, diag_w_BxD[:, None, :] - c * z_out**2)
+  p_u = fit.project(u)
   dad = fit.bilinear(pz, pz, zz, alpha, beta)
   s = 1.0 - gamma * dad
-  one_d = fit.bilinear(p_one, pz, z1_BxM[:, out], alpha, beta)
-  one_one = fit.bilinear(p_one, p_one, p_B[:, None], alpha, beta) + gamma * one_d**2 / s
-  score[:, out] = c * (one_d + gamma * one_d * dad / s) / np.sqrt(one_one)
+  u_d = fit.bilinear(p_u, pz, (u * z_out).sum(axis=2), alpha, beta)
+  u_u = fit.bilinear(p_u, p_u, (u * u).sum(axis=2), alpha, beta) + gamma * u_d**2 / s
+  score[:, out] = c * (u_d + gamma * u_d * dad / s) / np.sqrt(u_u)
   # IN targets: the full OUT fit; residual z + delta.
   alpha_f, beta_f = (v[:, None] for v in fit.params(float(n), fit.trace_B, fit.fro2_B, floor))
-  pr = fit.project(z_BxMxD[:, :k]) + fit.project(delta_BxD[:, None, :])
-  one_r = fit.bilinear(p_one, pr, z1_BxM[:, :k] + delta_BxD.sum(axis=1)[:, None], alpha_f, beta_f)
-  one_one = fit.bilinear(p_one, p_one, p_B[:, None], alpha_f, beta_f)
-  score[:, :k] = one_r / np.sqrt(one_one)
+  u = direction(alpha_f, beta_f, diag_w_BxD[:, None, :])
+  p_u = fit.project(u)
+  r = z_BxMxD[:, :k] + delta_BxD[:, None, :]
+  pr = fit.project(r)
+  u_r = fit.bilinear(p_u, pr, (u * r).sum(axis=2), alpha_f, beta_f)
+  u_u = fit.bilinear(p_u, p_u, (u * u).sum(axis=2), alpha_f, beta_f)
+  score[:, :k] = u_r / np.sqrt(u_u)
   return score

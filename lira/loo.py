@@ -23,9 +23,12 @@ from lira.transforms import STATISTICS, check_losses, check_reduction, member_si
 from lira.errors import InputError
 
 COVARIANCES = ESTIMATORS
+OFFLINE_SHIFTS = ("uniform", "std")
 
 
-def _check_settings(covariance, shared, offline, fix_variance, statistic):
+def _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift="uniform"):
+  if offline_shift not in OFFLINE_SHIFTS:
+    raise InputError(f"offline_shift must be one of {OFFLINE_SHIFTS}, got {offline_shift!r}")
   if covariance not in COVARIANCES:
     raise InputError(f"covariance must be one of {COVARIANCES}, got {covariance!r}")
   if statistic not in STATISTICS:
@@ -104,7 +107,19 @@ def _class_stats(x_MxBxD, keep_MxB):
   return n_in_B, n_out_B, mean_in_BxD, mean_out_BxD, z_MxBxD
 
 
-def _diag_block(x_MxBxD, keep_MxB, valid_BxD, shared, offline, sign, floor, global_var):
+def _offline_diag(r_MxBxD, var_MxBxD, valid_BxD, sign, shift):
+  """One-sided OUT-only score with a diagonal covariance: GLS z-score of the shift direction u (docs, "Offline").
+
+  uniform (u = 1): sum(r / var) / sqrt(sum(1 / var)); std (u = sqrt(var)): sum(r / sqrt(var)) / sqrt(p), the
+  per-position z-scores summed and scaled to unit variance, which no rescaling of a position changes.
+  """
+  if shift == "std":
+    return sign * (r_MxBxD / np.sqrt(var_MxBxD)).sum(axis=2) / np.sqrt(valid_BxD.sum(axis=1))
+  one = np.broadcast_to(valid_BxD, r_MxBxD.shape)
+  return sign * (r_MxBxD / var_MxBxD).sum(axis=2) / np.sqrt((one / var_MxBxD).sum(axis=2))
+
+
+def _diag_block(x_MxBxD, keep_MxB, valid_BxD, shared, offline, sign, floor, global_var, offline_shift="uniform"):
   """Univariate / independent LOO scores for one block of canaries ([M, B]); few passes over [M, B, D]."""
   n_in_B, n_out_B, mean_in, mean_out, z = _class_stats(x_MxBxD, keep_MxB)
   kin = keep_MxB[:, :, None]
@@ -146,8 +161,7 @@ def _diag_block(x_MxBxD, keep_MxB, valid_BxD, shared, offline, sign, floor, glob
   if offline:  # the OUT fit is the own fit for OUT targets and the other fit for IN targets
     var = np.where(kin, var_oth, var_own)
     r = np.where(kin, r_oth, r_own)
-    one = np.broadcast_to(valid_BxD, r.shape)
-    return sign * (r / var).sum(axis=2) / np.sqrt((one / var).sum(axis=2))
+    return _offline_diag(r, np.broadcast_to(var, r.shape), valid_BxD, sign, offline_shift)
   r_oth *= r_oth
   q_own = (q_own_num / var_own).sum(axis=2)
   q_oth = (r_oth / var_oth).sum(axis=2)
@@ -187,20 +201,21 @@ def _block_size(M, D, covariance):
 
 
 def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
-                  mask_NxT=None, offline=False, fix_variance=False, var_floor=VAR_FLOOR,
+                  mask_NxT=None, offline=False, offline_shift="uniform", fix_variance=False, var_floor=VAR_FLOOR,
                   on_undefined="raise", block_size=None, num_threads=None, progress=False, model_ids=None):
   """Leave-one-out LiRA log-likelihood ratios llr_MxN (float64, higher = member).
 
   covariance: "univariate" | "independent" | "oas"; shared: one covariance from IN and OUT rows
   centred by their own means (else class-wise); reduction: None | "group:K" | "min:K" | "max:K";
   statistic: "logit" | "loss". offline: score with the OUT Gaussian alone (one-sided: the
-  generalised-least-squares z-score of a uniform shift towards members; T = 1 gives LiRA's offline
-  test). fix_variance: LiRA's global variance, one per class (shared: one) pooled over all canaries
+  generalised-least-squares z-score of a shift towards members; T = 1 gives LiRA's offline test), with
+  offline_shift "uniform" (the same shift at every position, in statistic units) or "std" (a shift of each
+  position's OUT standard deviation: scale-free). fix_variance: LiRA's global variance, one per class (shared: one) pooled over all canaries
   and positions. Pairs whose fit is undefined (too few models of a class) raise, or give NaN with
   on_undefined="nan". model_ids name the models in messages when loss_MxNxT holds a subset of a run's models.
   Bad inputs (a loss not finite and >= 0 at a scored position, ...) raise InputError before any scoring.
   """
-  _check_settings(covariance, shared, offline, fix_variance, statistic)
+  _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift)
   check_arrays(loss_MxNxT, keep_MxN, mask_NxT, reduction, model_ids)
   keep_MxN = np.asarray(keep_MxN, bool)
   M, N, T = loss_MxNxT.shape
@@ -231,9 +246,10 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
     idx = np.arange(blk.start, blk.stop)[ok]
     x, keep, valid = x_MxBxD[:, ok], keep_MxN[:, idx], valid_BxD[ok]
     if covariance == "oas" and x.shape[2] > 1:
-      llr_MxN[:, idx] = gram.oas_llr(x, keep, valid, shared=shared, offline=offline, sign=sign, floor=var_floor)
+      llr_MxN[:, idx] = gram.oas_llr(x, keep, valid, shared=shared, offline=offline, sign=sign, floor=var_floor,
+                                     offline_shift=offline_shift)
     else:
-      llr_MxN[:, idx] = _diag_block(x, keep, valid, shared, offline, sign, var_floor, global_var)
+      llr_MxN[:, idx] = _diag_block(x, keep, valid, shared, offline, sign, var_floor, global_var, offline_shift)
 
   # numpy releases the GIL in its kernels (ufuncs, matmul, eigh), so blocks run in parallel threads.
   workers = max(1, min(num_threads or os.cpu_count() or 1, len(blocks)))

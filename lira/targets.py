@@ -34,7 +34,7 @@ def check_counts(keep_MxN, shared, offline):
                      f"{need} ({int(bad_N.sum())} canaries affected)")
 
 
-def _diag_block(x_MxBxD, keep_MxB, t_KxBxD, valid_BxD, shared, offline, sign, floor, global_var):
+def _diag_block(x_MxBxD, keep_MxB, t_KxBxD, valid_BxD, shared, offline, sign, floor, global_var, shift):
   """Univariate / independent target scores [K, B] from the full shadow fits."""
   n_in_B, n_out_B, mean_in, mean_out, z = loo._class_stats(x_MxBxD, keep_MxB)
   z2 = z * z
@@ -52,13 +52,13 @@ def _diag_block(x_MxBxD, keep_MxB, t_KxBxD, valid_BxD, shared, offline, sign, fl
     var_in, var_out = floored(scat_in / n_in_B[:, None]), floored(scat_out / n_out_B[:, None])
   r_in, r_out = t_KxBxD - mean_in, t_KxBxD - mean_out
   if offline:
-    return sign * (r_out / var_out).sum(axis=2) / np.sqrt((valid_BxD / var_out).sum(axis=1))
+    return loo._offline_diag(r_out, np.broadcast_to(var_out, r_out.shape), valid_BxD, sign, shift)
   q_in = (r_in**2 / var_in).sum(axis=2) + np.log(var_in).sum(axis=1)
   q_out = (r_out**2 / var_out).sum(axis=2) + np.log(var_out).sum(axis=1)
   return -0.5 * (q_in - q_out)
 
 
-def _oas_block(x_MxBxD, keep_MxB, t_KxBxD, valid_BxD, shared, offline, sign, floor):
+def _oas_block(x_MxBxD, keep_MxB, t_KxBxD, valid_BxD, shared, offline, sign, floor, shift):
   """OAS target scores [K, B]: per canary and class, OAS (alpha I + beta W) in the eigenbasis of the shadow rows."""
   K, B, _ = t_KxBxD.shape
   out_KxB = np.empty((K, B))
@@ -68,11 +68,12 @@ def _oas_block(x_MxBxD, keep_MxB, t_KxBxD, valid_BxD, shared, offline, sign, flo
     order_BxM = np.argsort(~keep_MxB[:, cols].T, axis=1, kind="stable")  # IN models first
     x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD[:, cols], 0, 1), order_BxM[:, :, None], axis=1)
     t_BxKxD = np.moveaxis(t_KxBxD[:, cols], 0, 1)
-    out_KxB[:, cols] = _sorted_oas(x_BxMxD, int(k), t_BxKxD, valid_BxD[cols], shared, offline, sign, floor).T
+    out_KxB[:, cols] = _sorted_oas(x_BxMxD, int(k), t_BxKxD, valid_BxD[cols], shared, offline, sign, floor,
+                                   shift).T
   return out_KxB
 
 
-def _sorted_oas(x_BxMxD, k, t_BxKxD, valid_BxD, shared, offline, sign, floor):
+def _sorted_oas(x_BxMxD, k, t_BxKxD, valid_BxD, shared, offline, sign, floor, shift):
   """Scores [B, K] of K targets for canaries whose first k shadow models are IN."""
   p_B = valid_BxD.sum(axis=1).astype(np.float64)
   means = x_BxMxD[:, :k].mean(axis=1), x_BxMxD[:, k:].mean(axis=1)
@@ -92,11 +93,13 @@ def _sorted_oas(x_BxMxD, k, t_BxKxD, valid_BxD, shared, offline, sign, floor):
     fit = fits["out"]
     alpha, beta = full_params(fit)
     r_BxKxD = t_BxKxD - means[1][:, None]
-    one_BxD = valid_BxD.astype(np.float64)
-    p_one, p_r = fit.project(one_BxD[:, None]), fit.project(r_BxKxD)
-    one_r = fit.bilinear(p_one, p_r, r_BxKxD.sum(axis=2), alpha, beta)
-    one_one = fit.bilinear(p_one, p_one, p_B[:, None], alpha, beta)
-    return sign * one_r / np.sqrt(one_one)
+    u_Bx1xD = valid_BxD[:, None, :].astype(np.float64)  # the shift direction (lira.gram._offline)
+    if shift == "std":
+      u_Bx1xD = u_Bx1xD * np.sqrt(alpha[..., None] + beta[..., None] * (rows["out"] ** 2).sum(axis=1)[:, None])
+    p_u, p_r = fit.project(u_Bx1xD), fit.project(r_BxKxD)
+    u_r = fit.bilinear(p_u, p_r, (u_Bx1xD * r_BxKxD).sum(axis=2), alpha, beta)
+    u_u = fit.bilinear(p_u, p_u, (u_Bx1xD**2).sum(axis=2), alpha, beta)
+    return sign * u_r / np.sqrt(u_u)
   q = {}
   for c, mean in zip(("in", "out"), means):
     fit = fits[c]
@@ -126,16 +129,16 @@ def _global_variance(features, blocks, keep_MxN, shared):
 
 
 def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, target_loss_KxNxT, *, covariance, shared, reduction=None,
-                  statistic="logit", mask_NxT=None, offline=False, fix_variance=False, var_floor=VAR_FLOOR,
-                  block_size=None, progress=False):
+                  statistic="logit", mask_NxT=None, offline=False, offline_shift="uniform", fix_variance=False,
+                  var_floor=VAR_FLOOR, block_size=None, progress=False):
   """LiRA scores llr_KxN (float64, higher = member) of K target models' canary losses, fitted on all M shadows.
 
   target_loss_KxNxT holds the same N canaries' per-token losses on each target ([N, T] is one target). Settings as
   lira.leave_one_out: covariance "univariate" | "independent" | "oas", shared or class-wise, a length reduction, the
-  statistic, offline (OUT Gaussian alone, one-sided) and fix_variance (one pooled variance per class). The shadow
+  statistic, offline (OUT Gaussian alone, one-sided, along offline_shift) and fix_variance (one pooled variance per class). The shadow
   arrays and the targets are checked before any scoring; a bad target loss names the target, canary and position.
   """
-  loo._check_settings(covariance, shared, offline, fix_variance, statistic)
+  loo._check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift)
   loo.check_arrays(shadow_loss_MxNxT, shadow_keep_MxN, mask_NxT, reduction)
   target = target_loss_KxNxT if np.ndim(target_loss_KxNxT) == 3 else np.asarray(target_loss_KxNxT)[None]
   M, N, T = np.shape(shadow_loss_MxNxT)
@@ -168,10 +171,11 @@ def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, target_loss_KxNxT, *, cova
     x_MxBxD, t_KxBxD, valid_BxD = features(blk)
     keep_MxB = keep_MxN[:, blk]
     if covariance == "oas" and x_MxBxD.shape[2] > 1:
-      llr_KxN[:, blk] = _oas_block(x_MxBxD, keep_MxB, t_KxBxD, valid_BxD, shared, offline, sign, var_floor)
+      llr_KxN[:, blk] = _oas_block(x_MxBxD, keep_MxB, t_KxBxD, valid_BxD, shared, offline, sign, var_floor,
+                                   offline_shift)
     else:
       llr_KxN[:, blk] = _diag_block(x_MxBxD, keep_MxB, t_KxBxD, valid_BxD, shared, offline, sign, var_floor,
-                                    global_var)
+                                    global_var, offline_shift)
   bad = ~np.isfinite(llr_KxN)
   if bad.any():
     k, n = (int(i[0]) for i in np.nonzero(bad))

@@ -78,16 +78,18 @@ def log_density(x_P, mean_P, cov):
   return scipy.stats.multivariate_normal(mean=mean_P, cov=cov).logpdf(x_P)
 
 
-def offline_score(x_P, mean_P, cov, sign):
-  """Offline LiRA: sign * 1^T Sigma^-1 (x - mu) / sqrt(1^T Sigma^-1 1), the one-sided z-score along 1."""
+def offline_score(x_P, mean_P, cov, sign, shift="uniform"):
+  """Offline LiRA: sign * u^T Sigma^-1 (x - mu) / sqrt(u^T Sigma^-1 u), the one-sided z-score along the shift u:
+  u = 1 ("uniform") or u = sqrt(diag Sigma) ("std")."""
   cov = np.diag(cov) if cov.ndim == 1 else cov
-  ones = np.ones(len(x_P))
-  w = np.linalg.solve(cov, ones)  # Sigma^-1 1 (Sigma is symmetric)
-  return sign * (w @ (x_P - mean_P)) / np.sqrt(w @ ones)
+  u = np.ones(len(x_P)) if shift == "uniform" else np.sqrt(np.diag(cov))
+  w = np.linalg.solve(cov, u)  # Sigma^-1 u (Sigma is symmetric)
+  return sign * (w @ (x_P - mean_P)) / np.sqrt(w @ u)
 
 
 def bruteforce_llr(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
-                   mask_NxT=None, var_floor=1e-8, offline=False, targets=None, canaries=None):
+                   mask_NxT=None, var_floor=1e-8, offline=False, offline_shift="uniform", targets=None,
+                   canaries=None):
   """Leave-one-out LiRA scores llr_MxN by refitting per (target, canary); uncomputed entries are NaN."""
   if covariance not in COVARIANCES:
     raise ValueError(f"covariance must be one of {COVARIANCES}, got {covariance!r}")
@@ -112,7 +114,7 @@ def bruteforce_llr(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, 
       mean_in, mean_out = rows_in.mean(axis=0), rows_out.mean(axis=0)
       if offline:
         cov_out = fit_covariance(rows_out, covariance, False, var_floor)
-        llr_MxN[m, n] = offline_score(x_MxP[m], mean_out, cov_out, sign)
+        llr_MxN[m, n] = offline_score(x_MxP[m], mean_out, cov_out, sign, offline_shift)
         continue
       if shared:
         centred = np.concatenate([rows_in - mean_in, rows_out - mean_out])

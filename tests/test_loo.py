@@ -59,6 +59,31 @@ def test_offline_matches_bruteforce(covariance, statistic):
   assert_scores_close(fast, ref)
 
 
+@pytest.mark.parametrize("covariance", ["univariate", "independent", "oas"])
+@pytest.mark.parametrize("M,T", [(10, 6), (8, 16)])
+def test_offline_std_shift_matches_bruteforce(covariance, M, T):
+  # Position space (n >= T) and Gram space (n < T), a ragged mask, and the loss statistic's sign.
+  loss, keep = make_losses(M=M, N=4, T=T, seed=11)
+  mask = np.random.default_rng(11).uniform(size=(4, T)) < 0.7
+  mask[:, :2] = True
+  for statistic in ("logit", "loss"):
+    kw = dict(covariance=covariance, shared=False, offline=True, statistic=statistic, mask_NxT=mask)
+    fast = lira.leave_one_out(loss, keep, offline_shift="std", **kw)
+    assert_scores_close(fast, bruteforce_llr(loss, keep, offline_shift="std", **kw))
+
+
+def test_offline_std_shift_does_not_depend_on_the_units_of_a_position():
+  # Rescaling one position's statistic (here: its logit around the OUT mean) changes the uniform test, not "std".
+  loss, keep = make_losses(M=12, N=5, T=4, seed=2)
+  x = lira.to_statistic(loss)
+  x[:, :, 1] *= 3.0
+  scaled = np.logaddexp(0, -x)  # the loss whose logit is x
+  for shift, same in (("std", True), ("uniform", False)):
+    a = lira.leave_one_out(loss, keep, covariance="independent", shared=False, offline=True, offline_shift=shift)
+    b = lira.leave_one_out(scaled, keep, covariance="independent", shared=False, offline=True, offline_shift=shift)
+    assert np.allclose(a, b, rtol=1e-6) == same  # logit -> loss -> logit round trip: ~1e-12 relative
+
+
 def test_loss_statistic_matches_bruteforce():
   loss, keep = make_losses(M=8, N=3, T=5, seed=9)
   for covariance, shared in VARIANTS:

@@ -15,7 +15,7 @@ RTOL, ATOL = 1e-8, 1e-8
 
 
 def bruteforce_targets(shadow_loss_MxNxT, keep_MxN, target_loss_KxNxT, *, covariance, shared, reduction=None,
-                       statistic="logit", mask_NxT=None, offline=False, var_floor=1e-8):
+                       statistic="logit", mask_NxT=None, offline=False, offline_shift="uniform", var_floor=1e-8):
   """Per (target, canary): fit IN and OUT on all shadow rows with scipy/sklearn, score the target's vector."""
   M, N, T = shadow_loss_MxNxT.shape
   mask_NxT = np.ones((N, T), bool) if mask_NxT is None else mask_NxT
@@ -34,7 +34,7 @@ def bruteforce_targets(shadow_loss_MxNxT, keep_MxN, target_loss_KxNxT, *, covari
       cov_out = fit_covariance(rows_out, covariance, False, var_floor)
     for k, target_NxT in enumerate(target_loss_KxNxT):
       s = vec(target_NxT[n])
-      llr_KxN[k, n] = (offline_score(s, mean_out, cov_out, sign) if offline
+      llr_KxN[k, n] = (offline_score(s, mean_out, cov_out, sign, offline_shift) if offline
                        else log_density(s, mean_in, cov_in) - log_density(s, mean_out, cov_out))
   return llr_KxN
 
@@ -60,6 +60,14 @@ def test_scores_equal_a_brute_force_refit(data, covariance, shared, offline, red
   ref = bruteforce_targets(loss, keep, target, covariance=covariance, shared=shared, offline=offline,
                            reduction=reduction, mask_NxT=mask)
   np.testing.assert_allclose(ours, ref, rtol=RTOL, atol=ATOL)
+
+
+@pytest.mark.parametrize("covariance", ["univariate", "independent", "oas"])
+def test_offline_std_shift_equals_a_brute_force_refit(data, covariance):
+  _, _, target, mask, loss, keep = data
+  kw = dict(covariance=covariance, shared=False, offline=True, offline_shift="std", mask_NxT=mask)
+  np.testing.assert_allclose(lira.score_targets(loss, keep, target, **kw), bruteforce_targets(loss, keep, target, **kw),
+                             rtol=RTOL, atol=ATOL)
 
 
 @pytest.mark.parametrize("covariance", ["independent", "oas"])
