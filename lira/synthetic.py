@@ -2,11 +2,12 @@
 
 Stands in for trained shadow models when testing the LiRA stages. For canary n and model m the
 per-token logit (ln p - ln(1-p)) is
-  z[m, n] = mu[n] + sigma[n] * e[m, n] + keep[m, n] * shift * sigma[n] * b[n],
+  z[m, n] = mu[n] + sigma[n] * e[m, n] + keep[m, n] * shift * sigma[n] * b[n]    (shift_units="std"),
 with e ~ N(0, C) where C[s, t] = rho^|s - t| (AR(1) correlation between neighbouring tokens),
 mu[n, t] ~ N(1, 1.5^2), sigma[n, t] ~ U(0.5, 1.5), and b[n, t] = 1 on a random `frac_shifted` of the
 positions (0 elsewhere): being IN raises the logit (lowers the loss) of those tokens by `shift`
-standard deviations. Losses are softplus(-z) = -ln sigmoid(z), stored as float32, so that
+standard deviations. With shift_units="logit" the raise is `shift` logit units at every affected position
+(`keep * shift * b`), whatever that position's spread. Losses are softplus(-z) = -ln sigmoid(z), stored as float32, so that
 lira.logit_scale(loss) recovers z.
 """
 
@@ -28,8 +29,10 @@ def keep_matrix(num_models, num_canaries, seed):
 
 
 def synthetic_losses(num_models=32, num_canaries=2000, seq_len=32, *, rho=0.6, shift=1.0, frac_shifted=0.25,
-                     ragged=False, seed=0):
+                     ragged=False, seed=0, shift_units="std"):
   """Returns (loss_MxNxT float32, keep_MxN bool, mask_NxT bool or None) from the model above."""
+  if shift_units not in ("std", "logit"):
+    raise InputError(f"shift_units must be 'std' or 'logit', got {shift_units!r}")
   M, N, T = num_models, num_canaries, seq_len
   keep_MxN = keep_matrix(M, N, seed)
   rng = np.random.default_rng(seed + 1)
@@ -41,7 +44,10 @@ def synthetic_losses(num_models=32, num_canaries=2000, seq_len=32, *, rho=0.6, s
   loss_MxNxT = np.empty((M, N, T), np.float32)
   for m in range(M):  # one model at a time keeps memory at one [N, T] float64 slice
     e_NxT = rng.normal(size=(N, T)) @ chol_TxT.T
-    z_NxT = mu_NxT + sigma_NxT * (e_NxT + keep_MxN[m][:, None] * shift * b_NxT)
+    if shift_units == "std":
+      z_NxT = mu_NxT + sigma_NxT * (e_NxT + keep_MxN[m][:, None] * shift * b_NxT)
+    else:
+      z_NxT = mu_NxT + sigma_NxT * e_NxT + keep_MxN[m][:, None] * shift * b_NxT
     loss_MxNxT[m] = np.logaddexp(0.0, -z_NxT)
   mask_NxT = None
   if ragged:  # canaries of different lengths, right-padded; padding is not scored
