@@ -26,8 +26,8 @@ def load_npy(path, mmap=False):
     return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
   except ValueError as e:
     if "allow_pickle" in str(e) or "pickle" in str(e).lower():
-      raise InputError(f"{path}: holds pickled objects, and seqlira cannot load without pickle; store plain numeric "
-                       "arrays") from e
+      raise InputError(f"{path}: holds pickled objects, which seqlira never loads (it cannot load without pickle); "
+                       "store plain numeric arrays") from e
     raise InputError(f"{path}: cannot be read as an .npy array ({e}); is the file truncated or still being "
                      "written?") from e
   except (EOFError, OSError) as e:
