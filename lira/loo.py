@@ -17,6 +17,7 @@ import numpy as np
 import threadpoolctl
 from tqdm.auto import tqdm
 
+from lira import balanced
 from lira import gram
 from lira.covariance import ESTIMATORS, VAR_FLOOR
 from lira.transforms import STATISTICS, check_losses, check_reduction, member_sign, reduce_length, to_statistic
@@ -58,12 +59,15 @@ def check_arrays(loss_MxNxT, keep_MxN, mask_NxT=None, reduction=None, model_ids=
   check_losses(loss_MxNxT, mask_NxT, model_ids=model_ids)
 
 
-def _check_counts(keep_MxN, shared, offline, on_undefined):
+def _check_counts(keep_MxN, shared, offline, on_undefined, balance_counts=False):
   """Rows left after removing the target: means need 1 per class, variances 2 (shared: 3 in all)."""
   n_in_N = keep_MxN.sum(axis=0)
   n_out_N = keep_MxN.shape[0] - n_in_N
   # Worst case over targets: the target's own class loses one row.
-  if offline:
+  if balance_counts:  # each class keeps L = min(n_own - 1, n_other) rows; a variance needs 2
+    bad_N = np.minimum(np.minimum(n_in_N - 1, n_out_N), np.minimum(n_out_N - 1, n_in_N)) < 2
+    need = "at least 3 IN and 3 OUT models (2 per class left after balancing)"
+  elif offline:
     bad_N = n_out_N - 1 < 2
     need = "at least 3 OUT models (2 left after removing an OUT target)"
   elif shared:
@@ -201,8 +205,9 @@ def _block_size(M, D, covariance):
 
 
 def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
-                  mask_NxT=None, offline=False, offline_shift="uniform", fix_variance=False, var_floor=VAR_FLOOR,
-                  on_undefined="raise", block_size=None, num_threads=None, progress=False, model_ids=None):
+                  mask_NxT=None, offline=False, offline_shift="uniform", fix_variance=False, balance_counts=False,
+                  var_floor=VAR_FLOOR, on_undefined="raise", block_size=None, num_threads=None, progress=False,
+                  model_ids=None):
   """Leave-one-out LiRA log-likelihood ratios llr_MxN (float64, higher = member).
 
   covariance: "univariate" | "independent" | "oas"; shared: one covariance from IN and OUT rows
@@ -211,7 +216,9 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   generalised-least-squares z-score of a shift towards members; T = 1 gives LiRA's offline test), with
   offline_shift "uniform" (the same shift at every position, in statistic units) or "std" (a shift of each
   position's OUT standard deviation: scale-free). fix_variance: LiRA's global variance, one per class (shared: one) pooled over all canaries
-  and positions. Pairs whose fit is undefined (too few models of a class) raise, or give NaN with
+  and positions. balance_counts: fit both classes on the same number of models, L = min(n_own - 1, n_other), the
+  larger class dropping the models that follow the target in cyclic order (lira/balanced.py; refits per target, so
+  slower). Pairs whose fit is undefined (too few models of a class) raise, or give NaN with
   on_undefined="nan". model_ids name the models in messages when loss_MxNxT holds a subset of a run's models.
   Bad inputs (a loss not finite and >= 0 at a scored position, ...) raise InputError before any scoring.
   """
@@ -219,7 +226,10 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   check_arrays(loss_MxNxT, keep_MxN, mask_NxT, reduction, model_ids)
   keep_MxN = np.asarray(keep_MxN, bool)
   M, N, T = loss_MxNxT.shape
-  undefined_N = _check_counts(keep_MxN, shared, offline, on_undefined)
+  if balance_counts and fix_variance:
+    raise InputError("balance_counts refits each target's classes; it does not combine with fix_variance's pooled "
+                     "variance")
+  undefined_N = _check_counts(keep_MxN, shared, offline, on_undefined, balance_counts)
   sign = member_sign(statistic)
   bs = block_size or _block_size(M, T, covariance)
   blocks = [slice(i, min(i + bs, N)) for i in range(0, N, bs)]
@@ -245,7 +255,10 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
     ok = ~undefined_N[blk]
     idx = np.arange(blk.start, blk.stop)[ok]
     x, keep, valid = x_MxBxD[:, ok], keep_MxN[:, idx], valid_BxD[ok]
-    if covariance == "oas" and x.shape[2] > 1:
+    if balance_counts:
+      llr_MxN[:, idx] = balanced.balanced_llr(x, keep, valid, covariance=covariance, shared=shared, offline=offline,
+                                              sign=sign, floor=var_floor, offline_shift=offline_shift)
+    elif covariance == "oas" and x.shape[2] > 1:
       llr_MxN[:, idx] = gram.oas_llr(x, keep, valid, shared=shared, offline=offline, sign=sign, floor=var_floor,
                                      offline_shift=offline_shift)
     else:

@@ -88,8 +88,8 @@ def offline_score(x_P, mean_P, cov, sign, shift="uniform"):
 
 
 def bruteforce_llr(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
-                   mask_NxT=None, var_floor=1e-8, offline=False, offline_shift="uniform", targets=None,
-                   canaries=None):
+                   mask_NxT=None, var_floor=1e-8, offline=False, offline_shift="uniform", balance_counts=False,
+                   targets=None, canaries=None):
   """Leave-one-out LiRA scores llr_MxN by refitting per (target, canary); uncomputed entries are NaN."""
   if covariance not in COVARIANCES:
     raise ValueError(f"covariance must be one of {COVARIANCES}, got {covariance!r}")
@@ -109,6 +109,12 @@ def bruteforce_llr(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, 
       x_MxP = np.stack([model_vector(loss_MxNxT[j, n], mask_NxT[n], covariance, statistic, reduction)
                         for j in range(M)])
       shadow = np.arange(M) != m
+      if balance_counts:  # each class keeps its last L models in cyclic order after m (m + 1, m + 2, ...)
+        after_m = [(m + d) % M for d in range(1, M)]
+        own = [j for j in after_m if keep_MxN[j, n] == keep_MxN[m, n]]
+        other = [j for j in after_m if keep_MxN[j, n] != keep_MxN[m, n]]
+        L = min(len(own), len(other))
+        shadow = np.isin(np.arange(M), own[len(own) - L:] + other[len(other) - L:])
       rows_in = x_MxP[shadow & keep_MxN[:, n]]
       rows_out = x_MxP[shadow & ~keep_MxN[:, n]]
       mean_in, mean_out = rows_in.mean(axis=0), rows_out.mean(axis=0)

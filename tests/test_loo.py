@@ -7,6 +7,7 @@ import sklearn.covariance
 from sklearn.metrics import roc_auc_score
 
 import lira
+from lira.errors import InputError
 from bruteforce import bruteforce_llr
 
 VARIANTS = [(c, s) for c in ("univariate", "independent", "oas") for s in (False, True)]
@@ -82,6 +83,37 @@ def test_offline_std_shift_does_not_depend_on_the_units_of_a_position():
     a = lira.leave_one_out(loss, keep, covariance="independent", shared=False, offline=True, offline_shift=shift)
     b = lira.leave_one_out(scaled, keep, covariance="independent", shared=False, offline=True, offline_shift=shift)
     assert np.allclose(a, b, rtol=1e-6) == same  # logit -> loss -> logit round trip: ~1e-12 relative
+
+
+@pytest.mark.parametrize("covariance,shared", VARIANTS)
+@pytest.mark.parametrize("M,T", [(10, 5), (8, 12)])
+def test_balanced_counts_match_bruteforce(covariance, shared, M, T):
+  # Balanced keep, then one canary with 4 IN of 10 / 3 IN of 8 (the larger class drops more), ragged mask.
+  loss, keep = make_losses(M=M, N=5, T=T, seed=21)
+  keep[:, 2] = np.arange(M) < (4 if M == 10 else 3)
+  mask = np.random.default_rng(21).uniform(size=(5, T)) < 0.7
+  mask[:, :3] = True
+  for reduction in (None, "min:2"):
+    kw = dict(covariance=covariance, shared=shared, mask_NxT=mask, reduction=reduction, balance_counts=True)
+    assert_scores_close(lira.leave_one_out(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
+
+
+@pytest.mark.parametrize("covariance", ["univariate", "independent", "oas"])
+@pytest.mark.parametrize("shift", ["uniform", "std"])
+def test_balanced_offline_matches_bruteforce(covariance, shift):
+  loss, keep = make_losses(M=10, N=4, T=6, seed=23)
+  kw = dict(covariance=covariance, shared=False, offline=True, offline_shift=shift, balance_counts=True,
+            statistic="loss")
+  assert_scores_close(lira.leave_one_out(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
+
+
+def test_balanced_refuses_too_few_models_per_class_after_balancing():
+  loss, keep = make_losses(M=8, N=3, T=4, seed=1)
+  keep[:, 1] = np.arange(8) < 2
+  with pytest.raises(InputError, match="canary 1 has 2 IN and 6 OUT models"):
+    lira.leave_one_out(loss, keep, covariance="independent", shared=True, balance_counts=True)
+  with pytest.raises(InputError, match="fix_variance"):
+    lira.leave_one_out(loss, keep, covariance="independent", shared=True, balance_counts=True, fix_variance=True)
 
 
 def test_loss_statistic_matches_bruteforce():
