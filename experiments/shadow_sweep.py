@@ -57,7 +57,8 @@ def table(rows, variants, counts, fpr):
     lines.append("n/a = too few models of a class for every canary at that m.")
   open_m = [m for i, m in enumerate(counts) if any(c[i] == "n/r" for c in cells.values())]
   if open_m:
-    have = ", ".join(f"m={m}: {int(np.mean([r['n_neg'] for r in rows if r['m'] == m])):,}" for m in open_m)
+    have = ", ".join(f"m={m}: {int(np.mean([r['n_neg'] for r in rows if r['m'] == m and r['n_neg']])):,}"
+                     for m in open_m)
     lines.append(f"n/r = not resolved: TPR@{100 * fpr:g}% FPR needs >= {metrics.min_negatives(fpr):,} negatives; "
                  f"available (mean over draws) {have}.")
   return "\n".join(lines)
@@ -95,9 +96,9 @@ def main(argv):
   rundir.save_csv(paths[1], rows)
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
   line = (f"statistic={FLAGS.statistic}, reduction={FLAGS.reduction or 'none'}, {FLAGS.draws} draws per m "
-          f"(seed {FLAGS.seed}); leave-one-out within each subset")
+          f"(seed {FLAGS.seed})")
   rundir.save_figure(paths[2], plots.sweep_figure(rows, ylabel=f"TPR @ {100 * FLAGS.fpr:g}% FPR",
-                                                  title=f"Shadow-model sweep, {shape}\n{line}"))
+                                                  title=f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}"))
   print(f"{shape}; {line}\n")
   print(table(rows, variants, counts, FLAGS.fpr))
   print(provenance.wrote(paths))

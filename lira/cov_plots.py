@@ -7,7 +7,7 @@ from matplotlib.patches import Patch
 from lira.cov_error import CLASSES, ESTIMATORS, MODES
 from lira.plots import LABELS, variant_style
 
-BAND = "band: \u00b1 1 std over draws"
+BAND = "band: \u00b1 1 std over draws (m = M: one draw)"
 
 
 def _log2_axis(ax, m):
@@ -19,7 +19,7 @@ def _log2_axis(ax, m):
 
 
 def _panels(title, subtitle=None, sharey=True, width=10.5):
-  fig = Figure(figsize=(width, 4.2), layout="constrained")
+  fig = Figure(figsize=(width, 4.8), layout="constrained")
   axes = fig.subplots(1, 2, sharey=sharey)
   fig.suptitle(f"{title}\n{subtitle}" if subtitle else title, fontsize=10)
   return fig, axes
@@ -27,7 +27,8 @@ def _panels(title, subtitle=None, sharey=True, width=10.5):
 
 def _legend(fig, axes):
   handles, labels = axes[0].get_legend_handles_labels()
-  fig.legend(handles + [Patch(color="0.5", alpha=0.3, lw=0)], labels + [BAND], loc="outside right upper", fontsize=8)
+  fig.legend(handles + [Patch(color="0.5", alpha=0.3, lw=0)], labels + [BAND], loc="outside lower center",
+             ncol=4, fontsize=8, frameon=False)
 
 
 def plot_errors(aggregated, subtitle=None):
@@ -77,7 +78,8 @@ def plot_covariance_heatmap(cov_in_TxT, cov_out_TxT, canary, max_positions=64, s
   covs = [np.asarray(c)[:max_positions, :max_positions] for c in (cov_in_TxT, cov_out_TxT)]
   # One symmetric scale for both panels, so equal colours mean equal covariances.
   vmax = max(float(np.abs(c).max()) for c in covs) or 1.0
-  fig, axes = _panels(f"Gold-standard covariance (all-models MLE), canary {canary}, first {shown} positions",
+  positions = f"all {shown} positions" if shown == len(cov_in_TxT) else f"first {shown} of {len(cov_in_TxT)} positions"
+  fig, axes = _panels(f"Gold-standard covariance (all-models MLE), canary {canary}, {positions}",
                       subtitle, sharey=False, width=9.5)
   for ax, c, cov in zip(axes, CLASSES, covs):
     im = ax.imshow(cov, cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")

@@ -101,7 +101,7 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
   """
   covariances = list(dict.fromkeys(r["covariance"] for r in rows))
   shared = bool(rows[0].get("shared", True))
-  fig = Figure(figsize=(3.6 * len(covariances) + 2.2, 4.0), layout="constrained")
+  fig = Figure(figsize=(4.0 * len(covariances) + 1.0, 4.6), layout="constrained")
   axes = fig.subplots(1, len(covariances), sharey=True, squeeze=False)[0]
   handles, any_ci, any_unresolved = {}, False, False
   strategies = [s for s in STRATEGY_STYLES if any(r["strategy"] == s for r in rows)]
@@ -136,13 +136,12 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
     _log2_axis(ax, lengths, "reduced length K")
     ax.set_title(name, fontsize=10, color=style["color"])
   axes[0].set_ylabel(f"{fpr_label} (%)")
-  labels = {s: f"{s}:K" for s in strategies}
-  legend = [(h, labels.get(k, k)) for k, h in handles.items()]
+  legend = [(handles[s], f"{s}:K") for s in strategies] + [(h, k) for k, h in handles.items() if k not in strategies]
   if any_ci:
-    legend.append((Line2D([], [], color="0.3", marker="|", ms=8, ls="none"), "bars, band: 95% bootstrap CI"))
+    legend.append((Line2D([], [], color="0.3", marker="|", ms=10, mew=1.2, ls="none"), "bars, band: 95% bootstrap CI"))
   if any_unresolved:
     legend.append((Line2D([], [], **_hollow("0.3", 6)), "hollow: FPR not resolved"))
-  fig.legend(*zip(*legend), loc="outside right upper", fontsize=8)
+  fig.legend(*zip(*legend), loc="outside lower center", ncol=3, fontsize=8, frameon=False)
   if title:
     fig.suptitle(title, fontsize=9)
   return fig
@@ -165,7 +164,8 @@ def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None, xlabel="models per 
       resolved[row["variant"]][int(row["m"])].append(bool(row.get("resolved", True)))
   any_unresolved = False
   counts = sorted({int(r["m"]) for r in rows})
-  for variant, by_m in by_variant.items():
+  order = {name: i for i, (name, _, _) in enumerate(VARIANTS)}
+  for variant, by_m in sorted(by_variant.items(), key=lambda kv: (order.get(kv[0], len(order)), str(kv[0]))):
     style = style_of(variant)
     m_S = np.array(sorted(by_m))
     y_S = [np.asarray(by_m[m]) for m in m_S]
