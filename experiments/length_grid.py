@@ -66,7 +66,10 @@ def main(argv):
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
   M, N, T = run.loss_MxNxT.shape
   shortest = T if run.mask_NxT is None else int(run.mask_NxT.sum(axis=1).min())
-  lengths = sorted(int(k) for k in FLAGS.lengths) if FLAGS.lengths else evaluation.default_lengths(shortest)
+  try:
+    lengths = sorted(int(k) for k in FLAGS.lengths) if FLAGS.lengths else evaluation.default_lengths(shortest)
+  except ValueError as e:
+    raise app.UsageError(f"--lengths must be comma-separated integers, got {','.join(FLAGS.lengths)}") from e
   settings = {"lengths": None if lengths == evaluation.default_lengths(shortest) else lengths,
               "strategies": list(FLAGS.strategies), "covariances": list(FLAGS.covariances), "shared": FLAGS.shared,
               "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "n_boot": FLAGS.n_boot, "seed": FLAGS.seed}

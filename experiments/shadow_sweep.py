@@ -72,7 +72,10 @@ def main(argv):
   transforms.parse_reduction(FLAGS.reduction)
   run = rundir.load_run(FLAGS.run_dir)
   M, N, T = run.loss_MxNxT.shape
-  counts = [int(c) for c in FLAGS.counts] if FLAGS.counts else evaluation.default_shadow_counts(M)
+  try:
+    counts = [int(c) for c in FLAGS.counts] if FLAGS.counts else evaluation.default_shadow_counts(M)
+  except ValueError as e:
+    raise app.UsageError(f"--counts must be comma-separated integers, got {','.join(FLAGS.counts)}") from e
   counts, note = provenance.clip_counts(sorted(set(counts)), M, "--counts")
   if min(counts) < 4:
     raise app.UsageError(f"--counts must lie in [4, M={M}], got {counts}")
