@@ -42,7 +42,8 @@ def validated_settings(run):
   try:
     counts = [int(m) for m in FLAGS.shadow_counts] if FLAGS.shadow_counts else cov_error.default_shadow_counts(M)
   except ValueError as e:
-    raise app.UsageError(f"--shadow_counts must be comma-separated integers, got {','.join(FLAGS.shadow_counts)}") from e
+    raise app.UsageError(
+        f"--shadow_counts must be comma-separated integers, got {','.join(FLAGS.shadow_counts)}") from e
   counts, note = provenance.clip_counts(sorted(set(counts)), M, "--shadow_counts")
   bad = [m for m in counts if m < 2]
   if bad:

@@ -100,8 +100,8 @@ def main(argv):
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
   line = (f"statistic={FLAGS.statistic}, reduction={FLAGS.reduction or 'none'}, {FLAGS.draws} draws per m "
           f"(seed {FLAGS.seed})")
-  rundir.save_figure(paths[2], plots.sweep_figure(rows, ylabel=f"TPR @ {100 * FLAGS.fpr:g}% FPR",
-                                                  title=f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}"))
+  title = f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}"
+  rundir.save_figure(paths[2], plots.sweep_figure(rows, ylabel=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
   print(f"{shape}; {line}\n")
   print(table(rows, variants, counts, FLAGS.fpr))
   print(provenance.wrote(paths))

@@ -147,7 +147,8 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
   return fig
 
 
-def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None, xlabel="models per subset m (each target: m-1 shadow models)"):
+def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
+                 xlabel="models per subset m (each target: m-1 shadow models)"):
   """TPR (%) versus number of models m: mean over draws with a min-max band, one line per variant (Fig. 5).
 
   Points whose target FPR is not resolved by the negatives available (row["resolved"] False in any draw) are
