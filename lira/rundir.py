@@ -115,7 +115,7 @@ def save_npy(path, array):
 def standard_json(obj):
   """A copy of obj that standard JSON can hold: NaN and infinities become None, numpy values plain Python."""
   if isinstance(obj, dict):
-    return {str(k): standard_json(v) for k, v in obj.items()}
+    return {k: standard_json(v) for k, v in obj.items()}
   if isinstance(obj, (list, tuple)):
     return [standard_json(v) for v in obj]
   if isinstance(obj, np.ndarray):
