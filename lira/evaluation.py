@@ -81,10 +81,10 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=V
       llr = leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask_NxT, reduction=reduction,
                           statistic=statistic, on_undefined="nan")
       valid = np.isfinite(llr)
-      labels = keep[valid]
-      row = {"variant": name, "m": m, "draw": d, "statistic": statistic, "reduction": reduction or "none",
-             "fpr": fpr, "n_pairs": int(valid.sum()), "n_neg": int((~labels).sum()), "n_excluded": int((~valid).sum()),
+      row = {"variant": name, "m": m, "draw": d, "statistic": statistic, "reduction": reduction or "none", "fpr": fpr,
+             "n_pairs": int(valid.sum()), "n_neg": int((~keep[valid]).sum()), "n_excluded": int((~valid).sum()),
              "tpr": float("nan"), "auc": float("nan"), "resolved": False}
+      labels = keep[valid]
       if labels.any() and (~labels).any():
         row.update(tpr=metrics.tpr_at_fpr(llr[valid], labels, fpr), auc=metrics.auc(llr[valid], labels),
                    resolved=metrics.is_resolved(int((~labels).sum()), fpr))

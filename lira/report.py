@@ -27,31 +27,33 @@ LEVEL = 0.95
 
 
 def variant_key(variant):
-  """A variant's command-line name: 'oas-shared', 'univariate-classwise', ..."""
+  """A variant's command-line name: 'oas-shared', 'univariate-classwise', ... (as evaluation.variant_key in wt-b)."""
   _, covariance, shared = variant
   return f"{covariance}-{'shared' if shared else 'classwise'}"
 
 
-def applicable_variants(chosen, offline=False, fix_variance=False):
-  """The variants the scoring options allow: (kept, dropped [{name, reason}]); an error if none is left."""
+def applicable_variants(variants, *, offline=False, fix_variance=False):
+  """Split variants into (kept, dropped [(name, reason)]): offline has no shared variants, fix_variance no OAS.
+
+  Same signature and result as wt-b's lira.evaluation.applicable_variants, which replaces this one on merge.
+  """
   kept, dropped = [], []
-  for variant in chosen:
+  for variant in variants:
     name, covariance, shared = variant
+    reasons = []
     if offline and shared:
-      dropped.append({"name": name, "reason": "--offline scores with the OUT models alone, so it has no shared "
-                                              "IN/OUT covariance; it takes class-wise variants only"})
-    elif fix_variance and covariance == "oas":
-      dropped.append({"name": name, "reason": "--fix_variance (LiRA's global variance) applies to univariate and "
-                                              "independent covariances only"})
+      reasons.append("--offline scores with the OUT models alone, so it has no shared IN/OUT covariance")
+    if fix_variance and covariance == "oas":
+      reasons.append("--fix_variance (LiRA's global variance) applies to univariate and independent, not OAS")
+    if reasons:
+      dropped.append((name, "; ".join(reasons)))
     else:
       kept.append(variant)
-  if not kept:
-    raise InputError("no variant left to evaluate: " + "; ".join(f"{d['name']}: {d['reason']}" for d in dropped))
   return tuple(kept), dropped
 
 
 def dropped_notes(dropped):
-  """One note per reason naming every variant it dropped."""
+  """One note per reason naming every variant it dropped; dropped = [{name, reason}]."""
   by_reason = {}
   for d in dropped:
     by_reason.setdefault(d["reason"], []).append(d["name"])
@@ -79,7 +81,10 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   """Evaluate a run folder, write the reports (named by their settings), and return (table text, result dict)."""
   transforms.parse_reduction(reduction)
   requested = evaluation.select_variants(variants)
-  chosen, dropped = applicable_variants(requested, offline, fix_variance)
+  chosen, dropped = applicable_variants(requested, offline=offline, fix_variance=fix_variance)
+  dropped = [{"name": name, "reason": reason} for name, reason in dropped]
+  if not chosen:
+    raise InputError("no variant left to evaluate: " + "; ".join(f"{d['name']}: {d['reason']}" for d in dropped))
   run = rundir.load_run(run_dir)
   out_dir = out_dir or run_dir
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
