@@ -119,8 +119,9 @@ def length_grid(loss_MxNxT, keep_MxN, *, lengths=None, strategies=("group", "min
                             statistic=statistic, mask_NxT=mask_NxT)
     tpr_ci, auc_ci = (None, None), (None, None)
     if n_boot > 0:
+      # The first two results are the intervals (wt-b's bootstrap_ci adds a count of undefined replicates).
       tpr_ci_1x2, auc_ci_2 = metrics.bootstrap_ci(llr_MxN, keep_MxN, fprs=(fpr,), n_boot=n_boot, level=level,
-                                                   seed=seed)
+                                                   seed=seed)[:2]
       tpr_ci, auc_ci = tuple(float(v) for v in tpr_ci_1x2[0]), tuple(float(v) for v in auc_ci_2)
     rows.append({"strategy": strategy or "none", "K": k, "covariance": covariance, "shared": shared,
                  "statistic": statistic, "fpr": fpr,
