@@ -1,6 +1,10 @@
 """Covariance-error analysis of a run folder (Rossi et al. 2025, Figs. 2, 3, 6, 8).
 
 python -m experiments.covariance_error --run_dir=DIR [--shadow_counts=4,8,16,32,64] [--draws=5]
+Writes into RUN_DIR/covariance_error (or --out_dir) covariance_error.{csv,json}, covariance_error_summary.csv,
+error_vs_shadow_models.png, relative_error.png and covariance_heatmap.png; settings other than the defaults are
+appended to the names (covariance_error_draws-3.json), so analyses with other settings are kept. Shadow counts
+above the run's M are dropped with a note.
 """
 
 import csv
@@ -9,11 +13,12 @@ import os
 
 from absl import app
 from absl import flags
-import numpy as np
 import tqdm
 
 from experiments import cli
 from lira import cov_error
+from lira import cov_plots
+from lira import provenance
 from lira import rundir
 from lira import transforms
 
@@ -26,25 +31,30 @@ flags.DEFINE_integer("max_canaries", 1000, "Canaries analysed at most (random su
 flags.DEFINE_integer("canary", 0, "Canary whose gold-standard covariance is drawn as a heatmap.")
 flags.DEFINE_integer("seed", 0, "Seed for the canary subset and the model subsets.")
 flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/covariance_error.")
+flags.DEFINE_bool("progress", True, "Show progress bars.")
+
+DEFAULTS = {"statistic": "logit", "shadow_counts": None, "draws": 5, "max_canaries": 1000, "seed": 0, "canary": 0}
 
 
 def validated_settings(run):
-  """Check the flags against the run before any long work; return (shadow_counts, out_dir)."""
+  """Check the flags against the run before any long work; return (shadow_counts, out_dir, note on dropped counts)."""
   M, N, T = run.loss_MxNxT.shape
   try:
     counts = [int(m) for m in FLAGS.shadow_counts] if FLAGS.shadow_counts else cov_error.default_shadow_counts(M)
   except ValueError as e:
-    raise app.UsageError(f"--shadow_counts must be comma-separated integers, got {FLAGS.shadow_counts}") from e
-  bad = [m for m in counts if not 2 <= m <= M]
+    raise app.UsageError(
+        f"--shadow_counts must be comma-separated integers, got {','.join(FLAGS.shadow_counts)}") from e
+  counts, note = provenance.clip_counts(sorted(set(counts)), M, "--shadow_counts")
+  bad = [m for m in counts if m < 2]
   if bad:
-    raise app.UsageError(f"--shadow_counts values {bad} are outside [2, M={M}] (M = models in {FLAGS.run_dir})")
+    raise app.UsageError(f"--shadow_counts values {bad} are below 2 (a covariance needs two models)")
   if FLAGS.draws < 1:
     raise app.UsageError(f"--draws must be >= 1, got {FLAGS.draws}")
   if FLAGS.max_canaries < 1:
     raise app.UsageError(f"--max_canaries must be >= 1, got {FLAGS.max_canaries}")
   if not 0 <= FLAGS.canary < N:
     raise app.UsageError(f"--canary={FLAGS.canary} is outside [0, N={N})")
-  return counts, FLAGS.out_dir or os.path.join(FLAGS.run_dir, "covariance_error")
+  return counts, FLAGS.out_dir or os.path.join(FLAGS.run_dir, "covariance_error"), note
 
 
 def to_csv(rows):
@@ -79,28 +89,25 @@ def table(summary):
   return "\n".join(lines)
 
 
-def _json_safe(obj):
-  """NaN (a class skipped for every canary) becomes null, so the JSON stays standard."""
-  if isinstance(obj, float) and not np.isfinite(obj):
-    return None
-  if isinstance(obj, dict):
-    return {k: _json_safe(v) for k, v in obj.items()}
-  if isinstance(obj, list):
-    return [_json_safe(v) for v in obj]
-  return obj
+def output_paths(out_dir, settings):
+  """Every output's path, named by the settings that change it (the heatmap: statistic and canary only)."""
+  named = {k: v for k, v in settings.items() if k != "canary"}
+  heatmap = {"statistic": settings["statistic"], "canary": settings["canary"]}
+  paths = {f"{stem}.{ext}": provenance.report_path(out_dir, stem, ext, named, DEFAULTS) for stem, ext in (
+      ("covariance_error", "csv"), ("covariance_error_summary", "csv"), ("covariance_error", "json"),
+      ("error_vs_shadow_models", "png"), ("relative_error", "png"))}
+  paths["covariance_heatmap.png"] = provenance.report_path(out_dir, "covariance_heatmap", "png", heatmap, DEFAULTS)
+  return paths
 
 
-def write_outputs(out_dir, settings, rows, aggregated, relative, summary, heatmap_fig):
+def write_outputs(paths, header, rows, aggregated, relative, summary, heatmap_fig, subtitle):
   """Write the CSVs, the JSON and the three figures atomically; return their paths."""
-  paths = {name: os.path.join(out_dir, name) for name in (
-      "covariance_error.csv", "covariance_error_summary.csv", "covariance_error.json",
-      "error_vs_shadow_models.png", "relative_error.png", "covariance_heatmap.png")}
   rundir.save_text(paths["covariance_error.csv"], to_csv(rows))
   rundir.save_text(paths["covariance_error_summary.csv"], to_csv(summary))
-  rundir.save_json(paths["covariance_error.json"], _json_safe(
-      {"settings": settings, "rows": rows, "aggregated": aggregated, "relative": relative}))
-  rundir.save_figure(paths["error_vs_shadow_models.png"], cov_error.plot_errors(aggregated))
-  rundir.save_figure(paths["relative_error.png"], cov_error.plot_relative_errors(relative))
+  rundir.save_json(paths["covariance_error.json"],
+                   {**header, "rows": rows, "aggregated": aggregated, "relative": relative})
+  rundir.save_figure(paths["error_vs_shadow_models.png"], cov_plots.plot_errors(aggregated, subtitle))
+  rundir.save_figure(paths["relative_error.png"], cov_plots.plot_relative_errors(relative, subtitle))
   rundir.save_figure(paths["covariance_heatmap.png"], heatmap_fig)
   return list(paths.values())
 
@@ -110,22 +117,35 @@ def main(argv):
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
   run = rundir.load_run(FLAGS.run_dir, mmap=True)
-  counts, out_dir = validated_settings(run)
-  settings = {"run_dir": FLAGS.run_dir, "statistic": FLAGS.statistic, "shadow_counts": counts, "draws": FLAGS.draws,
-              "max_canaries": FLAGS.max_canaries, "canary": FLAGS.canary, "seed": FLAGS.seed,
-              "num_models": int(run.keep_MxN.shape[0])}
+  counts, out_dir, note = validated_settings(run)
+  rundir.check_writable(out_dir, "choose another folder with --out_dir")
+  if note:
+    print(note)
+  M, N, T = run.loss_MxNxT.shape
+  settings = {"statistic": FLAGS.statistic,
+              "shadow_counts": None if counts == cov_error.default_shadow_counts(M) else counts,
+              "draws": FLAGS.draws, "max_canaries": FLAGS.max_canaries, "seed": FLAGS.seed, "canary": FLAGS.canary}
+  recorded = {**settings, "shadow_counts": counts, "num_models": M, "dropped_counts_note": note}
+  header = provenance.header("covariance_error", FLAGS.run_dir, run, recorded, "seqlira.covariance_error")
   rows = cov_error.covariance_errors(
       run.loss_MxNxT, run.keep_MxN, shadow_counts=counts, draws=FLAGS.draws, statistic=FLAGS.statistic,
       mask_NxT=run.mask_NxT, max_canaries=FLAGS.max_canaries, seed=FLAGS.seed,
-      progress=lambda jobs: tqdm.tqdm(jobs, desc="(m, draw)", unit="subset"))
+      progress=lambda jobs: tqdm.tqdm(jobs, desc="(m, draw)", unit="subset", disable=not FLAGS.progress))
   aggregated, relative = cov_error.aggregate(rows), cov_error.relative_errors(rows)
   summary = summary_rows(aggregated, relative)
   gold_in, gold_out = cov_error.gold_covariance(
       run.loss_MxNxT, run.keep_MxN, FLAGS.canary, statistic=FLAGS.statistic, mask_NxT=run.mask_NxT)
-  heatmap = cov_error.plot_covariance_heatmap(gold_in, gold_out, FLAGS.canary)
-  paths = write_outputs(out_dir, settings, rows, aggregated, relative, summary, heatmap)
+  analysed = len(cov_error.select_canaries(run.keep_MxN, run.mask_NxT, FLAGS.max_canaries, FLAGS.seed))
+  shape = provenance.shape_line({"M": M, "N": N, "T": T})
+  subtitle = (f"{shape}; statistic={FLAGS.statistic}, {analysed} canaries analysed, {FLAGS.draws} draws per m "
+              f"(seed {FLAGS.seed})")
+  heatmap = cov_plots.plot_covariance_heatmap(gold_in, gold_out, FLAGS.canary,
+                                              subtitle=f"{shape}; statistic={FLAGS.statistic}")
+  paths = write_outputs(output_paths(out_dir, settings), header, rows, aggregated, relative, summary, heatmap,
+                        subtitle)
+  print(f"{subtitle}\n")
   print(table(summary))
-  print("\n".join(["wrote:"] + [f"  {p}" for p in paths]))
+  print(provenance.wrote(paths))
 
 
 if __name__ == "__main__":

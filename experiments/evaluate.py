@@ -1,13 +1,17 @@
 """Six-variant leave-one-out LiRA table of a run folder (Rossi et al. 2025, Table II).
 
 python -m experiments.evaluate --run_dir=DIR [--reduction=min:2] [--statistic=logit|loss]
-Writes results.json, results.md and roc.png (all variants, log-log) into DIR (or --out_dir).
+Writes results.json, results.md and roc.png (all variants, log-log) into DIR (or --out_dir); settings other than
+the defaults are appended to the names (results_reduction-min2.json), so reports with other settings are kept.
 """
+
+import os
 
 from absl import app
 from absl import flags
 
 from experiments import cli
+from lira import provenance
 from lira import report
 from lira import transforms
 
@@ -32,7 +36,8 @@ def main(argv):
                                FLAGS.offline, FLAGS.fix_variance, FLAGS.n_boot, FLAGS.seed, FLAGS.progress)
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   print(table)
-  print(f"\n{result['seconds']:.1f} s. Wrote {out_dir}/results.json, results.md and roc.png")
+  print(f"\n{result['seconds']:.1f} s.")
+  print(provenance.wrote([os.path.join(out_dir, name) for name in result["files"]]))
 
 
 if __name__ == "__main__":

@@ -1,17 +1,18 @@
 """TPR at low FPR against the reduced length for group/min/max reductions (Rossi et al. 2025, Figs. 11-14).
 
-python -m experiments.length_grid --run_dir=DIR [--lengths=1,2,4,8] [--shared] [--fpr=1e-4]
-Writes length_grid.json, length_grid.csv and length_grid.png into DIR (or --out_dir).
+python -m experiments.length_grid --run_dir=DIR [--lengths=1,2,4,8] [--noshared] [--fpr=1e-4] [--n_boot=200]
+Writes length_grid.json, length_grid.csv and length_grid.png into DIR (or --out_dir); settings other than the
+defaults are appended to the names (length_grid_statistic-loss.json), so grids with other settings are kept.
 """
-
-import os
 
 from absl import app
 from absl import flags
 
 from experiments import cli
 from lira import evaluation
+from lira import metrics
 from lira import plots
+from lira import provenance
 from lira import rundir
 from lira import transforms
 
@@ -23,7 +24,33 @@ flags.DEFINE_list("covariances", ["independent", "oas"], "Covariance estimators 
 flags.DEFINE_bool("shared", True, "Shared IN/OUT covariance (else class-wise).")
 flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token statistic.")
 flags.DEFINE_float("fpr", 1e-4, "Target false positive rate.")
+flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
+flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
+flags.DEFINE_bool("progress", True, "Show progress bars.")
+
+DEFAULTS = {"lengths": None, "strategies": ["group", "min", "max"], "covariances": ["independent", "oas"],
+            "shared": True, "statistic": "logit", "fpr": 1e-4, "n_boot": 200, "seed": 0}
+
+
+def _interval(lo, hi, scale=100.0, fmt="{:.2f}"):
+  return "" if lo is None or hi is None else f" [{fmt.format(scale * lo)}, {fmt.format(scale * hi)}]"
+
+
+def table(rows, fpr):
+  """The grid as printed: TPR in % and AUC with their intervals; n/r where the FPR is not resolved."""
+  label = f"TPR@{100 * fpr:g}% (%)"
+  lines = [f"{'strategy':<8} {'K':>5} {'covariance':<12} {label:>24} {'AUC':>24}"]
+  for r in rows:
+    tpr = "n/r" if not r["resolved"] else f"{100 * r['tpr']:.2f}" + _interval(r["tpr_ci_low"], r["tpr_ci_high"])
+    auc = f"{r['auc']:.4f}" + _interval(r["auc_ci_low"], r["auc_ci_high"], 1.0, "{:.4f}")
+    lines.append(f"{r['strategy']:<8} {r['K']:>5} {r['covariance']:<12} {tpr:>24} {auc:>24}")
+  if any(r["tpr_ci_low"] is not None for r in rows):
+    lines.append("[bracketed] = 95% bootstrap percentile interval over canaries.")
+  if not all(r["resolved"] for r in rows):
+    lines.append(f"n/r = not resolved: TPR@{100 * fpr:g}% FPR needs >= {metrics.min_negatives(fpr):,} negatives; "
+                 f"available {rows[0]['n_neg']:,}.")
+  return "\n".join(lines)
 
 
 def main(argv):
@@ -35,21 +62,34 @@ def main(argv):
   if bad:
     raise app.UsageError(f"unknown strategies/covariances: {bad}")
   run = rundir.load_run(FLAGS.run_dir)
-  lengths = [int(k) for k in FLAGS.lengths] if FLAGS.lengths else None
+  out_dir = FLAGS.out_dir or FLAGS.run_dir
+  rundir.check_writable(out_dir, "choose another folder with --out_dir")
+  M, N, T = run.loss_MxNxT.shape
+  shortest = T if run.mask_NxT is None else int(run.mask_NxT.sum(axis=1).min())
+  try:
+    lengths = sorted(int(k) for k in FLAGS.lengths) if FLAGS.lengths else evaluation.default_lengths(shortest)
+  except ValueError as e:
+    raise app.UsageError(f"--lengths must be comma-separated integers, got {','.join(FLAGS.lengths)}") from e
+  settings = {"lengths": None if lengths == evaluation.default_lengths(shortest) else lengths,
+              "strategies": list(FLAGS.strategies), "covariances": list(FLAGS.covariances), "shared": FLAGS.shared,
+              "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "n_boot": FLAGS.n_boot, "seed": FLAGS.seed}
   rows = evaluation.length_grid(run.loss_MxNxT, run.keep_MxN, lengths=lengths, strategies=FLAGS.strategies,
                                 covariances=FLAGS.covariances, shared=FLAGS.shared, mask_NxT=run.mask_NxT,
-                                statistic=FLAGS.statistic, fpr=FLAGS.fpr)
-  out_dir = FLAGS.out_dir or FLAGS.run_dir
-  label = f"TPR @ {100 * FLAGS.fpr:g}% FPR"
+                                statistic=FLAGS.statistic, fpr=FLAGS.fpr, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
+                                progress=FLAGS.progress)
+  paths = [provenance.report_path(out_dir, "length_grid", ext, settings, DEFAULTS) for ext in ("json", "csv", "png")]
+  recorded = {**settings, "lengths": lengths, "level": 0.95}
+  rundir.save_json(paths[0], {**provenance.header("length_grid", FLAGS.run_dir, run, recorded, "seqlira.length_grid"),
+                              "fpr": FLAGS.fpr, "rows": rows})
+  rundir.save_csv(paths[1], rows)
+  shape = provenance.shape_line({"M": M, "N": N, "T": T})
   mode = "shared" if FLAGS.shared else "class-wise"
-  rundir.save_json(os.path.join(out_dir, "length_grid.json"), {"fpr": FLAGS.fpr, "rows": rows})
-  rundir.save_csv(os.path.join(out_dir, "length_grid.csv"), rows)
-  rundir.save_figure(os.path.join(out_dir, "length_grid.png"),
-                     plots.length_grid_figure(rows, fpr_label=label, title=f"Length reduction ({mode})"))
-  print(f"{'strategy':<8} {'K':>5} {'covariance':<12} {label + ' (%)':>20} {'AUC':>8}")
-  for r in rows:
-    print(f"{r['strategy']:<8} {r['K']:>5} {r['covariance']:<12} {100 * r['tpr']:>20.2f} {r['auc']:>8.4f}")
-  print(f"Wrote {out_dir}/length_grid.json, length_grid.csv and length_grid.png")
+  ci = f"95% bootstrap CI over canaries ({FLAGS.n_boot} replicates, seed {FLAGS.seed})" if FLAGS.n_boot else "no CI"
+  title = f"Length reduction, {shape}\nstatistic={FLAGS.statistic}, {mode} covariance; {ci}"
+  rundir.save_figure(paths[2], plots.length_grid_figure(rows, fpr_label=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
+  print(f"{shape}; statistic={FLAGS.statistic}, {mode} covariance, FPR={FLAGS.fpr:g}\n")
+  print(table(rows, FLAGS.fpr))
+  print(provenance.wrote(paths))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,10 @@
 """TPR at low FPR against the number of shadow models (Rossi et al. 2025, Figure 5).
 
-python -m experiments.shadow_sweep --run_dir=DIR [--counts=4,8,16,32,64] [--draws=3] [--fpr=1e-4]
-Writes shadow_sweep.json, shadow_sweep.csv and shadow_sweep.png into DIR (or --out_dir).
+python -m experiments.shadow_sweep --run_dir=DIR [--counts=4,8,16,32] [--draws=3] [--fpr=1e-4] [--reduction=group:4]
+Writes shadow_sweep.json, shadow_sweep.csv and shadow_sweep.png into DIR (or --out_dir); settings other than the
+defaults are appended to the names (shadow_sweep_reduction-group4.json), so sweeps with other settings are kept.
+Counts above the run's M are dropped with a note.
 """
-
-import os
 
 from absl import app
 from absl import flags
@@ -12,13 +12,16 @@ import numpy as np
 
 from experiments import cli
 from lira import evaluation
+from lira import metrics
 from lira import plots
+from lira import provenance
+from lira import report
 from lira import rundir
 from lira import transforms
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder with losses.npy [M, N, T] and keep.npy [M, N].")
-flags.DEFINE_list("counts", None, "Numbers of models m per subset; default 4, 8, 16, ... and M.")
+flags.DEFINE_list("counts", None, "Numbers of models m per subset; default 4, 8, 16, ... and M (larger ones dropped).")
 flags.DEFINE_integer("draws", 3, "Random subsets per m (m = M has one).")
 flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six).")
 flags.DEFINE_string("reduction", None, "Length reduction: group:K, min:K or max:K (default none).")
@@ -26,6 +29,39 @@ flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token 
 flags.DEFINE_float("fpr", 1e-4, "Target false positive rate.")
 flags.DEFINE_integer("seed", 0, "Seed for the model subsets.")
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
+flags.DEFINE_bool("progress", True, "Show progress bars.")
+
+DEFAULTS = {"counts": None, "draws": 3, "variants": None, "reduction": None, "statistic": "logit", "fpr": 1e-4,
+            "seed": 0}
+
+
+def _cell(rows):
+  """One table cell: mean TPR (%) over the draws with a value, n/r if a draw's FPR is unresolved, n/a if none."""
+  defined = [r for r in rows if r["tpr"] is not None and np.isfinite(r["tpr"])]
+  if not defined:
+    return "n/a"
+  if not all(r["resolved"] for r in defined):
+    return "n/r"
+  return f"{100 * np.mean([r['tpr'] for r in defined]):.2f}"
+
+
+def table(rows, variants, counts, fpr):
+  """The sweep as printed: one line per variant, one column per m, with evaluate's n/r mark and notes."""
+  lines = [f"{'variant':<24}" + "".join(f"{'m=' + str(m):>10}" for m in counts)]
+  cells = {}
+  for name, _, _ in variants:
+    cells[name] = [_cell([r for r in rows if r["variant"] == name and r["m"] == m]) for m in counts]
+    lines.append(f"{name:<24}" + "".join(f"{c:>10}" for c in cells[name]))
+  lines.append(f"TPR@{100 * fpr:g}% FPR in %, mean over draws.")
+  if any("n/a" in c for c in cells.values()):
+    lines.append("n/a = too few models of a class for every canary at that m.")
+  open_m = [m for i, m in enumerate(counts) if any(c[i] == "n/r" for c in cells.values())]
+  if open_m:
+    have = ", ".join(f"m={m}: {int(np.mean([r['n_neg'] for r in rows if r['m'] == m and r['n_neg']])):,}"
+                     for m in open_m)
+    lines.append(f"n/r = not resolved: TPR@{100 * fpr:g}% FPR needs >= {metrics.min_negatives(fpr):,} negatives; "
+                 f"available (mean over draws) {have}.")
+  return "\n".join(lines)
 
 
 def main(argv):
@@ -35,27 +71,40 @@ def main(argv):
   variants = evaluation.select_variants(FLAGS.variants)
   transforms.parse_reduction(FLAGS.reduction)
   run = rundir.load_run(FLAGS.run_dir)
-  M = run.keep_MxN.shape[0]
-  counts = [int(c) for c in FLAGS.counts] if FLAGS.counts else evaluation.default_shadow_counts(M)
-  if min(counts) < 4 or max(counts) > M:
+  M, N, T = run.loss_MxNxT.shape
+  try:
+    counts = [int(c) for c in FLAGS.counts] if FLAGS.counts else evaluation.default_shadow_counts(M)
+  except ValueError as e:
+    raise app.UsageError(f"--counts must be comma-separated integers, got {','.join(FLAGS.counts)}") from e
+  counts, note = provenance.clip_counts(sorted(set(counts)), M, "--counts")
+  if min(counts) < 4:
     raise app.UsageError(f"--counts must lie in [4, M={M}], got {counts}")
+  out_dir = FLAGS.out_dir or FLAGS.run_dir
+  rundir.check_writable(out_dir, "choose another folder with --out_dir")
+  if note:
+    print(note)
+  keys = [report.variant_key(v) for v in variants]
+  settings = {"counts": None if counts == evaluation.default_shadow_counts(M) else counts, "draws": FLAGS.draws,
+              "variants": None if sorted(keys) == sorted(map(report.variant_key, evaluation.VARIANTS)) else keys,
+              "reduction": None if transforms.parse_reduction(FLAGS.reduction)[0] is None else FLAGS.reduction,
+              "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "seed": FLAGS.seed}
   rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=counts, draws=FLAGS.draws,
                                        variants=variants, mask_NxT=run.mask_NxT, reduction=FLAGS.reduction,
-                                       statistic=FLAGS.statistic, fpr=FLAGS.fpr, seed=FLAGS.seed)
-  out_dir = FLAGS.out_dir or FLAGS.run_dir
-  label = f"TPR @ {100 * FLAGS.fpr:g}% FPR"
-  rundir.save_json(os.path.join(out_dir, "shadow_sweep.json"), {"fpr": FLAGS.fpr, "rows": rows})
-  rundir.save_csv(os.path.join(out_dir, "shadow_sweep.csv"), rows)
-  rundir.save_figure(os.path.join(out_dir, "shadow_sweep.png"), plots.sweep_figure(rows, ylabel=label))
-  print(f"{'variant':<24}" + "".join(f"{'m=' + str(m):>10}" for m in counts) + f"   ({label} in %, mean over draws)")
-  for name, _, _ in variants:
-    cells = []
-    for m in counts:
-      tprs = [r["tpr"] for r in rows if r["variant"] == name and r["m"] == m and np.isfinite(r["tpr"])]
-      cells.append(f"{100 * np.mean(tprs):>10.2f}" if tprs else f"{'n/a':>10}")
-    print(f"{name:<24}" + "".join(cells))
-  print("n/a: too few models of a class for every canary at that m.")
-  print(f"Wrote {out_dir}/shadow_sweep.json, shadow_sweep.csv and shadow_sweep.png")
+                                       statistic=FLAGS.statistic, fpr=FLAGS.fpr, seed=FLAGS.seed,
+                                       progress=FLAGS.progress)
+  paths = [provenance.report_path(out_dir, "shadow_sweep", ext, settings, DEFAULTS) for ext in ("json", "csv", "png")]
+  recorded = {**settings, "counts": counts, "variants": keys, "dropped_counts_note": note}
+  rundir.save_json(paths[0], {**provenance.header("shadow_sweep", FLAGS.run_dir, run, recorded,
+                                                  "seqlira.shadow_sweep"), "fpr": FLAGS.fpr, "rows": rows})
+  rundir.save_csv(paths[1], rows)
+  shape = provenance.shape_line({"M": M, "N": N, "T": T})
+  line = (f"statistic={FLAGS.statistic}, reduction={FLAGS.reduction or 'none'}, {FLAGS.draws} draws per m "
+          f"(seed {FLAGS.seed})")
+  title = f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}"
+  rundir.save_figure(paths[2], plots.sweep_figure(rows, ylabel=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
+  print(f"{shape}; {line}\n")
+  print(table(rows, variants, counts, FLAGS.fpr))
+  print(provenance.wrote(paths))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,6 @@
 """Covariance-error analysis: how far each estimator is from the all-models MLE (Rossi et al. 2025, Figs. 2, 3, 6, 8)."""
 
 import numpy as np
-from matplotlib.figure import Figure
 
 from lira import covariance
 from lira import loo
@@ -187,77 +186,3 @@ def gold_covariance(loss_MxNxT, keep_MxN, canary, *, statistic="logit", mask_NxT
   if mask_NxT is not None:
     stat_MxT = stat_MxT[:, np.asarray(mask_NxT, bool)[canary]]
   return covariance.mle_covariance(stat_MxT[keep_M])[0], covariance.mle_covariance(stat_MxT[~keep_M])[0]
-
-
-_COLORS = {"univariate": "tab:blue", "independent": "tab:orange", "oas": "tab:green"}
-_LABELS = {"univariate": "Univariate", "independent": "Independent", "oas": "OAS",
-           "classwise": "Class-Wise", "shared": "Shared"}
-
-
-def _log2_axis(ax, m):
-  ax.set_xscale("log", base=2)
-  ax.set_xticks(m, [str(x) for x in m])
-  ax.minorticks_off()
-  ax.set_xlabel("number of shadow models")
-  ax.grid(alpha=0.3)
-
-
-def _panels(title, sharey=True):
-  fig = Figure(figsize=(10, 4), layout="constrained")
-  axes = fig.subplots(1, 2, sharey=sharey)
-  fig.suptitle(title)
-  return fig, axes
-
-
-def plot_errors(aggregated):
-  """Covariance approximation error vs number of shadow models, IN and OUT panels (Figs. 2 and 6a)."""
-  fig, axes = _panels("Covariance approximation error (Frobenius, vs all-models MLE)")
-  for ax, c in zip(axes, CLASSES):
-    for e in ESTIMATORS:
-      for md in MODES:
-        rs = sorted((r for r in aggregated if r["class"] == c and r["estimator"] == e and r["mode"] == md),
-                    key=lambda r: r["m"])
-        m = np.array([r["m"] for r in rs])
-        mean, std = np.array([r["error_mean"] for r in rs]), np.array([r["error_std"] for r in rs])
-        ax.plot(m, mean, marker="o", color=_COLORS[e], ls="-" if md == "shared" else "--",
-                label=f"{_LABELS[e]} {_LABELS[md]}")
-        ax.fill_between(m, mean - std, mean + std, color=_COLORS[e], alpha=0.15)
-    _log2_axis(ax, m)
-    ax.set_title(c.upper())
-  axes[0].set_ylabel("covariance approximation error")
-  axes[1].legend(fontsize=8)
-  return fig
-
-
-def plot_relative_errors(relative):
-  """Relative covariance error (class-wise - shared) / shared vs number of shadow models (Figs. 3 and 6b)."""
-  fig, axes = _panels("Relative covariance error (class-wise - shared) / shared")
-  for ax, c in zip(axes, CLASSES):
-    for e in ESTIMATORS:
-      rs = sorted((r for r in relative if r["class"] == c and r["estimator"] == e), key=lambda r: r["m"])
-      m = np.array([r["m"] for r in rs])
-      mean = np.array([r["relative_error_mean"] for r in rs])
-      std = np.array([r["relative_error_std"] for r in rs])
-      ax.plot(m, mean, marker="o", color=_COLORS[e], label=_LABELS[e])
-      ax.fill_between(m, mean - std, mean + std, color=_COLORS[e], alpha=0.15)
-    ax.axhline(0.0, color="k", lw=0.8)
-    _log2_axis(ax, m)
-    ax.set_title(c.upper())
-  axes[0].set_ylabel("relative covariance error")
-  axes[1].legend(fontsize=8)
-  return fig
-
-
-def plot_covariance_heatmap(cov_in_TxT, cov_out_TxT, canary, max_positions=64):
-  """Heatmaps of one canary's gold-standard IN and OUT covariances over its first positions (Fig. 8)."""
-  shown = min(max_positions, len(cov_in_TxT))
-  fig, axes = _panels(f"Gold-standard covariance, canary {canary} (first {shown} positions)", sharey=False)
-  for ax, c, cov in zip(axes, CLASSES, (cov_in_TxT, cov_out_TxT)):
-    cov = np.asarray(cov)[:max_positions, :max_positions]
-    vmax = float(np.abs(cov).max()) or 1.0
-    im = ax.imshow(cov, cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
-    ax.set_title(c.upper())
-    ax.set_xlabel("position")
-    fig.colorbar(im, ax=ax, shrink=0.8)
-  axes[0].set_ylabel("position")
-  return fig

@@ -115,7 +115,8 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=V
       llr = leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask_NxT, reduction=reduction,
                           statistic=statistic, on_undefined="nan", model_ids=models)
       valid = np.isfinite(llr)
-      row = {"variant": name, "m": m, "draw": d, "n_pairs": int(valid.sum()), "n_excluded": int((~valid).sum()),
+      row = {"variant": name, "m": m, "draw": d, "statistic": statistic, "reduction": reduction or "none", "fpr": fpr,
+             "n_pairs": int(valid.sum()), "n_neg": int((~keep[valid]).sum()), "n_excluded": int((~valid).sum()),
              "tpr": float("nan"), "auc": float("nan"), "resolved": False}
       labels = keep[valid]
       if labels.any() and (~labels).any():
@@ -125,25 +126,41 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=V
   return rows
 
 
+def default_lengths(shortest):
+  """1, 2, 4, ... up to the shortest canary's scored positions, and that length itself."""
+  return _powers_of_two(1, shortest)
+
+
 def length_grid(loss_MxNxT, keep_MxN, *, lengths=None, strategies=("group", "min", "max"),
                 covariances=("independent", "oas"), shared=True, mask_NxT=None, statistic="logit", fpr=1e-4,
-                progress=True):
+                n_boot=200, level=0.95, seed=0, progress=True):
   """TPR at `fpr` against the reduced length K for each strategy and covariance (paper Figures 11-14).
 
-  Baselines (no reduction, all positions) come as rows with strategy "none" and K = T.
+  Baselines (no reduction, all positions) come as rows with strategy "none" and K = T. Each row carries the
+  canary-bootstrap percentile intervals of TPR and AUC (None if n_boot = 0) and whether `fpr` is resolved.
   """
   T = loss_MxNxT.shape[2]
   shortest = T if mask_NxT is None else int(np.asarray(mask_NxT, bool).sum(axis=1).min())
-  lengths = [k for k in _powers_of_two(1, shortest) if k <= shortest] if lengths is None else sorted(lengths)
+  lengths = default_lengths(shortest) if lengths is None else sorted(lengths)
   if max(lengths) > shortest:
     raise InputError(f"reduced length {max(lengths)} exceeds the shortest canary ({shortest} scored positions)")
   jobs = [(None, T, c) for c in covariances] + [(s, k, c) for s in strategies for k in lengths for c in covariances]
+  n_neg = int((~np.asarray(keep_MxN, bool)).sum())
   rows = []
   for strategy, k, covariance in tqdm(jobs, desc="length grid", disable=not progress):
     reduction = None if strategy is None else f"{strategy}:{k}"
-    llr = leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, reduction=reduction,
-                        statistic=statistic, mask_NxT=mask_NxT)
+    llr_MxN = leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, reduction=reduction,
+                            statistic=statistic, mask_NxT=mask_NxT)
+    tpr_ci, auc_ci = (None, None), (None, None)
+    if n_boot > 0:
+      # The first two results are the intervals (wt-b's bootstrap_ci adds a count of undefined replicates).
+      tpr_ci_1x2, auc_ci_2 = metrics.bootstrap_ci(llr_MxN, keep_MxN, fprs=(fpr,), n_boot=n_boot, level=level,
+                                                   seed=seed)[:2]
+      tpr_ci, auc_ci = tuple(float(v) for v in tpr_ci_1x2[0]), tuple(float(v) for v in auc_ci_2)
     rows.append({"strategy": strategy or "none", "K": k, "covariance": covariance, "shared": shared,
-                 "tpr": metrics.tpr_at_fpr(llr.ravel(), keep_MxN.ravel(), fpr), "auc": metrics.auc(llr.ravel(),
-                                                                                                 keep_MxN.ravel())})
+                 "statistic": statistic, "fpr": fpr,
+                 "tpr": metrics.tpr_at_fpr(llr_MxN.ravel(), keep_MxN.ravel(), fpr),
+                 "tpr_ci_low": tpr_ci[0], "tpr_ci_high": tpr_ci[1],
+                 "auc": metrics.auc(llr_MxN.ravel(), keep_MxN.ravel()), "auc_ci_low": auc_ci[0],
+                 "auc_ci_high": auc_ci[1], "n_neg": n_neg, "resolved": metrics.is_resolved(n_neg, fpr)})
   return rows

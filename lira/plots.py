@@ -1,22 +1,58 @@
-"""Figures: log-log ROC curves, TPR versus reduced length, TPR versus number of shadow models (Rossi et al. 2025)."""
+"""Figures: log-log ROC curves, TPR versus reduced length, TPR versus number of shadow models (Rossi et al. 2025).
+
+Each of the six variants has one colour (its covariance estimator) and one line style (shared solid, class-wise
+dashed) in every figure, the covariance-error figures of lira/cov_plots.py included, whatever subset is drawn.
+"""
 
 import collections
 
-import matplotlib
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from lira.evaluation import VARIANTS
 
-STRATEGY_COLORS = {"group": "tab:blue", "min": "tab:orange", "max": "tab:green"}
-COVARIANCE_STYLES = {"independent": "-", "oas": "--"}
+COVARIANCE_COLORS = {"univariate": "tab:blue", "independent": "tab:orange", "oas": "tab:green"}
+MODE_LINESTYLES = {"shared": "-", "classwise": "--"}
+LABELS = {"univariate": "Univariate", "independent": "Independent", "oas": "OAS", "classwise": "Class-Wise",
+          "shared": "Shared", "in": "IN", "out": "OUT"}
+# Reduction strategies draw in colours no variant uses, so a colour always means one thing.
+STRATEGY_STYLES = {"group": ("tab:purple", "o"), "min": ("tab:brown", "v"), "max": ("tab:olive", "^")}
 FPR_FLOOR = 1e-5
+_UNKNOWN = {"color": "black", "ls": ":"}
+
+
+def variant_style(covariance, shared):
+  """Colour and line style of a variant: colour by covariance estimator, solid if shared, dashed if class-wise."""
+  return {"color": COVARIANCE_COLORS.get(covariance, "black"),
+          "ls": MODE_LINESTYLES["shared" if shared else "classwise"]}
+
+
+VARIANT_STYLES = {name: variant_style(covariance, shared) for name, covariance, shared in VARIANTS}
+
+
+def style_of(name):
+  """Colour and line style of a variant by its Table II name (black dotted for any other label)."""
+  return VARIANT_STYLES.get(str(name), _UNKNOWN)
 
 
 def _tpr_at(fpr_G, tpr_G, fpr):
   """Max TPR over points with FPR <= target (as lira.metrics.tpr_at_fpr, on a given curve)."""
   ok_G = fpr_G <= fpr
   return float(tpr_G[ok_G].max()) if ok_G.any() else 0.0
+
+
+def _hollow(color, ms=7):
+  return {"ls": "none", "marker": "o", "ms": ms, "mfc": "white", "mec": color, "mew": 1.3, "zorder": 3}
+
+
+def _log2_axis(ax, values, label):
+  ax.set_xscale("log", base=2)
+  ax.set_xticks(values, [str(v) for v in values])
+  ax.minorticks_off()
+  ax.set_xlabel(label)
+  ax.grid(True, alpha=0.3)
 
 
 def roc_figure(curves, title=None, fpr_min=None):
@@ -26,15 +62,17 @@ def roc_figure(curves, title=None, fpr_min=None):
     # Below the smallest nonzero FPR (about 1/n_neg) nothing is resolved; show down to 1e-5 at most.
     positive = [f[f > 0].min() for _, f, _, _ in curves if (f > 0).any()]
     fpr_min = max(FPR_FLOOR, min(positive)) if positive else FPR_FLOOR
-  fig, ax = plt.subplots(figsize=(5.0, 5.0))
-  ax.plot([fpr_min, 1.0], [fpr_min, 1.0], ls="--", color="gray", lw=1, label="chance")
+  fig = Figure(figsize=(5.6, 5.2 + 0.17 * (len(curves) + 1)), layout="constrained")
+  ax = fig.subplots()
+  ax.plot([fpr_min, 1.0], [fpr_min, 1.0], ls=":", color="gray", lw=1, label="chance")
   for label, fpr_G, tpr_G, auc_value in curves:
     parts = [str(label)]
     if auc_value is not None:
       parts.append(f"AUC {auc_value:.4f}")
     parts.append(f"TPR@0.1% {100 * _tpr_at(fpr_G, tpr_G, 1e-3):.2f}%")
     # Points at FPR or TPR 0 sit on the axis edge instead of vanishing off the log scale.
-    ax.plot(np.maximum(fpr_G, fpr_min), np.maximum(tpr_G, fpr_min), lw=1.5, label=", ".join(parts))
+    ax.plot(np.maximum(fpr_G, fpr_min), np.maximum(tpr_G, fpr_min), lw=1.5, label=", ".join(parts),
+            **style_of(label))
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlim(fpr_min, 1.0)
@@ -42,71 +80,113 @@ def roc_figure(curves, title=None, fpr_min=None):
   ax.set_xlabel("False positive rate")
   ax.set_ylabel("True positive rate")
   if title:
-    ax.set_title(title)
-  ax.legend(loc="lower right", fontsize=7)
+    ax.set_title(title, fontsize=9)
+  # Below the axes: a legend inside would hide curves wherever they run.
+  fig.legend(loc="outside lower center", fontsize=7.5, frameon=False)
+  ax.set_aspect("equal")
   ax.grid(True, which="major", alpha=0.3)
-  fig.tight_layout()
   return fig
+
+
+def _ci(row):
+  lo, hi = row.get("tpr_ci_low"), row.get("tpr_ci_high")
+  return (None, None) if lo is None or hi is None or not np.isfinite([lo, hi]).all() else (100 * lo, 100 * hi)
 
 
 def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
-  """TPR versus reduced length K per strategy; solid = independent, dashed = OAS, black = no reduction (Figs. 11-14)."""
-  fig, ax = plt.subplots(figsize=(6.0, 4.0))
-  lines = collections.defaultdict(list)
-  for row in rows:
-    if row["strategy"] != "none":
-      lines[(row["strategy"], row["covariance"])].append((int(row["K"]), float(row["tpr"])))
-  order = {s: i for i, s in enumerate(STRATEGY_COLORS)}
-  for (strategy, covariance), points in sorted(lines.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0])):
-    k_K, tpr_K = np.array(sorted(points)).T
-    ax.plot(k_K, tpr_K, marker="o", ms=3, color=STRATEGY_COLORS.get(strategy),
-            ls=COVARIANCE_STYLES.get(covariance, ":"), label=f"{strategy} ({covariance})")
-  for row in rows:
-    if row["strategy"] == "none":
-      ax.axhline(float(row["tpr"]), color="black", lw=1.2, ls=COVARIANCE_STYLES.get(row["covariance"], ":"),
-                 label=f"no reduction ({row['covariance']})")
-  ax.set_xscale("log", base=2)
-  ax.set_xlabel("Reduced length K")
-  ax.set_ylabel(fpr_label)
+  """TPR (%) versus reduced length K, one panel per covariance, one line per strategy (Figs. 11-14).
+
+  The panel's variant without reduction is a horizontal line in its fixed style; bars and the band around it are
+  the rows' bootstrap intervals (tpr_ci_low/high) when present; hollow markers are FPRs the negatives do not resolve.
+  """
+  covariances = list(dict.fromkeys(r["covariance"] for r in rows))
+  shared = bool(rows[0].get("shared", True))
+  fig = Figure(figsize=(4.0 * len(covariances) + 1.0, 4.6), layout="constrained")
+  axes = fig.subplots(1, len(covariances), sharey=True, squeeze=False)[0]
+  handles, any_ci, any_unresolved = {}, False, False
+  strategies = [s for s in STRATEGY_STYLES if any(r["strategy"] == s for r in rows)]
+  for ax, covariance in zip(axes, covariances):
+    style = variant_style(covariance, shared)
+    name = f"{LABELS.get(covariance, covariance)} {LABELS['shared' if shared else 'classwise']}"
+    for r in rows:
+      if r["strategy"] == "none" and r["covariance"] == covariance:
+        handles[f"no reduction, {name}"] = ax.axhline(100 * r["tpr"], lw=1.4, **style)
+        lo, hi = _ci(r)
+        if lo is not None:
+          ax.axhspan(lo, hi, color=style["color"], alpha=0.12, lw=0)
+    lengths = sorted({int(r["K"]) for r in rows if r["strategy"] != "none"})
+    for i, strategy in enumerate(strategies):
+      color, marker = STRATEGY_STYLES[strategy]
+      pts = sorted((r for r in rows if r["strategy"] == strategy and r["covariance"] == covariance),
+                   key=lambda r: r["K"])
+      # Strategies sit slightly apart on the x axis so their intervals do not hide each other.
+      k_K = np.array([r["K"] for r in pts], np.float64) * 2.0 ** (0.06 * (i - (len(strategies) - 1) / 2))
+      y_K = np.array([100 * r["tpr"] for r in pts])
+      cis = [_ci(r) for r in pts]
+      (line,) = ax.plot(k_K, y_K, color=color, marker=marker, ms=4.5, lw=1.4)
+      handles.setdefault(strategy, line)
+      if all(lo is not None for lo, _ in cis):
+        any_ci = True
+        err = np.array([[y - lo, hi - y] for y, (lo, hi) in zip(y_K, cis)]).T
+        ax.errorbar(k_K, y_K, yerr=np.maximum(err, 0), fmt="none", ecolor=color, elinewidth=0.9, capsize=2.5)
+      open_K = np.array([not r.get("resolved", True) for r in pts], bool)
+      if open_K.any():
+        any_unresolved = True
+        ax.plot(k_K[open_K], y_K[open_K], **{**_hollow(color, 6), "marker": marker})
+    _log2_axis(ax, lengths, "reduced length K")
+    ax.set_title(name, fontsize=10, color=style["color"])
+  axes[0].set_ylabel(f"{fpr_label} (%)")
+  legend = [(handles[s], f"{s}:K") for s in strategies] + [(h, k) for k, h in handles.items() if k not in strategies]
+  if any_ci:
+    legend.append((Line2D([], [], color="0.3", marker="|", ms=10, mew=1.2, ls="none"), "bars, band: 95% bootstrap CI"))
+  if any_unresolved:
+    legend.append((Line2D([], [], **_hollow("0.3", 6)), "hollow: FPR not resolved"))
+  fig.legend(*zip(*legend), loc="outside lower center", ncol=3, fontsize=8, frameon=False)
   if title:
-    ax.set_title(title)
-  ax.legend(fontsize=7)
-  ax.grid(True, alpha=0.3)
-  fig.tight_layout()
+    fig.suptitle(title, fontsize=9)
   return fig
 
 
-def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None, xlabel="Models per subset m (each target: m-1 shadow models)"):
-  """TPR versus number of models m: mean over draws with a min-max band, one line per variant (Fig. 5).
+def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
+                 xlabel="models per subset m (each target: m-1 shadow models)"):
+  """TPR (%) versus number of models m: mean over draws with a min-max band, one line per variant (Fig. 5).
 
-  Points whose target FPR is not resolved by the negatives available (row["resolved"] False) are hollow;
-  undefined points (NaN: too few models of a class) are left out.
+  Points whose target FPR is not resolved by the negatives available (row["resolved"] False in any draw) are
+  hollow; undefined points (tpr NaN or None: too few models of a class) are left out.
   """
-  fig, ax = plt.subplots(figsize=(6.0, 4.0))
+  fig = Figure(figsize=(7.6, 4.2), layout="constrained")
+  ax = fig.subplots()
   by_variant = collections.defaultdict(lambda: collections.defaultdict(list))
-  resolved = collections.defaultdict(dict)
+  resolved = collections.defaultdict(lambda: collections.defaultdict(list))
   for row in rows:
-    if np.isfinite(float(row["tpr"])):
-      by_variant[row["variant"]][int(row["m"])].append(float(row["tpr"]))
-      resolved[row["variant"]][int(row["m"])] = bool(row.get("resolved", True))
+    tpr = row["tpr"]
+    if tpr is not None and np.isfinite(float(tpr)):
+      by_variant[row["variant"]][int(row["m"])].append(100 * float(tpr))
+      resolved[row["variant"]][int(row["m"])].append(bool(row.get("resolved", True)))
   any_unresolved = False
-  for variant, by_m in by_variant.items():
+  counts = sorted({int(r["m"]) for r in rows})
+  order = {name: i for i, (name, _, _) in enumerate(VARIANTS)}
+  for variant, by_m in sorted(by_variant.items(), key=lambda kv: (order.get(kv[0], len(order)), str(kv[0]))):
+    style = style_of(variant)
     m_S = np.array(sorted(by_m))
-    tprs = [np.asarray(by_m[m]) for m in m_S]
-    mean_S = np.array([t.mean() for t in tprs])
-    (line,) = ax.plot(m_S, mean_S, marker="o", ms=3, label=str(variant))
-    ax.fill_between(m_S, [t.min() for t in tprs], [t.max() for t in tprs], color=line.get_color(), alpha=0.2, lw=0)
-    hollow = np.array([not resolved[variant][m] for m in m_S])
-    if hollow.any():
+    y_S = [np.asarray(by_m[m]) for m in m_S]
+    mean_S = np.array([y.mean() for y in y_S])
+    ax.plot(m_S, mean_S, lw=1.5, label=str(variant), **style)
+    ax.fill_between(m_S, [y.min() for y in y_S], [y.max() for y in y_S], color=style["color"], alpha=0.15, lw=0)
+    open_S = np.array([not all(resolved[variant][m]) for m in m_S])
+    ax.plot(m_S[~open_S], mean_S[~open_S], ls="none", marker="o", ms=4, color=style["color"])
+    if open_S.any():
       any_unresolved = True
-      ax.plot(m_S[hollow], mean_S[hollow], ls="none", marker="o", ms=6, mfc="white", mec=line.get_color())
-  ax.set_xscale("log", base=2)
-  ax.set_xlabel(xlabel)
-  ax.set_ylabel(ylabel)
-  if title or any_unresolved:
-    ax.set_title((title or "") + ("\n(hollow: FPR not resolved by the negatives available)" if any_unresolved else ""),
-                 fontsize=9)
-  ax.legend(fontsize=7)
-  ax.grid(True, alpha=0.3)
-  fig.tight_layout()
+      ax.plot(m_S[open_S], mean_S[open_S], **_hollow(style["color"]))
+  _log2_axis(ax, counts, xlabel)
+  ax.set_ylabel(f"{ylabel} (%)")
+  handles, labels = ax.get_legend_handles_labels()
+  handles.append(Patch(color="0.5", alpha=0.3, lw=0))
+  labels.append("band: min-max over draws")
+  if any_unresolved:
+    handles.append(Line2D([], [], **_hollow("0.3")))
+    labels.append("hollow: FPR not resolved")
+  fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+  if title:
+    ax.set_title(title, fontsize=9)
   return fig

@@ -1,4 +1,14 @@
-"""Reports of a leave-one-out evaluation: results.json, results.md and the log-log ROC plot."""
+"""Reports of a leave-one-out evaluation: results.json, results.md and the log-log ROC plot.
+
+results.json (schema "seqlira.results", docs/outputs.md): schema {name, version, doc}; command and argv;
+run_dir (absolute); shape {M, N, T}; masked; settings {variants, reduction, statistic, offline, fix_variance,
+n_boot, seed, level, fprs}; the same settings also at the top level (statistic, reduction, offline,
+fix_variance, n_boot, seed, level) and as one readable line `setting`; dropped_variants [{name, reason}];
+variants [{name, covariance, shared, summary}] where summary is lira.metrics.summarize's dict (auc, auc_ci,
+n_pos, n_neg, n_excluded, n_boot, ci_level, tpr {"0.01": {fpr, tpr, ci, resolved, min_negatives}, ...},
+roc {fpr, tpr}); seconds; files (the report's file names); run_config (the run's config.json). Missing values
+(an interval without replicates) are null.
+"""
 
 import os
 import time
@@ -6,40 +16,106 @@ import time
 from lira import evaluation
 from lira import metrics
 from lira import plots
+from lira import provenance
 from lira import rundir
 from lira import transforms
 from lira.errors import InputError
 
+DEFAULTS = {"variants": None, "reduction": None, "statistic": "logit", "offline": False, "fix_variance": False,
+            "n_boot": 200, "seed": 0}
+LEVEL = 0.95
+
+
+def variant_key(variant):
+  """A variant's command-line name: 'oas-shared', 'univariate-classwise', ... (as evaluation.variant_key in wt-b)."""
+  _, covariance, shared = variant
+  return f"{covariance}-{'shared' if shared else 'classwise'}"
+
+
+def applicable_variants(variants, *, offline=False, fix_variance=False):
+  """Split variants into (kept, dropped [(name, reason)]): offline has no shared variants, fix_variance no OAS.
+
+  Same signature and result as wt-b's lira.evaluation.applicable_variants, which replaces this one on merge.
+  """
+  kept, dropped = [], []
+  for variant in variants:
+    name, covariance, shared = variant
+    reasons = []
+    if offline and shared:
+      reasons.append("--offline scores with the OUT models alone, so it has no shared IN/OUT covariance")
+    if fix_variance and covariance == "oas":
+      reasons.append("--fix_variance (LiRA's global variance) applies to univariate and independent, not OAS")
+    if reasons:
+      dropped.append((name, "; ".join(reasons)))
+    else:
+      kept.append(variant)
+  return tuple(kept), dropped
+
+
+def dropped_notes(dropped):
+  """One note per reason naming every variant it dropped; dropped = [{name, reason}]."""
+  by_reason = {}
+  for d in dropped:
+    by_reason.setdefault(d["reason"], []).append(d["name"])
+  return [f"not evaluated: {', '.join(names)}: {reason}." for reason, names in by_reason.items()]
+
+
+def report_settings(chosen, reduction, statistic, offline, fix_variance, n_boot, seed):
+  """The settings that change the report's numbers, in the order its file names list them."""
+  keys = [variant_key(v) for v in chosen]
+  every = [variant_key(v) for v in evaluation.VARIANTS]
+  return {"variants": None if sorted(keys) == sorted(every) else keys,
+          "reduction": None if transforms.parse_reduction(reduction)[0] is None else reduction, "statistic": statistic,
+          "offline": bool(offline), "fix_variance": bool(fix_variance), "n_boot": int(n_boot), "seed": int(seed)}
+
+
+def title(shape, settings):
+  """The ROC's title: the run's shape and every setting that changes the curves."""
+  words = [f"statistic={settings['statistic']}", f"reduction={settings['reduction'] or 'none'}"]
+  words += [w for w, on in (("offline", settings["offline"]), ("fixed variance", settings["fix_variance"])) if on]
+  return f"LiRA leave-one-out, {provenance.shape_line(shape)}\n{', '.join(words)}"
+
 
 def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", variants=None, offline=False,
                  fix_variance=False, n_boot=200, seed=0, progress=True):
-  """Evaluate a run folder, write the reports, and return (table text, result dict)."""
+  """Evaluate a run folder, write the reports (named by their settings), and return (table text, result dict)."""
   transforms.parse_reduction(reduction)
-  chosen = evaluation.select_variants(variants)
-  if offline:
-    chosen = tuple(v for v in chosen if not v[2])
-  if fix_variance:
-    chosen = tuple(v for v in chosen if v[1] != "oas")
+  requested = evaluation.select_variants(variants)
+  chosen, dropped = applicable_variants(requested, offline=offline, fix_variance=fix_variance)
+  dropped = [{"name": name, "reason": reason} for name, reason in dropped]
   if not chosen:
-    raise InputError("no variant left: offline needs class-wise variants, fix_variance needs univariate/independent")
+    raise InputError("no variant left to evaluate: " + "; ".join(f"{d['name']}: {d['reason']}" for d in dropped))
   run = rundir.load_run(run_dir)
   out_dir = out_dir or run_dir
+  rundir.check_writable(out_dir, "choose another folder with --out_dir")
+  settings = report_settings(requested, reduction, statistic, offline, fix_variance, n_boot, seed)
   start = time.perf_counter()
   rows, _ = evaluation.evaluate_variants(
       run.loss_MxNxT, run.keep_MxN, mask_NxT=run.mask_NxT, reduction=reduction, statistic=statistic,
       variants=chosen, n_boot=n_boot, seed=seed, progress=progress, offline=offline, fix_variance=fix_variance)
   seconds = time.perf_counter() - start
   M, N, T = run.loss_MxNxT.shape
-  setting = (f"M={M} models, N={N} canaries, T={T} positions; statistic={statistic}, reduction={reduction or 'none'}"
-             f"{', offline' if offline else ''}{', fixed variance' if fix_variance else ''}; leave-one-out")
+  shape = {"M": M, "N": N, "T": T}
+  setting = (f"{provenance.shape_line(shape)}; statistic={statistic}, reduction={reduction or 'none'}"
+             f"{', offline' if offline else ''}{', fixed variance' if fix_variance else ''}; leave-one-out; "
+             f"{n_boot} bootstrap replicates over canaries (seed {seed}, {LEVEL:.0%} percentile intervals)")
+  paths = {ext: provenance.report_path(out_dir, stem, ext, settings, DEFAULTS)
+           for stem, ext in (("results", "json"), ("results", "md"), ("roc", "png"))}
   table_rows = [(r["name"], r["summary"]) for r in rows]
-  result = {"run_dir": os.path.abspath(run_dir), "setting": setting, "shape": {"M": M, "N": N, "T": T},
-            "statistic": statistic, "reduction": reduction, "offline": offline, "fix_variance": fix_variance,
-            "seconds": seconds, "variants": rows, "run_config": run.config}
-  rundir.save_json(os.path.join(out_dir, "results.json"), result)
-  rundir.save_text(os.path.join(out_dir, "results.md"),
-                   f"# Leave-one-out LiRA\n\n{setting}\n\n{metrics.format_markdown(table_rows)}\n")
+  notes = dropped_notes(dropped)
+  result = provenance.header("evaluate", run_dir, run, {**settings, "variants": [variant_key(v) for v in chosen],
+                                                        "requested_variants": [variant_key(v) for v in requested],
+                                                        "level": LEVEL, "fprs": list(metrics.DEFAULT_FPRS)},
+                             "seqlira.results")
+  result.update({"setting": setting, "statistic": statistic, "reduction": reduction, "offline": offline,
+                 "fix_variance": fix_variance, "n_boot": n_boot, "seed": seed, "level": LEVEL,
+                 "dropped_variants": dropped, "seconds": seconds, "variants": rows,
+                 "files": [os.path.basename(p) for p in paths.values()]})
+  rundir.save_json(paths["json"], result)
+  md_notes = "".join(f"\n{n}  " for n in notes)
+  rundir.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{metrics.format_markdown(table_rows)}\n"
+                                f"{md_notes}\n")
   curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"]) for r in rows]
-  fig = plots.roc_figure(curves, title=f"LiRA leave-one-out (M={M}, N={N}, T={T})")
-  rundir.save_figure(os.path.join(out_dir, "roc.png"), fig)
-  return f"{setting}\n\n{metrics.format_table(table_rows)}", result
+  rundir.save_figure(paths["png"], plots.roc_figure(curves, title=title(shape, settings)))
+  text = "\n".join([setting, "", metrics.format_table(table_rows)] + notes)
+  return text, result

@@ -130,9 +130,25 @@ def save_npy(path, array):
   _atomic(path, lambda f: np.save(f, np.asarray(array), allow_pickle=False), "wb")
 
 
+def standard_json(obj):
+  """A copy of obj that standard JSON can hold: NaN and infinities become None, numpy values plain Python."""
+  if isinstance(obj, dict):
+    return {k: standard_json(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [standard_json(v) for v in obj]
+  if isinstance(obj, np.ndarray):
+    return standard_json(obj.tolist())
+  if isinstance(obj, np.generic):
+    obj = obj.item()
+  if isinstance(obj, float) and not np.isfinite(obj):
+    return None
+  return obj
+
+
 def save_json(path, obj):
-  """Write JSON atomically."""
-  _atomic(path, lambda f: f.write(json.dumps(obj, indent=2, sort_keys=True).encode()), "wb")
+  """Write strict JSON atomically (missing values as null; a bare NaN, which strict parsers reject, never)."""
+  text = json.dumps(standard_json(obj), indent=2, sort_keys=True, allow_nan=False)
+  _atomic(path, lambda f: f.write(text.encode()), "wb")
 
 
 def save_text(path, text):

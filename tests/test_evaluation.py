@@ -68,14 +68,16 @@ def test_atomic_writes_leave_no_temporary_files(tmp_path):
 def test_evaluate_command_writes_reports(run_dir, tmp_path):
   out = str(tmp_path)
   table, result = report.evaluate_run(run_dir, out, n_boot=20, progress=False)
-  assert set(os.listdir(out)) == {"results.json", "results.md", "roc.png"}
-  with open(os.path.join(out, "results.json")) as f:
+  assert set(os.listdir(out)) == {"results_nboot-20.json", "results_nboot-20.md", "roc_nboot-20.png"}
+  assert result["files"] == ["results_nboot-20.json", "results_nboot-20.md", "roc_nboot-20.png"]
+  with open(os.path.join(out, "results_nboot-20.json")) as f:
     saved = json.load(f)
+  assert (saved["n_boot"], saved["seed"], saved["level"], saved["dropped_variants"]) == (20, 0, 0.95, [])
   assert [v["name"] for v in saved["variants"]] == [v[0] for v in evaluation.VARIANTS]
   # 8 models x 150 canaries = 600 negatives: 1% is resolved, 0.1% and 0.01% are not, and say so.
   tpr = saved["variants"][0]["summary"]["tpr"]
   assert tpr["0.01"]["resolved"] and not tpr["0.001"]["resolved"] and not tpr["0.0001"]["resolved"]
-  assert "n/r" in table and "n/r" in open(os.path.join(out, "results.md")).read()
+  assert "n/r" in table and "n/r" in open(os.path.join(out, "results_nboot-20.md")).read()
   # The scores behind the table are leave_one_out's.
   run = rundir.load_run(run_dir)
   llr = lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, covariance="oas", shared=True)
@@ -183,17 +185,23 @@ def test_default_shadow_counts():
   assert evaluation.default_shadow_counts(4) == [4]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("module,outputs", [
     ("experiments.evaluate", ["results.json", "results.md", "roc.png"]),
-    ("experiments.length_grid", ["length_grid.json", "length_grid.csv", "length_grid.png"]),
-    ("experiments.shadow_sweep", ["shadow_sweep.json", "shadow_sweep.csv", "shadow_sweep.png"]),
+    ("experiments.length_grid", ["length_grid_lengths-1+2.json", "length_grid_lengths-1+2.csv",
+                                 "length_grid_lengths-1+2.png"]),
+    ("experiments.shadow_sweep", ["shadow_sweep_counts-6+8_draws-1_variants-oas-shared.json",
+                                  "shadow_sweep_counts-6+8_draws-1_variants-oas-shared.csv",
+                                  "shadow_sweep_counts-6+8_draws-1_variants-oas-shared.png"]),
 ])
 def test_command_line_entry_points(run_dir, tmp_path, module, outputs):
   import subprocess
   import sys
-  extra = {"experiments.evaluate": ["--n_boot=10", "--noprogress"], "experiments.length_grid": ["--lengths=1,2"],
+  extra = {"experiments.evaluate": ["--n_boot=200"], "experiments.length_grid": ["--lengths=1,2"],
            "experiments.shadow_sweep": ["--counts=6,8", "--draws=1", "--variants=oas-shared"]}[module]
-  proc = subprocess.run([sys.executable, "-m", module, f"--run_dir={run_dir}", f"--out_dir={tmp_path}"] + extra,
-                        capture_output=True, text=True, cwd=os.path.dirname(os.path.dirname(__file__)))
+  proc = subprocess.run([sys.executable, "-m", module, f"--run_dir={run_dir}", f"--out_dir={tmp_path}",
+                         "--noprogress"] + extra, capture_output=True, text=True,
+                        cwd=os.path.dirname(os.path.dirname(__file__)))
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert sorted(os.listdir(tmp_path)) == sorted(outputs)
+  assert all(str(tmp_path / name) in proc.stdout for name in outputs)  # every command prints what it wrote
