@@ -15,7 +15,6 @@ from lira import evaluation
 from lira import metrics
 from lira import plots
 from lira import provenance
-from lira import report
 from lira import rundir
 from lira import transforms
 
@@ -83,9 +82,9 @@ def main(argv):
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
   if note:
     print(note)
-  keys = [report.variant_key(v) for v in variants]
+  keys = [evaluation.variant_key(v) for v in variants]
   settings = {"counts": None if counts == evaluation.default_shadow_counts(M) else counts, "draws": FLAGS.draws,
-              "variants": None if sorted(keys) == sorted(map(report.variant_key, evaluation.VARIANTS)) else keys,
+              "variants": None if sorted(keys) == sorted(map(evaluation.variant_key, evaluation.VARIANTS)) else keys,
               "reduction": None if transforms.parse_reduction(FLAGS.reduction)[0] is None else FLAGS.reduction,
               "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "seed": FLAGS.seed}
   rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=counts, draws=FLAGS.draws,

@@ -151,16 +151,16 @@ def length_grid(loss_MxNxT, keep_MxN, *, lengths=None, strategies=("group", "min
     reduction = None if strategy is None else f"{strategy}:{k}"
     llr_MxN = leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, reduction=reduction,
                             statistic=statistic, mask_NxT=mask_NxT)
-    tpr_ci, auc_ci = (None, None), (None, None)
+    tpr_ci, auc_ci, n_undefined = (None, None), (None, None), 0
     if n_boot > 0:
-      # The first two results are the intervals (wt-b's bootstrap_ci adds a count of undefined replicates).
-      tpr_ci_1x2, auc_ci_2 = metrics.bootstrap_ci(llr_MxN, keep_MxN, fprs=(fpr,), n_boot=n_boot, level=level,
-                                                   seed=seed)[:2]
+      tpr_ci_1x2, auc_ci_2, n_undefined = metrics.bootstrap_ci(llr_MxN, keep_MxN, fprs=(fpr,), n_boot=n_boot,
+                                                               level=level, seed=seed)
       tpr_ci, auc_ci = tuple(float(v) for v in tpr_ci_1x2[0]), tuple(float(v) for v in auc_ci_2)
     rows.append({"strategy": strategy or "none", "K": k, "covariance": covariance, "shared": shared,
                  "statistic": statistic, "fpr": fpr,
                  "tpr": metrics.tpr_at_fpr(llr_MxN.ravel(), keep_MxN.ravel(), fpr),
                  "tpr_ci_low": tpr_ci[0], "tpr_ci_high": tpr_ci[1],
                  "auc": metrics.auc(llr_MxN.ravel(), keep_MxN.ravel()), "auc_ci_low": auc_ci[0],
-                 "auc_ci_high": auc_ci[1], "n_neg": n_neg, "resolved": metrics.is_resolved(n_neg, fpr)})
+                 "auc_ci_high": auc_ci[1], "n_boot_undefined": int(n_undefined), "n_neg": n_neg,
+                 "resolved": metrics.is_resolved(n_neg, fpr)})
   return rows

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
+from lira import metrics
 from lira.evaluation import VARIANTS
 
 COVARIANCE_COLORS = {"univariate": "tab:blue", "independent": "tab:orange", "oas": "tab:green"}
@@ -35,12 +36,6 @@ VARIANT_STYLES = {name: variant_style(covariance, shared) for name, covariance, 
 def style_of(name):
   """Colour and line style of a variant by its Table II name (black dotted for any other label)."""
   return VARIANT_STYLES.get(str(name), _UNKNOWN)
-
-
-def _tpr_at(fpr_G, tpr_G, fpr):
-  """Max TPR over points with FPR <= target (as lira.metrics.tpr_at_fpr, on a given curve)."""
-  ok_G = fpr_G <= fpr
-  return float(tpr_G[ok_G].max()) if ok_G.any() else 0.0
 
 
 def _hollow(color, ms=7):
@@ -69,7 +64,7 @@ def roc_figure(curves, title=None, fpr_min=None):
     parts = [str(label)]
     if auc_value is not None:
       parts.append(f"AUC {auc_value:.4f}")
-    parts.append(f"TPR@0.1% {100 * _tpr_at(fpr_G, tpr_G, 1e-3):.2f}%")
+    parts.append(f"TPR@0.1% {100 * metrics.curve_tpr_at_fpr(fpr_G, tpr_G, 1e-3):.2f}%")
     # Points at FPR or TPR 0 sit on the axis edge instead of vanishing off the log scale.
     ax.plot(np.maximum(fpr_G, fpr_min), np.maximum(tpr_G, fpr_min), lw=1.5, label=", ".join(parts),
             **style_of(label))

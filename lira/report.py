@@ -26,32 +26,6 @@ DEFAULTS = {"variants": None, "reduction": None, "statistic": "logit", "offline"
 LEVEL = 0.95
 
 
-def variant_key(variant):
-  """A variant's command-line name: 'oas-shared', 'univariate-classwise', ... (as evaluation.variant_key in wt-b)."""
-  _, covariance, shared = variant
-  return f"{covariance}-{'shared' if shared else 'classwise'}"
-
-
-def applicable_variants(variants, *, offline=False, fix_variance=False):
-  """Split variants into (kept, dropped [(name, reason)]): offline has no shared variants, fix_variance no OAS.
-
-  Same signature and result as wt-b's lira.evaluation.applicable_variants, which replaces this one on merge.
-  """
-  kept, dropped = [], []
-  for variant in variants:
-    name, covariance, shared = variant
-    reasons = []
-    if offline and shared:
-      reasons.append("--offline scores with the OUT models alone, so it has no shared IN/OUT covariance")
-    if fix_variance and covariance == "oas":
-      reasons.append("--fix_variance (LiRA's global variance) applies to univariate and independent, not OAS")
-    if reasons:
-      dropped.append((name, "; ".join(reasons)))
-    else:
-      kept.append(variant)
-  return tuple(kept), dropped
-
-
 def dropped_notes(dropped):
   """One note per reason naming every variant it dropped; dropped = [{name, reason}]."""
   by_reason = {}
@@ -62,8 +36,8 @@ def dropped_notes(dropped):
 
 def report_settings(chosen, reduction, statistic, offline, fix_variance, n_boot, seed):
   """The settings that change the report's numbers, in the order its file names list them."""
-  keys = [variant_key(v) for v in chosen]
-  every = [variant_key(v) for v in evaluation.VARIANTS]
+  keys = [evaluation.variant_key(v) for v in chosen]
+  every = [evaluation.variant_key(v) for v in evaluation.VARIANTS]
   return {"variants": None if sorted(keys) == sorted(every) else keys,
           "reduction": None if transforms.parse_reduction(reduction)[0] is None else reduction, "statistic": statistic,
           "offline": bool(offline), "fix_variance": bool(fix_variance), "n_boot": int(n_boot), "seed": int(seed)}
@@ -81,7 +55,7 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   """Evaluate a run folder, write the reports (named by their settings), and return (table text, result dict)."""
   transforms.parse_reduction(reduction)
   requested = evaluation.select_variants(variants)
-  chosen, dropped = applicable_variants(requested, offline=offline, fix_variance=fix_variance)
+  chosen, dropped = evaluation.applicable_variants(requested, offline=offline, fix_variance=fix_variance)
   dropped = [{"name": name, "reason": reason} for name, reason in dropped]
   if not chosen:
     raise InputError("no variant left to evaluate: " + "; ".join(f"{d['name']}: {d['reason']}" for d in dropped))
@@ -103,8 +77,8 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
            for stem, ext in (("results", "json"), ("results", "md"), ("roc", "png"))}
   table_rows = [(r["name"], r["summary"]) for r in rows]
   notes = dropped_notes(dropped)
-  result = provenance.header("evaluate", run_dir, run, {**settings, "variants": [variant_key(v) for v in chosen],
-                                                        "requested_variants": [variant_key(v) for v in requested],
+  result = provenance.header("evaluate", run_dir, run, {**settings, "variants": [evaluation.variant_key(v) for v in chosen],
+                                                        "requested_variants": [evaluation.variant_key(v) for v in requested],
                                                         "level": LEVEL, "fprs": list(metrics.DEFAULT_FPRS)},
                              "seqlira.results")
   result.update({"setting": setting, "statistic": statistic, "reduction": reduction, "offline": offline,
