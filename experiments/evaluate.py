@@ -21,7 +21,11 @@ flags.DEFINE_string("reduction", None, "Length reduction before fitting: group:K
 flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token statistic the Gaussians model.")
 flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six).")
 flags.DEFINE_bool("offline", False, "Score with the OUT Gaussian only (one-sided; class-wise variants only).")
+flags.DEFINE_enum("offline_shift", "uniform", ["uniform", "std"], "Offline test direction: the same shift at every "
+                  "position (uniform) or one OUT standard deviation per position (std: scale-free).")
 flags.DEFINE_bool("fix_variance", False, "LiRA's global variance pooled over canaries (univariate/independent).")
+flags.DEFINE_bool("balance_counts", False, "Fit both classes on the same number of models (balanced leave-one-out).")
+flags.DEFINE_bool("save_scores", True, "Write each variant's [M, N] leave-one-out scores (scores_<variant>.npy).")
 flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the run folder.")
@@ -32,8 +36,11 @@ def main(argv):
   del argv
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
-  table, result = report.evaluate_run(FLAGS.run_dir, FLAGS.out_dir, FLAGS.reduction, FLAGS.statistic, FLAGS.variants,
-                               FLAGS.offline, FLAGS.fix_variance, FLAGS.n_boot, FLAGS.seed, FLAGS.progress)
+  table, result = report.evaluate_run(
+      FLAGS.run_dir, FLAGS.out_dir, reduction=FLAGS.reduction, statistic=FLAGS.statistic, variants=FLAGS.variants,
+      offline=FLAGS.offline, fix_variance=FLAGS.fix_variance, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
+      progress=FLAGS.progress, offline_shift=FLAGS.offline_shift, balance_counts=FLAGS.balance_counts,
+      save_scores=FLAGS.save_scores)
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   print(table)
   print(f"\n{result['seconds']:.1f} s.")

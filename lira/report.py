@@ -21,8 +21,10 @@ from lira import rundir
 from lira import transforms
 from lira.errors import InputError
 
-DEFAULTS = {"variants": None, "reduction": None, "statistic": "logit", "offline": False, "fix_variance": False,
-            "n_boot": 200, "seed": 0}
+DEFAULTS = {"variants": None, "reduction": None, "statistic": "logit", "offline": False, "offline_shift": "uniform",
+            "fix_variance": False, "balance_counts": False, "n_boot": 200, "seed": 0}
+# Settings that change the scores themselves (the bootstrap's n_boot and seed change only the intervals).
+SCORE_SETTINGS = ("reduction", "statistic", "offline", "offline_shift", "fix_variance", "balance_counts")
 LEVEL = 0.95
 
 
@@ -34,25 +36,49 @@ def dropped_notes(dropped):
   return [f"not evaluated: {', '.join(names)}: {reason}." for reason, names in by_reason.items()]
 
 
-def report_settings(chosen, reduction, statistic, offline, fix_variance, n_boot, seed):
+def report_settings(chosen, reduction, statistic, offline, fix_variance, n_boot, seed, offline_shift="uniform",
+                    balance_counts=False):
   """The settings that change the report's numbers, in the order its file names list them."""
   keys = [evaluation.variant_key(v) for v in chosen]
   every = [evaluation.variant_key(v) for v in evaluation.VARIANTS]
   return {"variants": None if sorted(keys) == sorted(every) else keys,
           "reduction": None if transforms.parse_reduction(reduction)[0] is None else reduction, "statistic": statistic,
-          "offline": bool(offline), "fix_variance": bool(fix_variance), "n_boot": int(n_boot), "seed": int(seed)}
+          "offline": bool(offline), "offline_shift": offline_shift if offline else DEFAULTS["offline_shift"],
+          "fix_variance": bool(fix_variance), "balance_counts": bool(balance_counts), "n_boot": int(n_boot),
+          "seed": int(seed)}
+
+
+def scoring_words(settings):
+  """The scoring settings in words: 'statistic=logit, reduction=none, offline (shift: std), balanced counts'."""
+  words = [f"statistic={settings['statistic']}", f"reduction={settings['reduction'] or 'none'}"]
+  if settings["offline"]:
+    words.append(f"offline (shift: {settings['offline_shift']})")
+  words += [w for w, on in (("fixed variance", settings["fix_variance"]),
+                            ("balanced counts", settings["balance_counts"])) if on]
+  return ", ".join(words)
 
 
 def title(shape, settings):
   """The ROC's title: the run's shape and every setting that changes the curves."""
-  words = [f"statistic={settings['statistic']}", f"reduction={settings['reduction'] or 'none'}"]
-  words += [w for w, on in (("offline", settings["offline"]), ("fixed variance", settings["fix_variance"])) if on]
-  return f"LiRA leave-one-out, {provenance.shape_line(shape)}\n{', '.join(words)}"
+  return f"LiRA leave-one-out, {provenance.shape_line(shape)}\n{scoring_words(settings)}"
+
+
+def scores_path(out_dir, variant, settings):
+  """Where a variant's [M, N] scores go: scores_oas-shared[_settings].npy (only settings that change scores)."""
+  score_settings = {k: settings[k] for k in SCORE_SETTINGS}
+  return provenance.report_path(out_dir, f"scores_{evaluation.variant_key(variant)}", "npy", score_settings, DEFAULTS)
 
 
 def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", variants=None, offline=False,
-                 fix_variance=False, n_boot=200, seed=0, progress=True):
-  """Evaluate a run folder, write the reports (named by their settings), and return (table text, result dict)."""
+                 fix_variance=False, n_boot=200, seed=0, progress=True, offline_shift="uniform", balance_counts=False,
+                 save_scores=True):
+  """Evaluate a run folder, write the reports (named by their settings), and return (table text, result dict).
+
+  With save_scores, each variant's leave-one-out scores llr_MxN (float64, higher = member) are written as
+  scores_<variant>[_settings].npy beside the report, for analyses of one's own.
+  """
+  if balance_counts and fix_variance:
+    raise InputError("--balance_counts refits each target's classes; it does not combine with --fix_variance")
   transforms.parse_reduction(reduction)
   requested = evaluation.select_variants(variants)
   chosen, dropped = evaluation.applicable_variants(requested, offline=offline, fix_variance=fix_variance)
@@ -62,19 +88,25 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   run = rundir.load_run(run_dir)
   out_dir = out_dir or run_dir
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
-  settings = report_settings(requested, reduction, statistic, offline, fix_variance, n_boot, seed)
+  settings = report_settings(requested, reduction, statistic, offline, fix_variance, n_boot, seed, offline_shift,
+                             balance_counts)
   start = time.perf_counter()
-  rows, _ = evaluation.evaluate_variants(
+  rows, scores = evaluation.evaluate_variants(
       run.loss_MxNxT, run.keep_MxN, mask_NxT=run.mask_NxT, reduction=reduction, statistic=statistic,
-      variants=chosen, n_boot=n_boot, seed=seed, progress=progress, offline=offline, fix_variance=fix_variance)
+      variants=chosen, n_boot=n_boot, seed=seed, progress=progress, offline=offline, fix_variance=fix_variance,
+      offline_shift=offline_shift, balance_counts=balance_counts)
   seconds = time.perf_counter() - start
   M, N, T = run.loss_MxNxT.shape
   shape = {"M": M, "N": N, "T": T}
-  setting = (f"{provenance.shape_line(shape)}; statistic={statistic}, reduction={reduction or 'none'}"
-             f"{', offline' if offline else ''}{', fixed variance' if fix_variance else ''}; leave-one-out; "
+  setting = (f"{provenance.shape_line(shape)}; {scoring_words(settings)}; leave-one-out; "
              f"{n_boot} bootstrap replicates over canaries (seed {seed}, {LEVEL:.0%} percentile intervals)")
   paths = {ext: provenance.report_path(out_dir, stem, ext, settings, DEFAULTS)
            for stem, ext in (("results", "json"), ("results", "md"), ("roc", "png"))}
+  if save_scores:
+    for variant in chosen:
+      path = scores_path(out_dir, variant, settings)
+      rundir.save_npy(path, scores[variant[0]])
+      paths[f"scores {variant[0]}"] = path
   table_rows = [(r["name"], r["summary"]) for r in rows]
   notes = dropped_notes(dropped)
   result = provenance.header("evaluate", run_dir, run, {**settings, "variants": [evaluation.variant_key(v) for v in chosen],
@@ -82,7 +114,8 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
                                                         "level": LEVEL, "fprs": list(metrics.DEFAULT_FPRS)},
                              "seqlira.results")
   result.update({"setting": setting, "statistic": statistic, "reduction": reduction, "offline": offline,
-                 "fix_variance": fix_variance, "n_boot": n_boot, "seed": seed, "level": LEVEL,
+                 "offline_shift": offline_shift, "fix_variance": fix_variance, "balance_counts": balance_counts,
+                 "n_boot": n_boot, "seed": seed, "level": LEVEL,
                  "dropped_variants": dropped, "seconds": seconds, "variants": rows,
                  "files": [os.path.basename(p) for p in paths.values()]})
   rundir.save_json(paths["json"], result)

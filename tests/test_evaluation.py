@@ -68,8 +68,9 @@ def test_atomic_writes_leave_no_temporary_files(tmp_path):
 def test_evaluate_command_writes_reports(run_dir, tmp_path):
   out = str(tmp_path)
   table, result = report.evaluate_run(run_dir, out, n_boot=20, progress=False)
-  assert set(os.listdir(out)) == {"results_nboot-20.json", "results_nboot-20.md", "roc_nboot-20.png"}
-  assert result["files"] == ["results_nboot-20.json", "results_nboot-20.md", "roc_nboot-20.png"]
+  scores = [f"scores_{evaluation.variant_key(v)}.npy" for v in evaluation.VARIANTS]  # n_boot changes no score
+  assert set(os.listdir(out)) == {"results_nboot-20.json", "results_nboot-20.md", "roc_nboot-20.png", *scores}
+  assert result["files"] == ["results_nboot-20.json", "results_nboot-20.md", "roc_nboot-20.png"] + scores
   with open(os.path.join(out, "results_nboot-20.json")) as f:
     saved = json.load(f)
   assert (saved["n_boot"], saved["seed"], saved["level"], saved["dropped_variants"]) == (20, 0, 0.95, [])
@@ -83,6 +84,7 @@ def test_evaluate_command_writes_reports(run_dir, tmp_path):
   llr = lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, covariance="oas", shared=True)
   oas_shared = saved["variants"][5]["summary"]
   assert oas_shared["tpr"]["0.01"]["tpr"] == lira.tpr_at_fpr(llr.ravel(), run.keep_MxN.ravel(), 0.01)
+  np.testing.assert_array_equal(np.load(os.path.join(out, "scores_oas-shared.npy")), llr)
 
 
 def test_evaluate_refuses_bad_reduction_before_work(run_dir, tmp_path):
@@ -187,7 +189,8 @@ def test_default_shadow_counts():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("module,outputs", [
-    ("experiments.evaluate", ["results.json", "results.md", "roc.png"]),
+    ("experiments.evaluate", ["results.json", "results.md", "roc.png"]
+     + [f"scores_{evaluation.variant_key(v)}.npy" for v in evaluation.VARIANTS]),
     ("experiments.length_grid", ["length_grid_lengths-1+2.json", "length_grid_lengths-1+2.csv",
                                  "length_grid_lengths-1+2.png"]),
     ("experiments.shadow_sweep", ["shadow_sweep_counts-6+8_draws-1_variants-oas-shared.json",

@@ -10,7 +10,8 @@ import sys
 import numpy as np
 import pytest
 
-from lira import provenance, report, rundir, synthetic
+import lira
+from lira import evaluation, provenance, report, rundir, synthetic
 from lira.errors import InputError
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -86,8 +87,15 @@ def test_two_evaluate_runs_with_other_settings_leave_two_reports(run_dir, tmp_pa
                    "--statistic=loss", "--seed=2")
   assert first.returncode == 0 and second.returncode == 0, second.stderr[-2000:]
   stem = "_reduction-min4_statistic-loss_seed-2"
+  keys = [evaluation.variant_key(v) for v in evaluation.VARIANTS]
+  scores = [f"scores_{k}{s}.npy" for k in keys for s in ("", "_reduction-min4_statistic-loss")]  # no bootstrap seed
   assert sorted(os.listdir(tmp_path)) == sorted(["results.json", "results.md", "roc.png", f"results{stem}.json",
-                                                 f"results{stem}.md", f"roc{stem}.png"])
+                                                 f"results{stem}.md", f"roc{stem}.png"] + scores)
+  run = rundir.load_run(str(run_dir))
+  np.testing.assert_array_equal(  # the saved scores are the leave-one-out scores themselves
+      np.load(tmp_path / "scores_oas-shared_reduction-min4_statistic-loss.npy"),
+      lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, covariance="oas", shared=True, reduction="min:4",
+                         statistic="loss", mask_NxT=run.mask_NxT))
   assert str(tmp_path / f"roc{stem}.png") in second.stdout
   default, other = strict_load(tmp_path / "results.json"), strict_load(tmp_path / f"results{stem}.json")
   assert (default["reduction"], default["statistic"], default["seed"]) == (None, "logit", 0)
