@@ -28,6 +28,16 @@ SCORE_SETTINGS = ("reduction", "statistic", "offline", "offline_shift", "fix_var
 LEVEL = 0.95
 
 
+def choose_variants(variants, offline, fix_variance):
+  """(requested, chosen, dropped [{name, reason}]) for variant names and the scoring options; error if none is left."""
+  requested = evaluation.select_variants(variants)
+  chosen, dropped = evaluation.applicable_variants(requested, offline=offline, fix_variance=fix_variance)
+  dropped = [{"name": name, "reason": reason} for name, reason in dropped]
+  if not chosen:
+    raise InputError("no variant left to evaluate: " + "; ".join(f"{d['name']}: {d['reason']}" for d in dropped))
+  return requested, chosen, dropped
+
+
 def dropped_notes(dropped):
   """One note per reason naming every variant it dropped; dropped = [{name, reason}]."""
   by_reason = {}
@@ -80,11 +90,7 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   if balance_counts and fix_variance:
     raise InputError("--balance_counts refits each target's classes; it does not combine with --fix_variance")
   transforms.parse_reduction(reduction)
-  requested = evaluation.select_variants(variants)
-  chosen, dropped = evaluation.applicable_variants(requested, offline=offline, fix_variance=fix_variance)
-  dropped = [{"name": name, "reason": reason} for name, reason in dropped]
-  if not chosen:
-    raise InputError("no variant left to evaluate: " + "; ".join(f"{d['name']}: {d['reason']}" for d in dropped))
+  requested, chosen, dropped = choose_variants(variants, offline, fix_variance)
   run = rundir.load_run(run_dir)
   out_dir = out_dir or run_dir
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
