@@ -3,6 +3,7 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 import models
@@ -33,6 +34,7 @@ def test_every_copy_starts_from_the_base_checkpoint():
     jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[m], params), base)
 
 
+@pytest.mark.slow
 def test_fine_tuning_lowers_the_loss_of_the_in_canaries_only():
   model, module = base_model()
   examples_ExT, canaries_NxT, keep_MxN, ids = task(num_models=2, num_canaries=8, num_train=8)
@@ -44,9 +46,10 @@ def test_fine_tuning_lowers_the_loss_of_the_in_canaries_only():
   for m in range(2):
     inside, outside = keep_MxN[m], ~keep_MxN[m]
     assert after_MxN[m, inside].mean() < 0.5 * before_NxT[inside].mean(), (after_MxN[m], before_NxT)
-    assert after_MxN[m, inside].mean() < 0.5 * after_MxN[m, outside].mean()
+    assert after_MxN[m, inside].mean() < 0.5 * after_MxN[m, outside].mean()  # behaviour, not rounding: ~1 if not
 
 
+@pytest.mark.slow
 def test_copies_fine_tuned_together_equal_copies_fine_tuned_one_by_one():
   model, _ = base_model(seed=1)
   examples_ExT, canaries_NxT, _, ids = task(num_models=4)
