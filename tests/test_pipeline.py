@@ -125,7 +125,8 @@ def test_assemble_names_groups_without_mu_or_sigma(tmp_path, finished_run):
   shutil.copytree(finished_run, run_dir)
   for name in ("losses.npy", "mu.npy", "sigma.npy", os.path.join("losses", "group_0001_mu.npy")):
     os.remove(os.path.join(run_dir, name))
-  with pytest.warns(UserWarning, match=r"mu.npy not written: 1 group\(s\) have no mu file \(losses/group_0001_mu.npy\)"):
+  missing = r"mu.npy not written: 1 group\(s\) have no mu file \(losses/group_0001_mu.npy\)"
+  with pytest.warns(UserWarning, match=missing):
     assert pipeline.assemble(tiny_cfg(), run_dir)
   assert not os.path.exists(os.path.join(run_dir, "mu.npy"))
   for name in ("losses", "sigma"):
