@@ -1,6 +1,7 @@
 """GPT-NeoX (Pythia) decoder in Flax NNX, numerically matching Hugging Face's `GPTNeoXForCausalLM` forward pass.
 
-Letters: B batch, T query time, S key time, D hidden, H heads, K head dim, R rotary dims, F MLP width, V vocab.
+Letters: B batch, T query time, S key time, D hidden, H heads, E head dim (D = H * E), R rotary dims, P pass-through
+dims (E - R), F MLP width, V vocab. Loading and saving Hugging Face folders is models/hf_convert.py.
 """
 
 import dataclasses
@@ -90,12 +91,12 @@ def rotary_cos_sin(positions_BxT, config):
   return jnp.cos(angles_BxTxR), jnp.sin(angles_BxTxR)
 
 
-def apply_rotary(x_BxTxHxK, cos_BxTxR, sin_BxTxR):
-  """Rotate the first R dims of each head (rotate_half convention); the remaining K - R pass through."""
+def apply_rotary(x_BxTxHxE, cos_BxTxR, sin_BxTxR):
+  """Rotate the first R dims of each head (rotate_half convention); the remaining E - R pass through."""
   R = cos_BxTxR.shape[-1]
-  cos_BxTx1xR = cos_BxTxR[:, :, None].astype(x_BxTxHxK.dtype)
-  sin_BxTx1xR = sin_BxTxR[:, :, None].astype(x_BxTxHxK.dtype)
-  rot_BxTxHxR, pass_BxTxHxP = x_BxTxHxK[..., :R], x_BxTxHxK[..., R:]
+  cos_BxTx1xR = cos_BxTxR[:, :, None].astype(x_BxTxHxE.dtype)
+  sin_BxTx1xR = sin_BxTxR[:, :, None].astype(x_BxTxHxE.dtype)
+  rot_BxTxHxR, pass_BxTxHxP = x_BxTxHxE[..., :R], x_BxTxHxE[..., R:]
   x1, x2 = rot_BxTxHxR[..., :R // 2], rot_BxTxHxR[..., R // 2:]
   half_rotated_BxTxHxR = jnp.concatenate([-x2, x1], axis=-1)
   rot_BxTxHxR = rot_BxTxHxR * cos_BxTx1xR + half_rotated_BxTxHxR * sin_BxTx1xR
@@ -119,7 +120,7 @@ class LayerNorm(nnx.Module):
 
 
 class Attention(nnx.Module):
-  """Causal self-attention with HF's fused query_key_value: per head the 3K outputs are [q | k | v]."""
+  """Causal self-attention with HF's fused query_key_value: per head the 3E outputs are [q | k | v]."""
 
   def __init__(self, config, rngs):
     self.config = config
@@ -129,18 +130,18 @@ class Attention(nnx.Module):
 
   def __call__(self, x_BxTxD, cos_BxTxR, sin_BxTxR, allowed_BxTxS):
     B, T, D = x_BxTxD.shape
-    H, K = self.config.num_attention_heads, self.config.head_dim
-    qkv_BxTxHx3K = self.query_key_value(x_BxTxD).reshape(B, T, H, 3 * K)
-    q_BxTxHxK, k_BxSxHxK, v_BxSxHxK = jnp.split(qkv_BxTxHx3K, 3, axis=-1)
-    q_BxTxHxK = apply_rotary(q_BxTxHxK, cos_BxTxR, sin_BxTxR)
-    k_BxSxHxK = apply_rotary(k_BxSxHxK, cos_BxTxR, sin_BxTxR)
-    scores_BxHxTxS = jnp.einsum("bthk,bshk->bhts", q_BxTxHxK, k_BxSxHxK,
-                                preferred_element_type=jnp.float32) * K ** -0.5
+    H, E = self.config.num_attention_heads, self.config.head_dim
+    qkv_BxTxHx3E = self.query_key_value(x_BxTxD).reshape(B, T, H, 3 * E)
+    q_BxTxHxE, k_BxSxHxE, v_BxSxHxE = jnp.split(qkv_BxTxHx3E, 3, axis=-1)
+    q_BxTxHxE = apply_rotary(q_BxTxHxE, cos_BxTxR, sin_BxTxR)
+    k_BxSxHxE = apply_rotary(k_BxSxHxE, cos_BxTxR, sin_BxTxR)
+    scores_BxHxTxS = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, k_BxSxHxE,
+                                preferred_element_type=jnp.float32) * E ** -0.5
     # A finite floor, not -inf: a row with no allowed key (a left-padding query) softmaxes to uniform, not NaN.
     scores_BxHxTxS = jnp.where(allowed_BxTxS[:, None], scores_BxHxTxS, jnp.finfo(jnp.float32).min)
-    probs_BxHxTxS = jax.nn.softmax(scores_BxHxTxS, axis=-1).astype(v_BxSxHxK.dtype)
-    out_BxTxHxK = jnp.einsum("bhts,bshk->bthk", probs_BxHxTxS, v_BxSxHxK)
-    return self.dense(out_BxTxHxK.reshape(B, T, D))
+    probs_BxHxTxS = jax.nn.softmax(scores_BxHxTxS, axis=-1).astype(v_BxSxHxE.dtype)
+    out_BxTxHxE = jnp.einsum("bhts,bshe->bthe", probs_BxHxTxS, v_BxSxHxE)
+    return self.dense(out_BxTxHxE.reshape(B, T, D))
 
 
 class MLP(nnx.Module):
@@ -195,7 +196,7 @@ class GPTNeoXForCausalLM(nnx.Module):
     B, T = tokens_BxT.shape
     if position_ids is None:
       position_ids = jnp.broadcast_to(jnp.arange(T), (B, T))
-    allowed_BxTxS = jnp.tril(jnp.ones((T, T), bool))[None]
+    allowed_BxTxS = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, T, T))  # causal: key s <= query t
     if attention_mask is not None:
       allowed_BxTxS = allowed_BxTxS & (attention_mask[:, None, :] > 0)
     cos_BxTxR, sin_BxTxR = rotary_cos_sin(position_ids, self.config)
@@ -208,21 +209,10 @@ class GPTNeoXForCausalLM(nnx.Module):
     return self.embed_out(x_BxTxD).astype(jnp.float32)
 
 
-def from_pretrained(path_or_hub_id, dtype=jnp.float32, revision=None):
-  """GPTNeoXForCausalLM with the weights of a Hugging Face folder (safetensors, sharded or not) or a hub id.
-
-  `dtype` is the compute dtype (float32 or bfloat16); parameters are kept in float32.
-  """
-  from models import hf_convert  # hf_convert imports this module
-  config, params = hf_convert.load_hf_folder(path_or_hub_id, revision=revision, dtype=jnp.dtype(dtype).name)
-  graphdef = nnx.graphdef(nnx.eval_shape(lambda: GPTNeoXForCausalLM(config, rngs=nnx.Rngs(0))))
-  return nnx.merge(graphdef, params)
-
-
-def save_pretrained(model, path, tokenizer_file=None):
-  """Write `model` as a Hugging Face folder (config.json, model.safetensors) that transformers loads.
-
-  `path` may exist (as with transformers' save_pretrained); `tokenizer_file`, a tokenizer.json, is copied beside.
-  """
-  from models import hf_convert
-  hf_convert.save_hf_folder(model.config, nnx.state(model, nnx.Param), path, tokenizer_file=tokenizer_file)
+def __getattr__(name):
+  """`from_pretrained` and `save_pretrained`, which live in models.hf_convert (Hugging Face IO depends on this
+  module, never the reverse), stay reachable under their documented names here, imported on first use."""
+  if name in ("from_pretrained", "save_pretrained"):
+    from models import hf_convert
+    return getattr(hf_convert, name)
+  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

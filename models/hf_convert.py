@@ -1,5 +1,8 @@
 """Hugging Face GPT-NeoX (Pythia) folders <-> NNX params through an explicit name map, every shape asserted.
 
+One-way: this module imports models.gpt_neox, never the reverse (gpt_neox holds the model only, and re-exports
+from_pretrained / save_pretrained from here on first use).
+
 Only safetensors are read (numpy API, no torch): pickled `pytorch_model.bin` files can run code when loaded.
 """
 
@@ -174,3 +177,21 @@ def save_hf_folder(config, params, path, tokenizer_file=None):
     with open(tokenizer_file, "rb") as f:
       rundir.save_bytes(os.path.join(path, "tokenizer.json"), f.read())
   rundir.save_json(os.path.join(path, "config.json"), config.to_hf_dict())  # last: the folder is complete now
+
+
+def from_pretrained(path_or_hub_id, dtype=jnp.float32, revision=None):
+  """GPTNeoXForCausalLM with the weights of a Hugging Face folder (safetensors, sharded or not) or a hub id.
+
+  `dtype` is the compute dtype (float32 or bfloat16); parameters are kept in float32.
+  """
+  config, params = load_hf_folder(path_or_hub_id, revision=revision, dtype=jnp.dtype(dtype).name)
+  graphdef = nnx.graphdef(nnx.eval_shape(lambda: GPTNeoXForCausalLM(config, rngs=nnx.Rngs(0))))
+  return nnx.merge(graphdef, params)
+
+
+def save_pretrained(model, path, tokenizer_file=None):
+  """Write `model` as a Hugging Face folder (config.json, model.safetensors) that transformers loads.
+
+  `path` may exist (as with transformers' save_pretrained); `tokenizer_file`, a tokenizer.json, is copied beside.
+  """
+  save_hf_folder(model.config, nnx.state(model, nnx.Param), path, tokenizer_file=tokenizer_file)

@@ -3,11 +3,12 @@
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from flax import nnx
 
 import models
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
-from test_trainer import tiny_task
+from test_trainer import LOSS_TOL, assert_trained_alike, tiny_task
 from training import trainer
 
 VOCAB, T = 40, 8
@@ -33,20 +34,22 @@ def test_every_copy_starts_from_the_base_checkpoint():
     jax.tree.map(np.testing.assert_array_equal, jax.tree.map(lambda x: x[m], params), base)
 
 
+@pytest.mark.slow
 def test_fine_tuning_lowers_the_loss_of_the_in_canaries_only():
   model, module = base_model()
   examples_ExT, canaries_NxT, keep_MxN, ids = task(num_models=2, num_canaries=8, num_train=8)
   cfg = trainer.TrainConfig(epochs=15, batch_size=8, learning_rate=1e-2, weight_decay=1e-4, seed=0)
   params, _ = trainer.train_group(model, examples_ExT, ids, [0, 1], cfg, bos_id=0, progress=False)
-  before_NxT = trainer.canary_losses(model, trainer.init_stack(model, jnp.zeros((1, 2), jnp.uint32)),
-                                     canaries_NxT, bos_id=0)[0].mean(axis=1)
-  after_MxN = trainer.canary_losses(model, params, canaries_NxT, bos_id=0).mean(axis=2)
+  before_NxT = trainer.canary_statistics(model, trainer.init_stack(model, jnp.zeros((1, 2), jnp.uint32)),
+                                         canaries_NxT, bos_id=0)[0][0].mean(axis=1)
+  after_MxN = trainer.canary_statistics(model, params, canaries_NxT, bos_id=0)[0].mean(axis=2)
   for m in range(2):
     inside, outside = keep_MxN[m], ~keep_MxN[m]
     assert after_MxN[m, inside].mean() < 0.5 * before_NxT[inside].mean(), (after_MxN[m], before_NxT)
-    assert after_MxN[m, inside].mean() < 0.5 * after_MxN[m, outside].mean()
+    assert after_MxN[m, inside].mean() < 0.5 * after_MxN[m, outside].mean()  # behaviour, not rounding: ~1 if not
 
 
+@pytest.mark.slow
 def test_copies_fine_tuned_together_equal_copies_fine_tuned_one_by_one():
   model, _ = base_model(seed=1)
   examples_ExT, canaries_NxT, _, ids = task(num_models=4)
@@ -58,11 +61,12 @@ def test_copies_fine_tuned_together_equal_copies_fine_tuned_one_by_one():
   for i, m in enumerate([1, 2, 3]):
     alone, _ = trainer.train_group(model, examples_ExT, [ids[m]], [m], cfg, bos_id=0, length=length,
                                    progress=False)
-    # float32 rounding differs between a vmapped and a single matmul, and AdamW's m / sqrt(v) turns that into
-    # ~1e-5 on near-zero gradients; a wrong data order or IN set moves params by ~lr = 3e-3 per step instead.
-    jax.tree.map(lambda a, b: np.testing.assert_allclose(a[i], b[0], rtol=1e-4, atol=5e-5), together, alone)
-    np.testing.assert_allclose(trainer.canary_losses(model, jax.tree.map(lambda x: x[i:i + 1], together),
-                                                     canaries_NxT, bos_id=0),
-                               trainer.canary_losses(model, alone, canaries_NxT, bos_id=0), rtol=1e-4, atol=1e-5)
+    # A vmapped and a single matmul round differently; AdamW amplifies that as assert_trained_alike argues.
+    assert_trained_alike(jax.tree.map(lambda x: x[i], together), jax.tree.map(lambda x: x[0], alone),
+                         learning_rate=cfg.learning_rate, steps=cfg.epochs * -(-length // cfg.batch_size))
+    stats_together = trainer.canary_statistics(model, jax.tree.map(lambda x: x[i:i + 1], together), canaries_NxT,
+                                               bos_id=0)
+    for a, b in zip(stats_together, trainer.canary_statistics(model, alone, canaries_NxT, bos_id=0)):
+      np.testing.assert_allclose(a, b, **LOSS_TOL)
   # different data orders and IN sets give different models
   assert not np.allclose(together["embed_in"]["embedding"][0], together["embed_in"]["embedding"][1])

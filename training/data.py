@@ -1,12 +1,12 @@
 """Dialogue corpora, byte-level BPE tokenizers and fixed-length token sequences for the shadow models."""
 
 import os
-import tempfile
 
 import numpy as np
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
+from lira import rundir
 from lira.errors import InputError, MissingPackageError, MissingFileError
 
 BOS = "<|endoftext|>"  # id 0 in every tokenizer we train, as in Pythia's
@@ -84,21 +84,6 @@ def conversation_texts(conversations):
   return ["\n".join(c) for c in conversations]
 
 
-def _save_atomic(tokenizer, path):
-  """Writes tokenizer.json to a temporary name in the same folder, then renames it into place."""
-  folder = os.path.dirname(os.path.abspath(path))
-  os.makedirs(folder, exist_ok=True)
-  fd, tmp = tempfile.mkstemp(prefix=".tokenizer-", suffix=".json", dir=folder)
-  os.close(fd)
-  try:
-    tokenizer.save(tmp)
-    os.replace(tmp, path)
-  except BaseException:
-    if os.path.exists(tmp):
-      os.remove(tmp)
-    raise
-
-
 def _tokenizer_file(path):
   """Where to save: `path` itself if it names a .json file, else `path/tokenizer.json` (a folder)."""
   path = os.fspath(path)
@@ -121,7 +106,7 @@ def train_bpe_tokenizer(texts, vocab_size, path=None):
                                 initial_alphabet=byte_alphabet, show_progress=False)
   tokenizer.train_from_iterator(texts, trainer=trainer)
   if path is not None:
-    _save_atomic(tokenizer, _tokenizer_file(path))
+    rundir.save_text(_tokenizer_file(path), tokenizer.to_str())  # atomic, with the permissions of a plain write
   return tokenizer
 
 

@@ -1,7 +1,15 @@
 """Per-token statistics of a causal LM: loss, and mean / std of log-probabilities over the vocabulary.
 
 mu_i = sum_v p_v ln p_v and sigma_i^2 = sum_v p_v (ln p_v - mu_i)^2 at each position (Min-K%++, Zhang et al. 2024;
-../shared/reference.md), so the pretraining-data attacks can be recomputed from stored arrays without the model.
+docs/conventions.md, "Per-token statistics"), so the pretraining-data attacks can be recomputed from stored arrays
+without the model.
+
+The loss -ln p_t is computed without cancellation. With logits z shifted by their maximum (z <= 0) and
+r = sum_{v != t} exp(z_v), the loss is ln(exp(z_t) + r) - z_t = log1p(r + expm1(z_t)) - z_t. A memorised token is
+the maximum (z_t = 0), so the loss is log1p(r): relative precision of float32 even for r ~ 1e-30, where the
+textbook logsumexp(z) - z_t rounds exp(0) + r to 1 and returns 0. Otherwise z_t < 0, r >= 1 (it holds the
+maximum) and both terms are >= 0, so nothing cancels either. It is the one loss of the project: the trainer
+differentiates it (d/dz_v = p_v - [v = t], as cross-entropy; every intermediate is finite, so no NaN gradient).
 """
 
 import jax
@@ -11,21 +19,41 @@ import numpy as np
 from lira.errors import InputError
 
 
+def _shifted_exp(logits_BxTxV):
+  """(z, exp z) with z = logits - max in float32; the max is a constant for gradients (the loss does not depend on
+  it)."""
+  z_BxTxV = logits_BxTxV.astype(jnp.float32)
+  z_BxTxV = z_BxTxV - jax.lax.stop_gradient(jnp.max(z_BxTxV, axis=-1, keepdims=True))
+  return z_BxTxV, jnp.exp(z_BxTxV)
+
+
+def _loss_and_sum(z_BxTxV, e_BxTxV, targets_BxT):
+  """(-ln p(target), sum_v exp z_v), each [B, T], from shifted logits: log1p(r + expm1(z_t)) - z_t (module doc)."""
+  is_target_BxTxV = jnp.arange(z_BxTxV.shape[-1]) == targets_BxT[..., None]
+  rest_BxT = jnp.sum(jnp.where(is_target_BxTxV, 0.0, e_BxTxV), axis=-1)  # fused: no second pass over V
+  z_t_BxT = jnp.take_along_axis(z_BxTxV, targets_BxT[..., None], axis=-1)[..., 0]
+  return jnp.log1p(rest_BxT + jnp.expm1(z_t_BxT)) - z_t_BxT, rest_BxT + jnp.exp(z_t_BxT)
+
+
+def token_loss(logits_BxTxV, targets_BxT):
+  """-ln p(target) [B, T] float32 from logits, differentiable, with float32 relative precision for tiny losses."""
+  z_BxTxV, e_BxTxV = _shifted_exp(logits_BxTxV)
+  return _loss_and_sum(z_BxTxV, e_BxTxV, targets_BxT)[0]
+
+
 def token_statistics(logits_BxTxV, targets_BxT):
   """(loss, mu, sigma), each [B, T] float32: -ln p(target), and the moments of ln p under p, from float32 logits.
 
   With z = logits - max and e = exp(z), s = sum e: ln p = z - ln s, so mu = E_p[z] - ln s and sigma^2 =
   E_p[(z - E_p[z])^2], where E_p[f] = sum(e f) / s. This never forms ln p or p over the vocabulary (measured
-  1.3x faster than log_softmax at V = 50,304; BENCHMARKS.md); the variance is two-pass, so no cancellation.
+  1.3x faster than log_softmax at V = 50,304; BENCHMARKS.md); the variance is two-pass, so no cancellation. The
+  loss's sum without the target (module doc) costs 1.06x over summing all of e (B * T = 2,048, V = 50,304, CPU).
   """
-  z_BxTxV = logits_BxTxV.astype(jnp.float32)
-  z_BxTxV = z_BxTxV - jax.lax.stop_gradient(jnp.max(z_BxTxV, axis=-1, keepdims=True))
-  e_BxTxV = jnp.exp(z_BxTxV)
-  s_BxT = jnp.sum(e_BxTxV, axis=-1)
+  z_BxTxV, e_BxTxV = _shifted_exp(logits_BxTxV)
+  loss_BxT, s_BxT = _loss_and_sum(z_BxTxV, e_BxTxV, targets_BxT)
   log_s_BxT = jnp.log(s_BxT)
   mean_z_BxT = jnp.sum(e_BxTxV * z_BxTxV, axis=-1) / s_BxT
   var_BxT = jnp.sum(e_BxTxV * jnp.square(z_BxTxV - mean_z_BxT[..., None]), axis=-1) / s_BxT
-  loss_BxT = log_s_BxT - jnp.take_along_axis(z_BxTxV, targets_BxT[..., None], axis=-1)[..., 0]
   return loss_BxT, mean_z_BxT - log_s_BxT, jnp.sqrt(var_BxT)
 
 
@@ -59,11 +87,12 @@ def sequence_statistics(apply_fn, tokens_BxT, mask_BxT=None, bos_id=None):
   return tuple(jnp.where(scored_BxT, s, jnp.nan) for s in stats)
 
 
-def batched(fn, arrays, batch_size):
-  """Apply `fn(*batch) -> tuple of [B, ...] arrays` over the leading axis in chunks; concatenated numpy float32."""
+def batched(fn, arrays, batch_size, axis=0):
+  """Apply `fn(*batch) -> tuple of arrays` to chunks of the arrays' leading axis; the outputs, concatenated along
+  `axis` (where their batch dimension is: 1 for per-model stacks [G, B, ...]), as numpy float32."""
   n = len(arrays[0])
   parts = [jax.device_get(fn(*(a[i:i + batch_size] for a in arrays))) for i in range(0, n, batch_size)]
-  return tuple(np.concatenate([p[k] for p in parts]).astype(np.float32) for k in range(len(parts[0])))
+  return tuple(np.concatenate([p[k] for p in parts], axis=axis).astype(np.float32) for k in range(len(parts[0])))
 
 
 def encode_batch(tokenizer, texts, max_length):
@@ -82,7 +111,7 @@ def encode_batch(tokenizer, texts, max_length):
 
 def causal_lm_statistics(module, tokens_BxT, mask_BxT, batch_size=16):
   """(lp, mu, sigma) [B, T] float32 of an NNX causal LM on token ids: lp = ln p(t_i | t_<i); position 0 and
-  padding are NaN (the pretraining-data attacks' convention, ../shared/reference.md)."""
+  padding are NaN (the pretraining-data attacks' convention, docs/conventions.md, "Pretraining-data attacks")."""
   from flax import nnx
   graphdef, state = nnx.split(module)
 

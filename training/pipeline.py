@@ -9,6 +9,7 @@ import dataclasses
 import json
 import os
 import time
+import warnings
 
 import jax
 import numpy as np
@@ -139,9 +140,10 @@ def prepare_data(cfg, run_dir, progress=True):
   keep_MxN = canaries_lib.keep_matrix(M, N, cfg.shadow.seed)
   for name, array in (("canaries", canaries_NxT), ("keep", keep_MxN)):
     path = os.path.join(run_dir, f"{name}.npy")
-    if os.path.exists(path) and not np.array_equal(np.load(path), array):
+    if not os.path.exists(path):  # written once: a finished run re-runs on a read-only folder
+      rundir.save_npy(path, array)
+    elif not np.array_equal(np.load(path), array):
       raise InputError(f"{path} differs from what this config produces (different data or tokenizer?)")
-    rundir.save_npy(path, array)
   if progress:
     print(f"data: {len(train_SxT)} training sequences of {T} tokens, {N} {cfg.canaries.kind}-case canaries, "
           f"vocabulary {vocab} ({time.perf_counter() - t0:.1f} s)")
@@ -155,13 +157,13 @@ def build_model(cfg, data, run_dir, progress=True):
   name = kwargs.pop("name")
   if name != "gpt_neox":
     return models.get_model(name, vocab_size=data.vocab_size, **kwargs)
-  from models import gpt_neox
+  from models import hf_convert
   base = cfg.model.base
   if base == "pretrain":
     base = os.path.join(run_dir, "base_model")
     if not os.path.exists(os.path.join(base, "config.json")):  # written last: the folder is complete
       pretrain_base(cfg, data, base, os.path.join(run_dir, "tokenizer.json"), progress)
-  module = gpt_neox.from_pretrained(base, dtype=cfg.model.dtype)
+  module = hf_convert.from_pretrained(base, dtype=cfg.model.dtype)
   if module.config.vocab_size < data.vocab_size:
     raise InputError(f"model.base {cfg.model.base!r} embeds {module.config.vocab_size} token ids but the tokenizer "
                      f"{cfg.tokenizer.name!r} has {data.vocab_size}; use the base model's own tokenizer")
@@ -175,7 +177,7 @@ def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
   The offline stand-in for a Pythia checkpoint: it never sees the held-out split the average-case canaries come
   from, nor the fine-tuning sequences.
   """
-  from models import gpt_neox
+  from models import hf_convert
   p = cfg.pretrain
   sequences_SxT = data.pretrain_SxT[:p.max_sequences] if p.max_sequences else data.pretrain_SxT
   if len(sequences_SxT) < p.batch_size:
@@ -190,7 +192,7 @@ def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
   state, loss = trainer.train_group(model, sequences_SxT, [np.arange(len(sequences_SxT))], [0], tcfg,
                                     bos_id=data.bos_id, progress=progress)
   module = nnx.merge(model.graphdef, jax.tree.map(lambda x: x[0], state))
-  gpt_neox.save_pretrained(module, folder, tokenizer_file=tokenizer_file)
+  hf_convert.save_pretrained(module, folder, tokenizer_file=tokenizer_file)
   if progress:
     print(f"base model: pretrained on {len(sequences_SxT)} sequences, last-epoch loss {float(loss[0]):.3f} "
           f"({time.perf_counter() - t0:.1f} s); saved as a Hugging Face folder in {folder}")
@@ -243,17 +245,38 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True)
   return loss_GxNxT
 
 
+def _stack(run_dir, name, parts):
+  """Write RUN_DIR/name.npy, the group files `parts` stacked on the model axis, unless it already holds them.
+
+  A run folder whose stacked file has the shape the group files make was assembled before: left untouched, so
+  re-running a finished run writes nothing (and works on a read-only folder).
+  """
+  path = os.path.join(run_dir, f"{name}.npy")
+  shapes = [np.load(p, mmap_mode="r").shape for p in parts]
+  want = (sum(s[0] for s in shapes),) + shapes[0][1:]
+  if os.path.exists(path) and np.load(path, mmap_mode="r").shape == want:
+    return
+  rundir.save_npy(path, np.concatenate([np.load(p) for p in parts]))
+
+
 def assemble(cfg, run_dir):
-  """Stack the per-group losses into losses.npy [M, N, T] once every group is done; False if some are missing."""
+  """Stack the per-group losses (and mu, sigma) into losses.npy [M, N, T] once every group is done; False if
+  some group is missing.
+
+  Groups without mu / sigma files (extracted by an older version) leave mu.npy / sigma.npy unwritten, with a
+  warning that names the missing files; LiRA needs only losses.npy.
+  """
   parts = [_group_paths(run_dir, g)[1] for g, _ in groups_of(cfg)]
   if not all(os.path.exists(p) for p in parts):
     return False
   for stat in STATS:
     stat_parts = [_stat_path(p, stat) for p in parts]
-    if all(os.path.exists(p) for p in stat_parts):
-      rundir.save_npy(os.path.join(run_dir, f"{stat}.npy"), np.concatenate([np.load(p) for p in stat_parts]))
-  loss_MxNxT = np.concatenate([np.load(p) for p in parts])
-  rundir.save_npy(os.path.join(run_dir, "losses.npy"), loss_MxNxT)
+    if missing := [os.path.relpath(p, run_dir) for p in stat_parts if not os.path.exists(p)]:
+      warnings.warn(f"{stat}.npy not written: {len(missing)} group(s) have no {stat} file ({', '.join(missing)}); "
+                    f"delete those groups' losses files to re-extract them from their checkpoints", stacklevel=2)
+    else:
+      _stack(run_dir, stat, stat_parts)
+  _stack(run_dir, "losses", parts)
   return True
 
 

@@ -1,7 +1,8 @@
 """Many shadow models trained at once: parameters stacked on a leading model axis, one vmapped AdamW step.
 
 Model m's initialisation and data order depend only on (seed, m), never on which group it is trained
-in, so a model trained in a group of 16 equals the same model trained alone (to float tolerance).
+in, so a model trained in a group of 16 equals the same model trained alone up to float32 rounding (which AdamW's
+division by sqrt(v) can amplify to a whole step on the rare entry whose gradient is ~0; the tests say how).
 """
 
 import dataclasses
@@ -38,9 +39,7 @@ def model_key(seed, model_id):
 
 def token_losses(model, params, tokens_BxT, bos_id):
   """Per-token loss -ln p(x_t | BOS, x_<t) for every position t of tokens_BxT (all T positions scored)."""
-  logits_BxTxV = model.apply(params, extract.with_bos(tokens_BxT, bos_id)).astype(jnp.float32)
-  target_BxT = jnp.take_along_axis(logits_BxTxV, tokens_BxT[..., None], axis=-1)[..., 0]
-  return jax.nn.logsumexp(logits_BxTxV, axis=-1) - target_BxT  # -ln softmax, without forming it over V
+  return extract.token_loss(model.apply(params, extract.with_bos(tokens_BxT, bos_id)), tokens_BxT)
 
 
 def epoch_slots(example_ids, length, batch_size, seed, model_id, epoch):
@@ -62,12 +61,13 @@ def make_optimizer(learning_rate, weight_decay):
 
 
 @functools.lru_cache(maxsize=16)
-def make_step(model, learning_rate, weight_decay, bos_id, group_size=None):
+def make_step(model, learning_rate, weight_decay, bos_id, single=False):
   """One AdamW step for a stack of models: (params, opt_state, tokens_GxBxT, weight_GxB) -> (..., loss_G).
 
-  Cached, so the groups of a run share one compiled step (jit caches per function object). With group_size=1
-  the model axis is dropped inside the step instead of vmapped over: under vmap XLA lays the weight gradients
-  out transposed, and the update reads them with strides (1.5x slower for one Pythia-160m copy; BENCHMARKS.md).
+  Cached, so the groups of a run share one compiled step (jit caches per function object). With `single` (a stack
+  of one model) the model axis is dropped inside the step instead of vmapped over: under vmap XLA lays the weight
+  gradients out transposed, and the update reads them with strides (1.5x slower for one Pythia-160m copy;
+  BENCHMARKS.md).
   """
   optimizer = make_optimizer(learning_rate, weight_decay)
 
@@ -84,11 +84,11 @@ def make_step(model, learning_rate, weight_decay, bos_id, group_size=None):
     keep_new = lambda new, old: jnp.where(has_data, new, old)  # noqa: E731
     return jax.tree.map(keep_new, new_params, params), jax.tree.map(keep_new, new_opt_state, opt_state), loss
 
-  if group_size == 1:
-    def single(*args):
+  if single:
+    def unstacked(*args):
       out = step(*jax.tree.map(lambda x: x[0], args))
       return jax.tree.map(lambda x: x[None], out)
-    return jax.jit(single, donate_argnums=(0, 1))
+    return jax.jit(unstacked, donate_argnums=(0, 1))
   return jax.jit(jax.vmap(step), donate_argnums=(0, 1))
 
 
@@ -169,7 +169,7 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, 
   keys = jnp.stack([model_key(config.seed, m) for m in model_ids])
   params = _put(init_stack(model, keys), mesh)
   opt_state = _put(_opt_init_fn(config.learning_rate, config.weight_decay)(params), mesh)
-  step = make_step(model, config.learning_rate, config.weight_decay, bos_id, 1 if G == 1 else None)
+  step = make_step(model, config.learning_rate, config.weight_decay, bos_id, single=G == 1)
   examples_ExT = np.asarray(examples_ExT)
   steps = -(-length // config.batch_size)
   bar = tqdm(total=config.epochs * steps, desc=f"models {model_ids[0]}-{model_ids[-1]}", disable=not progress,
@@ -205,11 +205,5 @@ def canary_statistics(model, params, canaries_NxT, *, bos_id, batch_size=256, me
   """
   fn = _stats_fn(model, bos_id)
   params = _put(params, mesh)
-  parts = [jax.device_get(fn(params, _put(jnp.asarray(canaries_NxT[i:i + batch_size]), mesh, 0)))
-           for i in range(0, len(canaries_NxT), batch_size)]
-  return tuple(np.concatenate([p[k] for p in parts], axis=1).astype(np.float32) for k in range(3))
-
-
-def canary_losses(model, params, canaries_NxT, *, bos_id, batch_size=256, mesh=None):
-  """Per-token losses of every canary on every stacked model: loss_GxNxT float32."""
-  return canary_statistics(model, params, canaries_NxT, bos_id=bos_id, batch_size=batch_size, mesh=mesh)[0]
+  return extract.batched(lambda c_BxT: fn(params, _put(jnp.asarray(c_BxT), mesh, 0)), (canaries_NxT,), batch_size,
+                         axis=1)
