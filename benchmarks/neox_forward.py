@@ -112,7 +112,7 @@ def bench_extract(model, params, hf, batch, T, reps):
 
 def bench_finetune(model, params, hf, batch, T, reps):
   tokens_BxT = np.random.default_rng(1).integers(1, model.config.vocab_size, (batch, T))
-  step = trainer.make_step(model, LR, 0.0, BOS, 1)
+  step = trainer.make_step(model, LR, 0.0, BOS, single=True)
   state = dict(params=jax.tree.map(lambda a: jnp.asarray(a)[None], params))  # G = 1 stacked copy
   state["opt"] = jax.jit(jax.vmap(trainer.make_optimizer(LR, 0.0).init))(state["params"])
   tokens_GxBxT, weight_GxB = jnp.asarray(tokens_BxT[None], jnp.int32), jnp.ones((1, batch), jnp.float32)

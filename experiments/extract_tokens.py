@@ -76,7 +76,7 @@ def main(argv):
   del argv
   import numpy as np
   from lira import rundir
-  from models import gpt_neox
+  from models import hf_convert
   from training import data as data_lib
   from training import extract
   texts = read_texts(FLAGS.texts)
@@ -88,7 +88,7 @@ def main(argv):
   out = FLAGS.out_dir
   lp_MxNxT = []
   for name in FLAGS.model:
-    module = gpt_neox.from_pretrained(name, dtype=FLAGS.dtype)
+    module = hf_convert.from_pretrained(name, dtype=FLAGS.dtype)
     if ids_NxT.max() >= module.config.vocab_size:
       raise InputError(f"the tokenizer gives id {ids_NxT.max()} but {name} embeds {module.config.vocab_size}")
     lp, mu, sigma = extract.causal_lm_statistics(module, ids_NxT, mask_NxT, FLAGS.batch_size)

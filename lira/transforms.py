@@ -4,9 +4,10 @@ import numpy as np
 
 from lira.errors import InputError
 
-# A loss of exactly 0 (p rounded to 1 in float32) has an infinite logit; it is clipped to this.
-# float32 cannot resolve losses below ~1e-7 anyway, so the clip only caps the outlier.
-LOSS_FLOOR = 1e-12
+# A stored loss of exactly 0 (below float32's smallest positive number, 1.4e-45: the per-token loss is computed
+# without cancellation, so only such a loss rounds to 0) has an infinite logit; it is clipped to that number, whose
+# logit, 103.3, is the largest any float32 loss has. Smaller clips (the old 1e-12) made the best-memorised tokens alike.
+LOSS_FLOOR = float(np.finfo(np.float32).smallest_subnormal)
 
 STATISTICS = ("logit", "loss")
 

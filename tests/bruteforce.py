@@ -9,7 +9,7 @@ import numpy as np
 import scipy.stats
 import sklearn.covariance
 
-LOSS_CLIP = 1e-12  # a loss of exactly 0 has an infinite logit; clip it to this before the transform
+LOSS_CLIP = 2.0**-149  # a loss of exactly 0 has an infinite logit: clip it to float32's smallest positive number
 COVARIANCES = ("univariate", "independent", "oas")
 
 

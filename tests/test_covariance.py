@@ -65,9 +65,12 @@ def test_logit_scale_matches_scipy_and_stays_finite():
   np.testing.assert_allclose(lira.logit_scale(loss), scipy.special.logit(np.exp(-loss)), rtol=1e-6)
   # ln 2 rounded to float64 is off by ~1e-17, so its logit is ~1e-16 from 0.
   assert lira.logit_scale(np.array([0.6931471805599453]))[0] == pytest.approx(0.0, abs=1e-12)
-  extreme = lira.logit_scale(np.array([0.0, 1e-30, 1e-12, 700.0], dtype=np.float64))
-  assert np.isfinite(extreme).all()
-  assert extreme[0] == extreme[1] == extreme[2]  # clipped at LOSS_FLOOR
+  extreme = lira.logit_scale(np.array([0.0, 1e-40, 1e-30, 1e-12, 700.0], dtype=np.float32))
+  assert np.isfinite(extreme).all() and (np.diff(extreme) < 0).all()  # tiny losses keep distinct logits
+  # logit = -l - ln(l - l^2/2 + ...) = -ln l - l/2 + O(l^2), exact to float64 rounding for l <= 1e-12.
+  tiny = np.float32([1e-40, 1e-30, 1e-12]).astype(np.float64)
+  np.testing.assert_allclose(extreme[1:4], -np.log(tiny) - tiny / 2, rtol=1e-15)
+  assert extreme[0] == pytest.approx(149 * np.log(2.0), rel=1e-15)  # 0 is clipped at float32's smallest 2**-149
   assert lira.logit_scale(np.float32(0.3)).dtype == np.float64
 
 
