@@ -27,10 +27,11 @@ flags.DEFINE_float("fpr", 1e-4, "Target false positive rate.")
 flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
+flags.DEFINE_bool("balance_counts", False, "Fit both classes on the same number of models (balanced leave-one-out).")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 DEFAULTS = {"lengths": None, "strategies": ["group", "min", "max"], "covariances": ["independent", "oas"],
-            "shared": True, "statistic": "logit", "fpr": 1e-4, "n_boot": 200, "seed": 0}
+            "shared": True, "statistic": "logit", "fpr": 1e-4, "n_boot": 200, "seed": 0, "balance_counts": False}
 
 
 def _interval(lo, hi, scale=100.0, fmt="{:.2f}"):
@@ -72,11 +73,12 @@ def main(argv):
     raise app.UsageError(f"--lengths must be comma-separated integers, got {','.join(FLAGS.lengths)}") from e
   settings = {"lengths": None if lengths == evaluation.default_lengths(shortest) else lengths,
               "strategies": list(FLAGS.strategies), "covariances": list(FLAGS.covariances), "shared": FLAGS.shared,
-              "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "n_boot": FLAGS.n_boot, "seed": FLAGS.seed}
+              "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "n_boot": FLAGS.n_boot, "seed": FLAGS.seed,
+              "balance_counts": FLAGS.balance_counts}
   rows = evaluation.length_grid(run.loss_MxNxT, run.keep_MxN, lengths=lengths, strategies=FLAGS.strategies,
                                 covariances=FLAGS.covariances, shared=FLAGS.shared, mask_NxT=run.mask_NxT,
                                 statistic=FLAGS.statistic, fpr=FLAGS.fpr, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
-                                progress=FLAGS.progress)
+                                progress=FLAGS.progress, balance_counts=FLAGS.balance_counts)
   paths = [provenance.report_path(out_dir, "length_grid", ext, settings, DEFAULTS) for ext in ("json", "csv", "png")]
   recorded = {**settings, "lengths": lengths, "level": 0.95}
   rundir.save_json(paths[0], {**provenance.header("length_grid", FLAGS.run_dir, run, recorded, "seqlira.length_grid"),
@@ -85,7 +87,8 @@ def main(argv):
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
   mode = "shared" if FLAGS.shared else "class-wise"
   ci = f"95% bootstrap CI over canaries ({FLAGS.n_boot} replicates, seed {FLAGS.seed})" if FLAGS.n_boot else "no CI"
-  title = f"Length reduction, {shape}\nstatistic={FLAGS.statistic}, {mode} covariance; {ci}"
+  balanced = ", balanced counts" if FLAGS.balance_counts else ""
+  title = f"Length reduction, {shape}\nstatistic={FLAGS.statistic}, {mode} covariance{balanced}; {ci}"
   rundir.save_figure(paths[2], plots.length_grid_figure(rows, fpr_label=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
   print(f"{shape}; statistic={FLAGS.statistic}, {mode} covariance, FPR={FLAGS.fpr:g}\n")
   print(table(rows, FLAGS.fpr))

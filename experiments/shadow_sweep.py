@@ -28,10 +28,11 @@ flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token 
 flags.DEFINE_float("fpr", 1e-4, "Target false positive rate.")
 flags.DEFINE_integer("seed", 0, "Seed for the model subsets.")
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
+flags.DEFINE_bool("balance_counts", False, "Fit both classes on the same number of models (balanced leave-one-out).")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 DEFAULTS = {"counts": None, "draws": 3, "variants": None, "reduction": None, "statistic": "logit", "fpr": 1e-4,
-            "seed": 0}
+            "seed": 0, "balance_counts": False}
 
 
 def _cell(rows):
@@ -86,19 +87,20 @@ def main(argv):
   settings = {"counts": None if counts == evaluation.default_shadow_counts(M) else counts, "draws": FLAGS.draws,
               "variants": None if sorted(keys) == sorted(map(evaluation.variant_key, evaluation.VARIANTS)) else keys,
               "reduction": None if transforms.parse_reduction(FLAGS.reduction)[0] is None else FLAGS.reduction,
-              "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "seed": FLAGS.seed}
+              "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "seed": FLAGS.seed,
+              "balance_counts": FLAGS.balance_counts}
   rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=counts, draws=FLAGS.draws,
                                        variants=variants, mask_NxT=run.mask_NxT, reduction=FLAGS.reduction,
                                        statistic=FLAGS.statistic, fpr=FLAGS.fpr, seed=FLAGS.seed,
-                                       progress=FLAGS.progress)
+                                       progress=FLAGS.progress, balance_counts=FLAGS.balance_counts)
   paths = [provenance.report_path(out_dir, "shadow_sweep", ext, settings, DEFAULTS) for ext in ("json", "csv", "png")]
   recorded = {**settings, "counts": counts, "variants": keys, "dropped_counts_note": note}
   rundir.save_json(paths[0], {**provenance.header("shadow_sweep", FLAGS.run_dir, run, recorded,
                                                   "seqlira.shadow_sweep"), "fpr": FLAGS.fpr, "rows": rows})
   rundir.save_csv(paths[1], rows)
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
-  line = (f"statistic={FLAGS.statistic}, reduction={FLAGS.reduction or 'none'}, {FLAGS.draws} draws per m "
-          f"(seed {FLAGS.seed})")
+  line = (f"statistic={FLAGS.statistic}, reduction={FLAGS.reduction or 'none'}"
+          f"{', balanced counts' if FLAGS.balance_counts else ''}, {FLAGS.draws} draws per m (seed {FLAGS.seed})")
   title = f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}"
   rundir.save_figure(paths[2], plots.sweep_figure(rows, ylabel=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
   print(f"{shape}; {line}\n")

@@ -92,7 +92,7 @@ def default_shadow_counts(num_models):
 
 
 def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=VARIANTS, mask_NxT=None,
-                       reduction=None, statistic="logit", fpr=1e-4, seed=0, progress=True):
+                       reduction=None, statistic="logit", fpr=1e-4, seed=0, progress=True, balance_counts=False):
   """LOO evaluation on random subsets of m models, several draws per m (paper Figure 5).
 
   Within a subset every model is the target in turn and the other m-1 are its shadow models. With few
@@ -113,7 +113,7 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=V
     loss, keep = loss_MxNxT[models], keep_MxN[models]
     for name, covariance, shared in variants:
       llr = leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask_NxT, reduction=reduction,
-                          statistic=statistic, on_undefined="nan", model_ids=models)
+                          statistic=statistic, on_undefined="nan", model_ids=models, balance_counts=balance_counts)
       valid = np.isfinite(llr)
       row = {"variant": name, "m": m, "draw": d, "statistic": statistic, "reduction": reduction or "none", "fpr": fpr,
              "n_pairs": int(valid.sum()), "n_neg": int((~keep[valid]).sum()), "n_excluded": int((~valid).sum()),
@@ -133,7 +133,7 @@ def default_lengths(shortest):
 
 def length_grid(loss_MxNxT, keep_MxN, *, lengths=None, strategies=("group", "min", "max"),
                 covariances=("independent", "oas"), shared=True, mask_NxT=None, statistic="logit", fpr=1e-4,
-                n_boot=200, level=0.95, seed=0, progress=True):
+                n_boot=200, level=0.95, seed=0, progress=True, balance_counts=False):
   """TPR at `fpr` against the reduced length K for each strategy and covariance (paper Figures 11-14).
 
   Baselines (no reduction, all positions) come as rows with strategy "none" and K = T. Each row carries the
@@ -150,7 +150,7 @@ def length_grid(loss_MxNxT, keep_MxN, *, lengths=None, strategies=("group", "min
   for strategy, k, covariance in tqdm(jobs, desc="length grid", disable=not progress):
     reduction = None if strategy is None else f"{strategy}:{k}"
     llr_MxN = leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, reduction=reduction,
-                            statistic=statistic, mask_NxT=mask_NxT)
+                            statistic=statistic, mask_NxT=mask_NxT, balance_counts=balance_counts)
     tpr_ci, auc_ci, n_undefined = (None, None), (None, None), 0
     if n_boot > 0:
       tpr_ci_1x2, auc_ci_2, n_undefined = metrics.bootstrap_ci(llr_MxN, keep_MxN, fprs=(fpr,), n_boot=n_boot,
