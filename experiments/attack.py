@@ -24,7 +24,7 @@ flags.DEFINE_string("reduction", None, "Length reduction before fitting: group:K
 flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token statistic the Gaussians model.")
 flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six).")
 flags.DEFINE_bool("offline", False, "Score with the OUT Gaussian only (one-sided; class-wise variants only).")
-flags.DEFINE_enum("offline_shift", "uniform", ["uniform", "std"], "Offline test direction (see evaluate --help).")
+flags.DEFINE_enum("offline_shift", "std", ["uniform", "std"], "Offline test direction (see evaluate --help).")
 flags.DEFINE_bool("fix_variance", False, "LiRA's global variance pooled over canaries (univariate/independent).")
 flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over canaries for the 95% intervals (with --target_keep).")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")

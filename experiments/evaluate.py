@@ -21,10 +21,10 @@ flags.DEFINE_string("reduction", None, "Length reduction before fitting: group:K
 flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token statistic the Gaussians model.")
 flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six).")
 flags.DEFINE_bool("offline", False, "Score with the OUT Gaussian only (one-sided; class-wise variants only).")
-flags.DEFINE_enum("offline_shift", "uniform", ["uniform", "std"], "Offline test direction: the same shift at every "
+flags.DEFINE_enum("offline_shift", "std", ["uniform", "std"], "Offline test direction: the same shift at every "
                   "position (uniform) or one OUT standard deviation per position (std: scale-free).")
 flags.DEFINE_bool("fix_variance", False, "LiRA's global variance pooled over canaries (univariate/independent).")
-flags.DEFINE_bool("balance_counts", False, "Fit both classes on the same number of models (balanced leave-one-out).")
+flags.DEFINE_bool("balance_counts", True, "Fit both classes on the same number of models (balanced leave-one-out).")
 flags.DEFINE_bool("save_scores", True, "Write each variant's [M, N] leave-one-out scores (scores_<variant>.npy).")
 flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")

@@ -27,11 +27,11 @@ flags.DEFINE_float("fpr", 1e-4, "Target false positive rate.")
 flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
-flags.DEFINE_bool("balance_counts", False, "Fit both classes on the same number of models (balanced leave-one-out).")
+flags.DEFINE_bool("balance_counts", True, "Fit both classes on the same number of models (balanced leave-one-out).")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 DEFAULTS = {"lengths": None, "strategies": ["group", "min", "max"], "covariances": ["independent", "oas"],
-            "shared": True, "statistic": "logit", "fpr": 1e-4, "n_boot": 200, "seed": 0, "balance_counts": False}
+            "shared": True, "statistic": "logit", "fpr": 1e-4, "n_boot": 200, "seed": 0, "balance_counts": True}
 
 
 def _interval(lo, hi, scale=100.0, fmt="{:.2f}"):

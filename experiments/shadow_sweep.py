@@ -28,11 +28,11 @@ flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token 
 flags.DEFINE_float("fpr", 1e-4, "Target false positive rate.")
 flags.DEFINE_integer("seed", 0, "Seed for the model subsets.")
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
-flags.DEFINE_bool("balance_counts", False, "Fit both classes on the same number of models (balanced leave-one-out).")
+flags.DEFINE_bool("balance_counts", True, "Fit both classes on the same number of models (balanced leave-one-out).")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 DEFAULTS = {"counts": None, "draws": 3, "variants": None, "reduction": None, "statistic": "logit", "fpr": 1e-4,
-            "seed": 0, "balance_counts": False}
+            "seed": 0, "balance_counts": True}
 
 
 def _cell(rows):

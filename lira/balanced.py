@@ -97,7 +97,7 @@ def _score(x_BxD, own_BxLxD, oth_BxLxD, is_in, valid_BxD, covariance, shared, of
   return llr_own_minus_oth if is_in else -llr_own_minus_oth
 
 
-def balanced_llr(x_MxBxD, keep_MxB, valid_BxD, *, covariance, shared, offline, sign, floor, offline_shift="uniform"):
+def balanced_llr(x_MxBxD, keep_MxB, valid_BxD, *, covariance, shared, offline, sign, floor, offline_shift="std"):
   """Balanced leave-one-out scores [M, B] of a block of canaries (features as lira.loo computes them)."""
   M, B, _ = x_MxBxD.shape
   out_MxB = np.empty((M, B))

@@ -76,7 +76,7 @@ class _Fit:
     return terms.sum(axis=-1) + (self.p_B - self.rank_B)[:, None] * np.log(alpha)
 
 
-def oas_llr(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor, offline_shift="uniform"):
+def oas_llr(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor, offline_shift="std"):
   """Leave-one-out OAS log-likelihood ratios (or offline z-scores) for a block of canaries, [M, B]."""
   M, B, D = x_MxBxD.shape
   out_MxB = np.empty((M, B))
@@ -93,7 +93,7 @@ def oas_llr(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor, offli
   return out_MxB
 
 
-def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="uniform"):
+def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std"):
   """Scores for canaries whose first k models are IN and the rest OUT; [B, M] in that order."""
   B, M, D = x_BxMxD.shape
   p_B = valid_BxD.sum(axis=1).astype(np.float64)

@@ -27,7 +27,7 @@ COVARIANCES = ESTIMATORS
 OFFLINE_SHIFTS = ("uniform", "std")
 
 
-def _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift="uniform"):
+def _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift="std"):
   if offline_shift not in OFFLINE_SHIFTS:
     raise InputError(f"offline_shift must be one of {OFFLINE_SHIFTS}, got {offline_shift!r}")
   if covariance not in COVARIANCES:
@@ -123,7 +123,7 @@ def _offline_diag(r_MxBxD, var_MxBxD, valid_BxD, sign, shift):
   return sign * (r_MxBxD / var_MxBxD).sum(axis=2) / np.sqrt((one / var_MxBxD).sum(axis=2))
 
 
-def _diag_block(x_MxBxD, keep_MxB, valid_BxD, shared, offline, sign, floor, global_var, offline_shift="uniform"):
+def _diag_block(x_MxBxD, keep_MxB, valid_BxD, shared, offline, sign, floor, global_var, offline_shift="std"):
   """Univariate / independent LOO scores for one block of canaries ([M, B]); few passes over [M, B, D]."""
   n_in_B, n_out_B, mean_in, mean_out, z = _class_stats(x_MxBxD, keep_MxB)
   kin = keep_MxB[:, :, None]
@@ -205,7 +205,7 @@ def _block_size(M, D, covariance):
 
 
 def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
-                  mask_NxT=None, offline=False, offline_shift="uniform", fix_variance=False, balance_counts=False,
+                  mask_NxT=None, offline=False, offline_shift="std", fix_variance=False, balance_counts=False,
                   var_floor=VAR_FLOOR, on_undefined="raise", block_size=None, num_threads=None, progress=False,
                   model_ids=None):
   """Leave-one-out LiRA log-likelihood ratios llr_MxN (float64, higher = member).

@@ -21,8 +21,8 @@ from lira import rundir
 from lira import transforms
 from lira.errors import InputError
 
-DEFAULTS = {"variants": None, "reduction": None, "statistic": "logit", "offline": False, "offline_shift": "uniform",
-            "fix_variance": False, "balance_counts": False, "n_boot": 200, "seed": 0}
+DEFAULTS = {"variants": None, "reduction": None, "statistic": "logit", "offline": False, "offline_shift": "std",
+            "fix_variance": False, "balance_counts": True, "n_boot": 200, "seed": 0}
 # Settings that change the scores themselves (the bootstrap's n_boot and seed change only the intervals).
 SCORE_SETTINGS = ("reduction", "statistic", "offline", "offline_shift", "fix_variance", "balance_counts")
 LEVEL = 0.95
@@ -46,7 +46,7 @@ def dropped_notes(dropped):
   return [f"not evaluated: {', '.join(names)}: {reason}." for reason, names in by_reason.items()]
 
 
-def report_settings(chosen, reduction, statistic, offline, fix_variance, n_boot, seed, offline_shift="uniform",
+def report_settings(chosen, reduction, statistic, offline, fix_variance, n_boot, seed, offline_shift="std",
                     balance_counts=False):
   """The settings that change the report's numbers, in the order its file names list them."""
   keys = [evaluation.variant_key(v) for v in chosen]
@@ -64,7 +64,7 @@ def scoring_words(settings):
   if settings["offline"]:
     words.append(f"offline (shift: {settings['offline_shift']})")
   words += [w for w, on in (("fixed variance", settings["fix_variance"]),
-                            ("balanced counts", settings["balance_counts"])) if on]
+                            ("balanced counts", settings.get("balance_counts"))) if on]
   return ", ".join(words)
 
 
@@ -80,15 +80,18 @@ def scores_path(out_dir, variant, settings):
 
 
 def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", variants=None, offline=False,
-                 fix_variance=False, n_boot=200, seed=0, progress=True, offline_shift="uniform", balance_counts=False,
+                 fix_variance=False, n_boot=200, seed=0, progress=True, offline_shift="std", balance_counts=True,
                  save_scores=True):
   """Evaluate a run folder, write the reports (named by their settings), and return (table text, result dict).
 
   With save_scores, each variant's leave-one-out scores llr_MxN (float64, higher = member) are written as
   scores_<variant>[_settings].npy beside the report, for analyses of one's own.
   """
-  if balance_counts and fix_variance:
-    raise InputError("--balance_counts refits each target's classes; it does not combine with --fix_variance")
+  balance_note = None
+  if balance_counts and fix_variance:  # LiRA's pooled variance is a plain leave-one-out quantity
+    balance_counts = False
+    balance_note = ("note: --fix_variance pools one variance over all canaries, which balanced counts do not apply "
+                    "to; plain leave-one-out was used (--nobalance_counts)")
   transforms.parse_reduction(reduction)
   requested, chosen, dropped = choose_variants(variants, offline, fix_variance)
   run = rundir.load_run(run_dir)
@@ -114,7 +117,7 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
       rundir.save_npy(path, scores[variant[0]])
       paths[f"scores {variant[0]}"] = path
   table_rows = [(r["name"], r["summary"]) for r in rows]
-  notes = dropped_notes(dropped)
+  notes = dropped_notes(dropped) + ([balance_note] if balance_note else [])
   result = provenance.header("evaluate", run_dir, run, {**settings, "variants": [evaluation.variant_key(v) for v in chosen],
                                                         "requested_variants": [evaluation.variant_key(v) for v in requested],
                                                         "level": LEVEL, "fprs": list(metrics.DEFAULT_FPRS)},

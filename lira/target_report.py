@@ -37,7 +37,7 @@ def load_targets(target_path, keep_path, num_canaries):
 
 
 def attack_run(run_dir, target_path, out_dir, target_keep_path=None, *, reduction=None, statistic="logit",
-               variants=None, offline=False, offline_shift="uniform", fix_variance=False, n_boot=200, seed=0,
+               variants=None, offline=False, offline_shift="std", fix_variance=False, n_boot=200, seed=0,
                progress=True):
   """Score target models' canary losses with Gaussians fitted on all shadows of run_dir; write and return reports.
 
@@ -52,6 +52,7 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, *, reductio
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
   settings = report.report_settings(requested, reduction, statistic, offline, fix_variance, n_boot, seed,
                                     offline_shift)
+  del settings["balance_counts"]  # every target is scored from all M shadows: nothing to balance
   start = time.perf_counter()
   scores, rows = {}, []
   for variant in chosen:
@@ -71,7 +72,7 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, *, reductio
              f"{report.scoring_words(settings)}")
   paths = {}
   for variant in chosen:
-    score_settings = {k: settings[k] for k in report.SCORE_SETTINGS}
+    score_settings = {k: settings[k] for k in report.SCORE_SETTINGS if k in settings}
     paths[variant[0]] = provenance.report_path(out_dir, f"attack_scores_{evaluation.variant_key(variant)}", "npy",
                                                score_settings, report.DEFAULTS)
     rundir.save_npy(paths[variant[0]], scores[variant[0]])

@@ -129,7 +129,7 @@ def _global_variance(features, blocks, keep_MxN, shared):
 
 
 def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, target_loss_KxNxT, *, covariance, shared, reduction=None,
-                  statistic="logit", mask_NxT=None, offline=False, offline_shift="uniform", fix_variance=False,
+                  statistic="logit", mask_NxT=None, offline=False, offline_shift="std", fix_variance=False,
                   var_floor=VAR_FLOOR, block_size=None, progress=False):
   """LiRA scores llr_KxN (float64, higher = member) of K target models' canary losses, fitted on all M shadows.
 

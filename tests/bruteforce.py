@@ -78,7 +78,7 @@ def log_density(x_P, mean_P, cov):
   return scipy.stats.multivariate_normal(mean=mean_P, cov=cov).logpdf(x_P)
 
 
-def offline_score(x_P, mean_P, cov, sign, shift="uniform"):
+def offline_score(x_P, mean_P, cov, sign, shift="std"):
   """Offline LiRA: sign * u^T Sigma^-1 (x - mu) / sqrt(u^T Sigma^-1 u), the one-sided z-score along the shift u:
   u = 1 ("uniform") or u = sqrt(diag Sigma) ("std")."""
   cov = np.diag(cov) if cov.ndim == 1 else cov
@@ -88,7 +88,7 @@ def offline_score(x_P, mean_P, cov, sign, shift="uniform"):
 
 
 def bruteforce_llr(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
-                   mask_NxT=None, var_floor=1e-8, offline=False, offline_shift="uniform", balance_counts=False,
+                   mask_NxT=None, var_floor=1e-8, offline=False, offline_shift="std", balance_counts=False,
                    targets=None, canaries=None):
   """Leave-one-out LiRA scores llr_MxN by refitting per (target, canary); uncomputed entries are NaN."""
   if covariance not in COVARIANCES:

@@ -51,13 +51,13 @@ def test_scores_and_report_with_known_membership(folders, tmp_path):
 def test_one_target_without_membership_gives_scores_only(folders, tmp_path):
   root, loss, keep, mask = folders
   text, result = target_report.attack_run(str(root / "shadows"), str(root / "one_target.npy"), str(tmp_path),
-                                          variants=["independent-classwise"], offline=True, offline_shift="std",
+                                          variants=["independent-classwise"], offline=True, offline_shift="uniform",
                                           progress=False)
-  name = "attack_scores_independent-classwise_offline_offlineshift-std.npy"
-  report = "attack_variants-independent-classwise_offline_offlineshift-std.json"
+  name = "attack_scores_independent-classwise_offline_offlineshift-uniform.npy"
+  report = "attack_variants-independent-classwise_offline_offlineshift-uniform.json"
   assert sorted(os.listdir(tmp_path)) == sorted([name, report])
   want = lira.score_targets(loss[:12], keep[:12], loss[15], covariance="independent", shared=False, offline=True,
-                            offline_shift="std", mask_NxT=mask)
+                            offline_shift="uniform", mask_NxT=mask)
   np.testing.assert_array_equal(np.load(tmp_path / name), want)
   assert "score > 0" in text
 

@@ -58,9 +58,9 @@ def test_ragged_mask_in_gram_and_position_space(covariance, shared, M, T):
 @pytest.mark.parametrize("statistic", ["logit", "loss"])
 def test_offline_matches_bruteforce(covariance, statistic):
   loss, keep = make_losses(M=10, N=4, T=6, seed=5)
-  fast = lira.leave_one_out(loss, keep, covariance=covariance, shared=False, offline=True, statistic=statistic)
-  ref = bruteforce_llr(loss, keep, covariance=covariance, shared=False, offline=True, statistic=statistic)
-  assert_scores_close(fast, ref)
+  for shift in ("uniform", "std"):
+    kw = dict(covariance=covariance, shared=False, offline=True, statistic=statistic, offline_shift=shift)
+    assert_scores_close(lira.leave_one_out(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
 
 
 @pytest.mark.parametrize("covariance", ["univariate", "independent", "oas"])

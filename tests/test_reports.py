@@ -68,7 +68,9 @@ def test_evaluate_names_dropped_variants_and_refuses_when_none_is_left(run_dir, 
   assert [d["name"] for d in dropped] == ["OAS Class-Wise", "OAS Shared"]
   assert all("fix_variance" in d["reason"] for d in dropped)
   assert text.count("not evaluated: OAS Class-Wise, OAS Shared") == 1  # said once
-  assert strict_load(tmp_path / "results_fixvariance_nboot-0.json")["dropped_variants"] == dropped
+  assert "--fix_variance pools one variance" in text  # balanced counts (the default) do not apply: said once
+  saved = strict_load(tmp_path / "results_fixvariance_nobalancecounts_nboot-0.json")
+  assert saved["dropped_variants"] == dropped and saved["balance_counts"] is False
   with pytest.raises(InputError, match="no variant left.*OAS Shared.*offline"):
     report.evaluate_run(run_dir, str(tmp_path / "never"), offline=True, variants=["oas-shared"], progress=False)
   assert not os.path.exists(tmp_path / "never")

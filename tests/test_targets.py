@@ -15,7 +15,7 @@ RTOL, ATOL = 1e-8, 1e-8
 
 
 def bruteforce_targets(shadow_loss_MxNxT, keep_MxN, target_loss_KxNxT, *, covariance, shared, reduction=None,
-                       statistic="logit", mask_NxT=None, offline=False, offline_shift="uniform", var_floor=1e-8):
+                       statistic="logit", mask_NxT=None, offline=False, offline_shift="std", var_floor=1e-8):
   """Per (target, canary): fit IN and OUT on all shadow rows with scipy/sklearn, score the target's vector."""
   M, N, T = shadow_loss_MxNxT.shape
   mask_NxT = np.ones((N, T), bool) if mask_NxT is None else mask_NxT
@@ -63,9 +63,10 @@ def test_scores_equal_a_brute_force_refit(data, covariance, shared, offline, red
 
 
 @pytest.mark.parametrize("covariance", ["univariate", "independent", "oas"])
-def test_offline_std_shift_equals_a_brute_force_refit(data, covariance):
+@pytest.mark.parametrize("shift", ["uniform", "std"])
+def test_offline_shifts_equal_a_brute_force_refit(data, covariance, shift):
   _, _, target, mask, loss, keep = data
-  kw = dict(covariance=covariance, shared=False, offline=True, offline_shift="std", mask_NxT=mask)
+  kw = dict(covariance=covariance, shared=False, offline=True, offline_shift=shift, mask_NxT=mask)
   np.testing.assert_allclose(lira.score_targets(loss, keep, target, **kw), bruteforce_targets(loss, keep, target, **kw),
                              rtol=RTOL, atol=ATOL)
 
