@@ -18,6 +18,8 @@ flags.DEFINE_integer("seq_len", 32, "T, positions per canary.")
 flags.DEFINE_float("rho", 0.6, "AR(1) correlation between neighbouring tokens.")
 flags.DEFINE_float("shift", 1.0, "Membership shift of the affected tokens' logits, in standard deviations.")
 flags.DEFINE_float("frac_shifted", 0.25, "Fraction of positions a membership shifts.")
+flags.DEFINE_enum("shift_units", "std", ["std", "logit"], "The shift in each position's standard deviations or in "
+                  "logit units (the same raise at every shifted position).")
 flags.DEFINE_bool("ragged", False, "Canaries of different lengths (writes mask.npy).")
 flags.DEFINE_integer("seed", 0, "Seed (keep matrix and data).")
 flags.DEFINE_bool("overwrite", False, "Replace a run already in --run_dir (refused otherwise).")
@@ -29,7 +31,8 @@ def main(argv):
     raise app.UsageError(f"--num_models must be even and >= 6 for leave-one-out, got {FLAGS.num_models}")
   config = synthetic.write_synthetic_run(
       FLAGS.run_dir, num_models=FLAGS.num_models, num_canaries=FLAGS.num_canaries, seq_len=FLAGS.seq_len,
-      overwrite=FLAGS.overwrite, rho=FLAGS.rho, shift=FLAGS.shift, frac_shifted=FLAGS.frac_shifted, ragged=FLAGS.ragged, seed=FLAGS.seed)
+      overwrite=FLAGS.overwrite, rho=FLAGS.rho, shift=FLAGS.shift, shift_units=FLAGS.shift_units,
+      frac_shifted=FLAGS.frac_shifted, ragged=FLAGS.ragged, seed=FLAGS.seed)
   print(f"Wrote synthetic run to {FLAGS.run_dir}: {config}")
 
 
