@@ -81,7 +81,8 @@ def test_evaluate_command_writes_reports(run_dir, tmp_path):
   assert "n/r" in table and "n/r" in open(os.path.join(out, "results_nboot-20.md")).read()
   # The scores behind the table are leave_one_out's.
   run = rundir.load_run(run_dir)
-  llr = lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, covariance="oas", shared=True)
+  # the commands fit balanced leave-one-out by default
+  llr = lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, covariance="oas", shared=True, balance_counts=True)
   oas_shared = saved["variants"][5]["summary"]
   assert oas_shared["tpr"]["0.01"]["tpr"] == lira.tpr_at_fpr(llr.ravel(), run.keep_MxN.ravel(), 0.01)
   np.testing.assert_array_equal(np.load(os.path.join(out, "scores_oas-shared.npy")), llr)

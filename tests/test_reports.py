@@ -97,7 +97,7 @@ def test_two_evaluate_runs_with_other_settings_leave_two_reports(run_dir, tmp_pa
   np.testing.assert_array_equal(  # the saved scores are the leave-one-out scores themselves
       np.load(tmp_path / "scores_oas-shared_reduction-min4_statistic-loss.npy"),
       lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, covariance="oas", shared=True, reduction="min:4",
-                         statistic="loss", mask_NxT=run.mask_NxT))
+                         statistic="loss", mask_NxT=run.mask_NxT, balance_counts=True))  # the default
   assert str(tmp_path / f"roc{stem}.png") in second.stdout
   default, other = strict_load(tmp_path / "results.json"), strict_load(tmp_path / f"results{stem}.json")
   assert (default["reduction"], default["statistic"], default["seed"]) == (None, "logit", 0)
