@@ -12,6 +12,8 @@ maximum) and both terms are >= 0, so nothing cancels either. It is the one loss 
 differentiates it (d/dz_v = p_v - [v = t], as cross-entropy; every intermediate is finite, so no NaN gradient).
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -109,16 +111,34 @@ def encode_batch(tokenizer, texts, max_length):
   return ids_BxT, mask_BxT
 
 
+def padded_batches(fn, arrays, batch_size):
+  """`batched` with the last batch padded to batch_size (copies of its first row, results dropped), so a jitted
+  `fn` sees one shape and compiles once whatever N is."""
+  n = len(arrays[0])
+  if n == 0:
+    raise InputError("no texts to score")
+  pad = -n % batch_size
+  if pad:
+    arrays = tuple(np.concatenate([a, np.repeat(a[-1:], pad, axis=0)]) for a in arrays)
+  return tuple(out[:n] for out in batched(fn, arrays, batch_size))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _lm_statistics(graphdef, state, tokens_BxT, mask_BxT):
+  from flax import nnx
+  apply_fn = lambda x, m: nnx.merge(graphdef, state)(x, attention_mask=m)  # noqa: E731
+  loss, mu, sigma = sequence_statistics(apply_fn, tokens_BxT, mask_BxT)
+  return -loss, mu, sigma
+
+
 def causal_lm_statistics(module, tokens_BxT, mask_BxT, batch_size=16):
   """(lp, mu, sigma) [B, T] float32 of an NNX causal LM on token ids: lp = ln p(t_i | t_<i); position 0 and
-  padding are NaN (the pretraining-data attacks' convention, docs/conventions.md, "Pretraining-data attacks")."""
+  padding are NaN (the pretraining-data attacks' convention, docs/conventions.md, "Pretraining-data attacks").
+
+  The parameters are an argument of the jitted function (not constants folded into it) and the last batch is
+  padded, so one compilation serves every call with the same model structure, batch size and length.
+  """
   from flax import nnx
   graphdef, state = nnx.split(module)
-
-  @jax.jit
-  def stats(tokens, mask):
-    apply_fn = lambda x, m: nnx.merge(graphdef, state)(x, attention_mask=m)  # noqa: E731
-    loss, mu, sigma = sequence_statistics(apply_fn, tokens, mask)
-    return -loss, mu, sigma
-
-  return batched(stats, (np.asarray(tokens_BxT), np.asarray(mask_BxT)), batch_size)
+  fn = lambda tokens, mask: _lm_statistics(graphdef, state, tokens, mask)  # noqa: E731
+  return padded_batches(fn, (np.asarray(tokens_BxT), np.asarray(mask_BxT)), batch_size)

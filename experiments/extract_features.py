@@ -1,0 +1,64 @@
+"""Features folder for the pretraining-data attacks: every per-token array they read, computed once with the model.
+
+python -m experiments.extract_features --model=FOLDER_OR_HUB_ID --texts=SOURCE --out_dir=DIR
+    [--shots=S [--ensemble=G]] [--prefix_texts=FILE] [--pairs] [--reference_model=...] [--neighbours=...]
+SOURCE: a JSONL file of {"text": ..., "label": 1 | 0} rows ("input" is read as "text"; no label = unknown), a plain
+text file (one text per line, labels unknown), wikimia:32|64|128|256 (Hugging Face), or mimir:DOMAIN[:SPLIT].
+--shots draws S known non-members (and S members, Con-ReCall's member prefix) from the texts as ReCaLL prefixes and
+removes them from the evaluated set; --prefix_texts gives the non-member shots instead (evaluated copies removed).
+--neighbours: offline:J (word substitutions from the texts' own vocabulary, nothing downloaded),
+fill-mask:MODEL:J (a local masked LM or hub id, MIMIR's recipe), mimir (MIMIR's precomputed neighbours), or a
+JSON file holding one list of neighbour texts per input text.
+Then: python -m experiments.pretrain_attacks --features=DIR. Killed half-way, the same command resumes.
+"""
+
+import sys
+
+from absl import app
+from absl import flags
+
+from experiments import cli
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("model", None, "Causal LM: a Hugging Face GPT-NeoX folder or hub id.")
+flags.DEFINE_string("tokenizer", None, "tokenizer.json, a folder holding one, or a hub id (default: the model's).")
+flags.DEFINE_string("texts", None, "JSONL / text file, wikimia:LENGTH or mimir:DOMAIN[:SPLIT].")
+flags.DEFINE_string("out_dir", None, "The features folder.")
+flags.DEFINE_integer("max_length", 128, "Texts are truncated to this many tokens.")
+flags.DEFINE_integer("batch_size", 16, "Texts per forward pass.")
+flags.DEFINE_integer("shots", 0, "ReCaLL prefix shots (known non-members), drawn from the labelled texts unless "
+                     "--prefix_texts is given; 0 = no ReCaLL / Con-ReCall features.")
+flags.DEFINE_string("prefix_texts", None, "File of known non-member texts to use as the ReCaLL prefix.")
+flags.DEFINE_integer("ensemble", 0, "Split the shots into this many disjoint prefixes (ReCaLL's ensemble).")
+flags.DEFINE_string("separator", "", "Text between shots and before the evaluated text (token level).")
+flags.DEFINE_bool("pairs", False, "EM-MIA's N x N conditional lp (every evaluated text as a prefix of every other).")
+flags.DEFINE_string("reference_model", None, "Reference model (folder or hub id) for the Reference attack.")
+flags.DEFINE_string("neighbours", None, "offline:J, fill-mask:MODEL:J, mimir, or a JSON file of neighbour lists.")
+flags.DEFINE_integer("seed", 0, "Seed of the prefix draw and the neighbours.")
+flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
+flags.DEFINE_bool("overwrite", False, "Rebuild a folder that holds features made with other settings.")
+flags.DEFINE_bool("progress", True, "Show progress bars.")
+flags.mark_flags_as_required(["model", "texts", "out_dir"])
+
+
+def main(argv):
+  del argv
+  from training import features
+  from training import mia_sources
+  texts, labels, mimir_neighbours = mia_sources.load_texts(FLAGS.texts)
+  prefix_texts = mia_sources.load_texts(FLAGS.prefix_texts)[0] if FLAGS.prefix_texts else None
+  if FLAGS.ensemble and not (FLAGS.shots or prefix_texts):
+    raise app.UsageError("--ensemble needs --shots or --prefix_texts")
+  neighbours, method = mia_sources.neighbours(FLAGS.neighbours, texts, mimir_neighbours, FLAGS.seed,
+                                              progress=FLAGS.progress)
+  out = features.build_features(
+      FLAGS.out_dir, FLAGS.model, texts, labels, tokenizer=FLAGS.tokenizer, max_length=FLAGS.max_length,
+      batch_size=FLAGS.batch_size, prefix_shots=FLAGS.shots, prefix_texts=prefix_texts, ensemble=FLAGS.ensemble,
+      separator=FLAGS.separator, pairs=FLAGS.pairs, reference_model=FLAGS.reference_model, neighbours=neighbours,
+      neighbour_method=method, seed=FLAGS.seed, dtype=FLAGS.dtype, overwrite=FLAGS.overwrite,
+      progress=FLAGS.progress, argv=sys.argv)
+  print(features.summary(out))
+
+
+if __name__ == "__main__":
+  cli.run(main)
