@@ -78,7 +78,12 @@ def _check_fits(module, prefix_len, T, what):
 def _settings_check(out_dir, settings, overwrite):
   """A folder started with other settings is refused (no mixing of two builds); the same settings resume."""
   path = _path(out_dir, "build.json")
-  if os.path.exists(path) and not overwrite:
+  if os.path.exists(path) and overwrite:  # start afresh: no stale array may be taken for a finished stage
+    for name in os.listdir(out_dir):
+      if name.endswith(".npy") or name in ("features.json", "texts.json", "prefix.json", "neighbours.json"):
+        os.remove(_path(out_dir, name))
+    remove_pair_chunks(out_dir)
+  elif os.path.exists(path):
     with open(path) as f:
       old = json.load(f)
     if old != rundir.standard_json(settings):
@@ -127,13 +132,11 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     raise InputError(f"neighbours: {len(neighbours)} lists for {n_in} texts")
   if ensemble and not prefix_shots and prefix_texts is None:
     raise InputError("ensemble needs prefix shots (prefix_shots or prefix_texts)")
-  rundir.check_writable(out_dir, "choose another out_dir")
   settings = dict(schema=SCHEMA, model=str(model_path), tokenizer=str(tokenizer or model_path), max_length=max_length,
                   n_input=n_in, prefix_shots=prefix_shots, prefix_texts=None if prefix_texts is None else
                   len(prefix_texts), ensemble=ensemble, separator=separator, pairs=bool(pairs),
                   reference_model=None if reference_model is None else str(reference_model),
                   neighbours=neighbour_method if neighbours is not None else None, seed=seed, dtype=dtype)
-  _settings_check(out_dir, settings, overwrite)
 
   tok = data_lib.load_tokenizer(tokenizer or model_path)
   # Prefix shots and the texts they remove from the evaluated set.
@@ -186,6 +189,8 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     _check_fits(module, int(mask_NxT.sum(1).max()) + len(sep_ids), T, "pairs")
 
   # Everything is checked; the long work starts.
+  rundir.check_writable(out_dir, "choose another out_dir")
+  _settings_check(out_dir, settings, overwrite)
   save = lambda name, array: rundir.save_npy(_path(out_dir, name), array)  # noqa: E731
   rundir.save_json(_path(out_dir, "texts.json"), eval_texts)
   save("labels.npy", labels_N[source_N])
