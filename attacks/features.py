@@ -69,6 +69,8 @@ class Features:
     if lp.ndim != 2:
       raise InputError(f"{self.path('lp')}: expected [N, T], got shape {list(lp.shape)}")
     self.N, self.T = (int(s) for s in lp.shape)
+    if self.meta.get("n_texts") not in (None, self.N):
+      raise InputError(f"{self.path('meta')}: n_texts = {self.meta['n_texts']}, but lp.npy has N = {self.N} rows")
 
   def path(self, name):
     """The file of an array or JSON by its short name."""

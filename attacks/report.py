@@ -128,14 +128,16 @@ def attack_rows(attack, arrays, labels_N, k=0.2, gamma=None, shots=None, texts=N
     return [_row(attack, f"ReCaLL ensemble ({a['cond_lp_ensemble'].shape[0]} prefixes)",
                  A.recall_ensemble(a["lp"], a["cond_lp_ensemble"]), {"prefixes": int(a["cond_lp_ensemble"].shape[0])})]
   if attack == "con_recall":
-    nonmember, member = a["cond_lp_shots"][-1], a["cond_lp_member"]
+    nonmember, member = a["cond_lp_shots"][-1], a["cond_lp_member"]  # every non-member shot, as the member prefix
+    S = int(a["cond_lp_shots"].shape[0])
     if gamma is not None:
       return [_row(attack, f"Con-ReCall (gamma={gamma:g})", A.con_recall(a["lp"], nonmember, member, gamma),
-                   {"gamma": gamma})]
+                   {"gamma": gamma, "shots": S})]
     candidates = [A.con_recall(a["lp"], nonmember, member, g) for g in GAMMAS]
     best, aucs = _best(candidates, labels_N)
     return [_row(attack, f"Con-ReCall (gamma={GAMMAS[best]:g}; {TUNED})", candidates[best],
-                 {"gamma": GAMMAS[best], "auc_by_gamma": dict(zip((f"{g:g}" for g in GAMMAS), aucs))}, tuned=True)]
+                 {"gamma": GAMMAS[best], "shots": S, "auc_by_gamma": dict(zip((f"{g:g}" for g in GAMMAS), aucs))},
+                 tuned=True)]
   if attack == "em_mia":
     init_N = A.min_k_pp(a["lp"], a["mu"], a["sigma"], k)
     membership_N, _ = A.em_mia(a["pair_lp"], a["lp"], init_N)

@@ -54,7 +54,8 @@ def make_features(folder, seed=0):
       "labels": labels_N, "source_index": np.arange(N, dtype=np.int64) + S,
       "cond_lp_shots": per_token(S, shift=1.2, first=True), "cond_lp_member": per_token(shift=0.4, first=True),
       "cond_lp_ensemble": per_token(G, shift=1.0, first=True), "pair_lp": per_token(N, shift=1.0, first=True),
-      "ref_lp": per_token(width=T - 2, shift=0.0), "neighbour_lp": per_token(J, width=T + 1, shift=0.0).transpose(1, 0, 2),
+      "ref_lp": per_token(width=T - 2, shift=0.0),
+      "neighbour_lp": per_token(J, width=T + 1, shift=0.0).transpose(1, 0, 2),
   }
   for name, array in arrays.items():
     features_lib.write_array(folder, name, array)
