@@ -67,14 +67,27 @@ def make_features(folder, seed=0):
 
 
 def cli_module(name):
-  """Import experiments.<name> for an in-process run; its flags are removed afterwards (two commands share names)."""
-  module = importlib.import_module(f"experiments.{name}")
-  yield module
-  module.FLAGS.unparse_flags()
-  for flag in list(flags.FLAGS.flags_by_module_dict().get(module.__name__, [])):
-    if flag.name in flags.FLAGS:
-      delattr(flags.FLAGS, flag.name)
-  del sys.modules[module.__name__]
+  """Import experiments.<name> for an in-process run. Commands share flag names (--out_dir, --seed), which absl
+  refuses to define twice: flags another command imported in this session are set aside and put back afterwards."""
+  FLAGS, module_name = flags.FLAGS, f"experiments.{name}"
+  assert module_name not in sys.modules
+  owners = {m: list(fs) for m, fs in FLAGS.flags_by_module_dict().items() if m.startswith("experiments.")}
+  set_aside = [(m, f) for m, fs in owners.items() for f in fs if f.name in FLAGS]
+  for _, flag in set_aside:
+    if flag.name in FLAGS:
+      delattr(FLAGS, flag.name)
+  module = importlib.import_module(module_name)
+  try:
+    yield module
+  finally:
+    module.FLAGS.unparse_flags()
+    for flag in list(FLAGS.flags_by_module_dict().get(module_name, [])):
+      if flag.name in FLAGS:
+        delattr(FLAGS, flag.name)
+    del sys.modules[module_name]
+    for owner, flag in set_aside:
+      FLAGS[flag.name] = flag
+      FLAGS.register_flag_by_module(owner, flag)
 
 
 @pytest.fixture
