@@ -1,8 +1,10 @@
 """Six-variant leave-one-out LiRA table of a run folder (Rossi et al. 2025, Table II).
 
-python -m experiments.evaluate --run_dir=DIR [--reduction=min:2] [--statistic=logit|loss]
+python -m experiments.evaluate --run_dir=DIR [--reduction=min:2] [--statistic=logit|loss] [--attacks=loss,zlib,...]
 Writes results.json, results.md and roc.png (all variants, log-log) into DIR (or --out_dir); settings other than
 the defaults are appended to the names (results_reduction-min2.json), so reports with other settings are kept.
+--attacks adds rows for reference-free attacks (loss, zlib, min_k, min_k_pp), each target model scored from its own
+losses (and mu.npy, sigma.npy; Zlib decodes canaries.npy with tokenizer.json), pooled like the LiRA rows.
 """
 
 import os
@@ -10,6 +12,7 @@ import os
 from absl import app
 from absl import flags
 
+from attacks import shadow
 from experiments import cli
 from lira import provenance
 from lira import report
@@ -28,6 +31,9 @@ flags.DEFINE_bool("balance_counts", True, "Fit both classes on the same number o
 flags.DEFINE_bool("save_scores", True, "Write each variant's [M, N] leave-one-out scores (scores_<variant>.npy).")
 flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+flags.DEFINE_list("attacks", None, f"Reference-free attacks to add as rows: {','.join(shadow.SHADOW_ATTACKS)} "
+                  "(default none).")
+flags.DEFINE_float("k", 0.2, "Min-K% and Min-K%++: the fraction of each canary's lowest tokens averaged, in (0, 1].")
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the run folder.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
@@ -36,11 +42,14 @@ def main(argv):
   del argv
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
+  attack_rows = None
+  if FLAGS.attacks:  # before LiRA: a missing mu.npy or tokenizer.json is reported before the long work
+    attack_rows = shadow.shadow_rows(FLAGS.run_dir, FLAGS.attacks, k=FLAGS.k, n_boot=FLAGS.n_boot, seed=FLAGS.seed)
   table, result = report.evaluate_run(
       FLAGS.run_dir, FLAGS.out_dir, reduction=FLAGS.reduction, statistic=FLAGS.statistic, variants=FLAGS.variants,
       offline=FLAGS.offline, fix_variance=FLAGS.fix_variance, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
       progress=FLAGS.progress, offline_shift=FLAGS.offline_shift, balance_counts=FLAGS.balance_counts,
-      save_scores=FLAGS.save_scores)
+      save_scores=FLAGS.save_scores, attack_rows=attack_rows)
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   print(table)
   print(f"\n{result['seconds']:.1f} s.")

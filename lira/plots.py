@@ -50,8 +50,11 @@ def _log2_axis(ax, values, label):
   ax.grid(True, alpha=0.3)
 
 
-def roc_figure(curves, title=None, fpr_min=None):
-  """Log-log ROC curves; curves = [(label, fpr, tpr, auc_or_None)], legend with AUC and TPR@0.1% FPR."""
+def roc_figure(curves, title=None, fpr_min=None, styles=None, legend_fpr=1e-3):
+  """Log-log ROC curves; curves = [(label, fpr, tpr, auc_or_None)], legend with AUC and TPR at legend_fpr.
+
+  styles maps a label to its colour and line style (default: the variant's, black dotted for other labels)."""
+  styles = styles or {}
   curves = [(label, np.asarray(f, dtype=np.float64), np.asarray(t, dtype=np.float64), a) for label, f, t, a in curves]
   if fpr_min is None:
     # Below the smallest nonzero FPR (about 1/n_neg) nothing is resolved; show down to 1e-5 at most.
@@ -64,10 +67,10 @@ def roc_figure(curves, title=None, fpr_min=None):
     parts = [str(label)]
     if auc_value is not None:
       parts.append(f"AUC {auc_value:.4f}")
-    parts.append(f"TPR@0.1% {100 * metrics.curve_tpr_at_fpr(fpr_G, tpr_G, 1e-3):.2f}%")
+    parts.append(f"TPR@{100 * legend_fpr:g}% {100 * metrics.curve_tpr_at_fpr(fpr_G, tpr_G, legend_fpr):.2f}%")
     # Points at FPR or TPR 0 sit on the axis edge instead of vanishing off the log scale.
     ax.plot(np.maximum(fpr_G, fpr_min), np.maximum(tpr_G, fpr_min), lw=1.5, label=", ".join(parts),
-            **style_of(label))
+            **styles.get(label, style_of(label)))
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlim(fpr_min, 1.0)

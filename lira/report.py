@@ -7,7 +7,8 @@ fix_variance, n_boot, seed, level) and as one readable line `setting`; dropped_v
 variants [{name, covariance, shared, summary}] where summary is lira.metrics.summarize's dict (auc, auc_ci,
 n_pos, n_neg, n_excluded, n_boot, ci_level, tpr {"0.01": {fpr, tpr, ci, resolved, min_negatives}, ...},
 roc {fpr, tpr}); seconds; files (the report's file names); run_config (the run's config.json). Missing values
-(an interval without replicates) are null.
+(an interval without replicates) are null. With reference-free attack rows (evaluate --attacks, attacks/shadow.py):
+attacks [{name, attack, params, summary, scores_file}], pooled over the same pairs, and settings.attacks, settings.k.
 """
 
 import os
@@ -81,11 +82,12 @@ def scores_path(out_dir, variant, settings):
 
 def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", variants=None, offline=False,
                  fix_variance=False, n_boot=200, seed=0, progress=True, offline_shift="std", balance_counts=True,
-                 save_scores=True):
+                 save_scores=True, attack_rows=None):
   """Evaluate a run folder, write the reports (named by their settings), and return (table text, result dict).
 
   With save_scores, each variant's leave-one-out scores llr_MxN (float64, higher = member) are written as
-  scores_<variant>[_settings].npy beside the report, for analyses of one's own.
+  scores_<variant>[_settings].npy beside the report, for analyses of one's own. attack_rows (attacks.shadow.AttackRows,
+  computed beforehand) adds reference-free attack rows to the same table, results.json and roc.png.
   """
   balance_note = None
   if balance_counts and fix_variance:  # LiRA's pooled variance is a plain leave-one-out quantity
@@ -99,6 +101,9 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
   settings = report_settings(requested, reduction, statistic, offline, fix_variance, n_boot, seed, offline_shift,
                              balance_counts)
+  defaults = DEFAULTS
+  if attack_rows is not None:
+    settings, defaults = {**settings, **attack_rows.settings}, {**DEFAULTS, **attack_rows.defaults}
   start = time.perf_counter()
   rows, scores = evaluation.evaluate_variants(
       run.loss_MxNxT, run.keep_MxN, mask_NxT=run.mask_NxT, reduction=reduction, statistic=statistic,
@@ -109,15 +114,25 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   shape = {"M": M, "N": N, "T": T}
   setting = (f"{provenance.shape_line(shape)}; {scoring_words(settings)}; leave-one-out; "
              f"{n_boot} bootstrap replicates over canaries (seed {seed}, {LEVEL:.0%} percentile intervals)")
-  paths = {ext: provenance.report_path(out_dir, stem, ext, settings, DEFAULTS)
+  paths = {ext: provenance.report_path(out_dir, stem, ext, settings, defaults)
            for stem, ext in (("results", "json"), ("results", "md"), ("roc", "png"))}
   if save_scores:
     for variant in chosen:
       path = scores_path(out_dir, variant, settings)
       rundir.save_npy(path, scores[variant[0]])
       paths[f"scores {variant[0]}"] = path
-  table_rows = [(r["name"], r["summary"]) for r in rows]
+  extra = [] if attack_rows is None else [dict(r) for r in attack_rows.rows]
+  for row in extra:
+    if save_scores:
+      path = provenance.report_path(out_dir, f"scores_{row['attack']}", "npy", row["params"], defaults)
+      rundir.save_npy(path, attack_rows.scores[row["attack"]])
+      paths[f"scores {row['attack']}"] = path
+      row["scores_file"] = os.path.basename(path)
+  table_rows = [(r["name"], r["summary"]) for r in rows + extra]
   notes = dropped_notes(dropped) + ([balance_note] if balance_note else [])
+  if extra:
+    notes.append(f"{', '.join(r['name'] for r in extra)}: reference-free, each target model scored from its own "
+                 "losses (and mu, sigma) alone, no shadow models; pooled over the same (model, canary) pairs.")
   result = provenance.header("evaluate", run_dir, run, {**settings, "variants": [evaluation.variant_key(v) for v in chosen],
                                                         "requested_variants": [evaluation.variant_key(v) for v in requested],
                                                         "level": LEVEL, "fprs": list(metrics.DEFAULT_FPRS)},
@@ -126,12 +141,15 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
                  "offline_shift": offline_shift, "fix_variance": fix_variance, "balance_counts": balance_counts,
                  "n_boot": n_boot, "seed": seed, "level": LEVEL,
                  "dropped_variants": dropped, "seconds": seconds, "variants": rows,
+                 **({"attacks": extra} if extra else {}),
                  "files": [os.path.basename(p) for p in paths.values()]})
   rundir.save_json(paths["json"], result)
   md_notes = "".join(f"\n{n}  " for n in notes)
   rundir.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{metrics.format_markdown(table_rows)}\n"
                                 f"{md_notes}\n")
-  curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"]) for r in rows]
-  rundir.save_figure(paths["png"], plots.roc_figure(curves, title=title(shape, settings)))
+  curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"])
+            for r in rows + extra]
+  rundir.save_figure(paths["png"], plots.roc_figure(curves, title=title(shape, settings),
+                                                    styles=None if attack_rows is None else attack_rows.styles))
   text = "\n".join([setting, "", metrics.format_table(table_rows)] + notes)
   return text, result

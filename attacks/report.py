@@ -1,0 +1,214 @@
+"""Reports of the pretraining-data attacks on a features folder: the table, results.json, results.md and roc.png.
+
+Each attack gives one score per text (higher = member); its row is lira.metrics.summarize on those scores as a
+[1, N] array: AUC and TPR at 1% and 5% FPR (largest TPR with fpr <= target, as for LiRA; the official
+pretraining-attack code reads fpr < target), with 95% percentile intervals from a bootstrap over texts. An AUC below
+0.5 is reported as is, never flipped. A setting picked by its AUC on the evaluated texts (the best ReCaLL shot count,
+Con-ReCall's gamma when not given) is labelled "tuned on the evaluated set" in its row's name and in `tuned`.
+
+results.json (schema "seqlira.pretrain_attacks", docs/outputs.md): schema, command, argv, features_dir, shape
+{N, T}, n_members, n_nonmembers, settings {attacks, requested_attacks, k, gamma, shots, n_boot, seed, level, fprs,
+tpr_rule}, skipped [{attack, reason}], rows [{name, attack, params, tuned, summary}], notes, seconds, files,
+features (the folder's features.json).
+"""
+
+import os
+import sys
+import time
+
+import numpy as np
+
+import attacks as A
+from attacks import features as features_lib
+from lira import metrics
+from lira import plots
+from lira import provenance
+from lira import rundir
+from lira.errors import InputError
+
+FPRS = (0.01, 0.05)
+LEVEL = 0.95
+GAMMAS = tuple(round(0.1 * i, 1) for i in range(1, 11))  # Con-ReCall's sweep (Wang et al. 2024)
+TUNED = "tuned on the evaluated set"
+DEFAULTS = {"attacks": None, "k": 0.2, "gamma": None, "shots": None, "n_boot": 200, "seed": 0}
+NAMES = {"loss": "Loss", "zlib": "Zlib", "min_k": "Min-K%", "min_k_pp": "Min-K%++", "reference": "Reference",
+         "neighbourhood": "Neighbourhood", "recall": "ReCaLL", "recall_ensemble": "ReCaLL ensemble",
+         "recall_shots": "ReCaLL", "con_recall": "Con-ReCall", "em_mia": "EM-MIA"}
+# One colour per attack, dash-dotted, in colours the LiRA variants (blue, orange, green) do not use.
+COLORS = {"loss": "tab:red", "zlib": "tab:purple", "min_k": "tab:brown", "min_k_pp": "tab:pink",
+          "reference": "tab:gray", "neighbourhood": "tab:olive", "recall": "tab:cyan", "recall_shots": "darkcyan",
+          "recall_ensemble": "navy", "con_recall": "goldenrod", "em_mia": "black"}
+
+
+def style(attack):
+  """Colour and line style of an attack's ROC curve."""
+  return {"color": COLORS.get(attack, "black"), "ls": "-."}
+
+
+def check_k(k):
+  """k is a fraction of each text's tokens: (0, 1]."""
+  if not 0.0 < float(k) <= 1.0:
+    raise InputError(f"--k must lie in (0, 1] (a fraction of each text's tokens), got {k}")
+
+
+def choose_attacks(features, attacks=None):
+  """(chosen, skipped [{attack, reason}]): the named attacks, or every attack whose arrays the folder holds."""
+  if attacks:
+    unknown = [a for a in attacks if a not in features_lib.NEEDS]
+    if unknown:
+      raise InputError(f"unknown attack(s) {', '.join(unknown)}; choose from {', '.join(features_lib.ATTACKS)}")
+    return list(dict.fromkeys(attacks)), []
+  chosen, skipped = [], []
+  for attack in features_lib.ATTACKS:
+    missing = features.available(attack)
+    if missing:
+      skipped.append({"attack": attack, "reason": f"the folder has no {', '.join(missing)}"})
+    else:
+      chosen.append(attack)
+  return chosen, skipped
+
+
+def check_inputs(features, chosen, k, gamma, shots):
+  """Every check before any attack runs: k, gamma, shots, labels, and each chosen attack's arrays and shapes."""
+  check_k(k)
+  if gamma is not None and not np.isfinite(gamma):
+    raise InputError(f"--gamma must be a finite number, got {gamma}")
+  labels_N = features.known_labels()
+  arrays = {attack: features.arrays_for(attack) for attack in chosen}
+  if shots is not None and any(a in chosen for a in ("recall", "recall_shots")):
+    S = features["cond_lp_shots"].shape[0]
+    if not 1 <= shots <= S:
+      raise InputError(f"--shots={shots}: {features.path('cond_lp_shots')} holds 1 .. {S} shots")
+  return labels_N, arrays
+
+
+def _row(attack, name, scores_N, params=None, tuned=False, plotted=True):
+  return {"name": name, "attack": attack, "params": params or {}, "tuned": tuned, "plotted": plotted,
+          "scores": np.asarray(scores_N, dtype=np.float64)}
+
+
+def _best(candidates, labels_N):
+  """(index, AUCs) of the candidate scores with the highest AUC on the evaluated texts (first on ties)."""
+  aucs = [metrics.auc(s, labels_N) for s in candidates]
+  return int(np.argmax(aucs)), aucs
+
+
+def attack_rows(attack, arrays, labels_N, k=0.2, gamma=None, shots=None, texts=None):
+  """The rows (name, attack, params, tuned, plotted, scores [N]) one attack gives; several for recall_shots."""
+  a = arrays
+  if attack == "loss":
+    return [_row(attack, "Loss", A.loss(a["lp"]))]
+  if attack == "zlib":
+    return [_row(attack, "Zlib", A.zlib(a["lp"], a["texts"]))]
+  if attack == "min_k":
+    return [_row(attack, f"Min-K% (k={k:g})", A.min_k(a["lp"], k), {"k": k})]
+  if attack == "min_k_pp":
+    return [_row(attack, f"Min-K%++ (k={k:g})", A.min_k_pp(a["lp"], a["mu"], a["sigma"], k), {"k": k})]
+  if attack == "reference":
+    return [_row(attack, "Reference", A.reference(a["lp"], a["ref_lp"]))]
+  if attack == "neighbourhood":
+    return [_row(attack, "Neighbourhood", A.neighbourhood(a["lp"], a["neighbour_lp"]),
+                 {"neighbours": int(a["neighbour_lp"].shape[1])})]
+  if attack == "recall":
+    S = a["cond_lp_shots"].shape[0]
+    s = shots or S
+    return [_row(attack, f"ReCaLL ({s} shot{'s' * (s > 1)})", A.recall(a["lp"], a["cond_lp_shots"][s - 1]),
+                 {"shots": s})]
+  if attack == "recall_shots":
+    scores_SxN = A.recall_shots(a["lp"], a["cond_lp_shots"])
+    S = len(scores_SxN)
+    rows = [_row(attack, f"ReCaLL, {s + 1} shot{'s' * (s > 0)}", scores_SxN[s], {"shots": s + 1}, plotted=S == 1)
+            for s in range(S)]
+    if S > 1:
+      best, aucs = _best(scores_SxN, labels_N)
+      rows.append(_row(attack, f"ReCaLL, best of 1..{S} shots ({best + 1}; {TUNED})", scores_SxN[best],
+                       {"shots": best + 1, "auc_by_shots": {str(s + 1): v for s, v in enumerate(aucs)}}, tuned=True))
+    return rows
+  if attack == "recall_ensemble":
+    return [_row(attack, f"ReCaLL ensemble ({a['cond_lp_ensemble'].shape[0]} prefixes)",
+                 A.recall_ensemble(a["lp"], a["cond_lp_ensemble"]), {"prefixes": int(a["cond_lp_ensemble"].shape[0])})]
+  if attack == "con_recall":
+    nonmember, member = a["cond_lp_shots"][-1], a["cond_lp_member"]  # every non-member shot, as the member prefix
+    S = int(a["cond_lp_shots"].shape[0])
+    if gamma is not None:
+      return [_row(attack, f"Con-ReCall (gamma={gamma:g})", A.con_recall(a["lp"], nonmember, member, gamma),
+                   {"gamma": gamma, "shots": S})]
+    candidates = [A.con_recall(a["lp"], nonmember, member, g) for g in GAMMAS]
+    best, aucs = _best(candidates, labels_N)
+    return [_row(attack, f"Con-ReCall (gamma={GAMMAS[best]:g}; {TUNED})", candidates[best],
+                 {"gamma": GAMMAS[best], "shots": S, "auc_by_gamma": dict(zip((f"{g:g}" for g in GAMMAS), aucs))},
+                 tuned=True)]
+  if attack == "em_mia":
+    init_N = A.min_k_pp(a["lp"], a["mu"], a["sigma"], k)
+    membership_N, _ = A.em_mia(a["pair_lp"], a["lp"], init_N)
+    return [_row(attack, f"EM-MIA (init Min-K%++ k={k:g})", membership_N, {"init": "min_k_pp", "k": k,
+                                                                        "iterations": 10})]
+  raise InputError(f"unknown attack {attack!r}; choose from {', '.join(features_lib.ATTACKS)}")
+
+
+def summarize_row(row, labels_N, n_boot, seed):
+  """lira.metrics.summarize of one row's scores as [1, N] (bootstrap over texts); a non-finite score is named."""
+  bad = np.flatnonzero(~np.isfinite(row["scores"]))
+  if bad.size:
+    raise InputError(f"{row['name']}: text {int(bad[0])} has a non-finite score {row['scores'][bad[0]]} "
+                     f"({bad.size} such texts)")
+  return metrics.summarize(row["scores"][None], labels_N[None], fprs=FPRS, n_boot=n_boot, level=LEVEL, seed=seed)
+
+
+def notes_for(rows, skipped):
+  """The lines printed under the table."""
+  notes = ["TPR at FPR <= target, as for LiRA (the official pretraining-attack code reads fpr < target); an AUC "
+           "below 0.5 is shown as is, never flipped."]
+  if any(r["tuned"] for r in rows):
+    notes.append(f"'{TUNED}': the setting was picked by its AUC on the very texts it is evaluated on, so the row "
+                 "is optimistic.")
+  notes += [f"skipped {s['attack']}: {s['reason']}." for s in skipped]
+  return notes
+
+
+def run_attacks(features_dir, attacks=None, k=0.2, gamma=None, shots=None, n_boot=200, seed=0, out_dir=None):
+  """Run the attacks on a features folder, write the reports (named by their settings); returns (text, result)."""
+  check_k(k)
+  features = features_lib.load_features(features_dir)
+  chosen, skipped = choose_attacks(features, attacks)
+  if not chosen:
+    raise InputError(f"no attack can run on {features_dir}: " + "; ".join(f"{s['attack']}: {s['reason']}"
+                                                                          for s in skipped))
+  labels_N, arrays = check_inputs(features, chosen, k, gamma, shots)
+  out_dir = out_dir or features_dir
+  rundir.check_writable(out_dir, "choose another folder with --out_dir")
+  start = time.perf_counter()
+  rows = [r for attack in chosen for r in attack_rows(attack, arrays[attack], labels_N, k, gamma, shots)]
+  for row in rows:
+    row["summary"] = summarize_row(row, labels_N, n_boot, seed)
+  seconds = time.perf_counter() - start
+  settings = {"attacks": list(attacks) if attacks else None, "k": float(k), "gamma": gamma, "shots": shots,
+              "n_boot": int(n_boot), "seed": int(seed)}
+  paths = {ext: provenance.report_path(out_dir, stem, ext, settings, DEFAULTS)
+           for stem, ext in (("results", "json"), ("results", "md"), ("roc", "png"))}
+  n_pos = int(labels_N.sum())
+  setting = (f"N={features.N} texts ({n_pos} members, {features.N - n_pos} non-members), T={features.T} positions; "
+             f"{n_boot} bootstrap replicates over texts (seed {seed}, {LEVEL:.0%} percentile intervals)")
+  notes = notes_for(rows, skipped)
+  table_rows = [(r["name"], r["summary"]) for r in rows]
+  result = {
+      "schema": {"name": "seqlira.pretrain_attacks", "version": provenance.SCHEMA_VERSION, "doc": "docs/outputs.md"},
+      "command": "pretrain_attacks", "argv": list(sys.argv), "features_dir": os.path.abspath(features_dir),
+      "shape": {"N": features.N, "T": features.T}, "n_members": n_pos, "n_nonmembers": features.N - n_pos,
+      "settings": {**settings, "attacks": chosen, "requested_attacks": settings["attacks"], "level": LEVEL,
+                   "fprs": list(FPRS), "tpr_rule": "fpr <= target"},
+      "setting": setting, "skipped": skipped, "notes": notes, "seconds": seconds,
+      "rows": [{k_: r[k_] for k_ in ("name", "attack", "params", "tuned", "summary")} for r in rows],
+      "files": [os.path.basename(p) for p in paths.values()], "features": features.meta,
+  }
+  rundir.save_json(paths["json"], result)
+  md_notes = "".join(f"\n{n}  " for n in notes)
+  rundir.save_text(paths["md"], f"# Pretraining-data attacks\n\n{os.path.abspath(features_dir)}\n\n{setting}\n\n"
+                                f"{metrics.format_markdown(table_rows, fprs=FPRS)}\n{md_notes}\n")
+  plotted = [r for r in rows if r["plotted"]]
+  curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"]) for r in plotted]
+  fig = plots.roc_figure(curves, title=f"Pretraining-data attacks, {setting.split(';')[0]}",
+                         styles={r["name"]: style(r["attack"]) for r in plotted}, legend_fpr=FPRS[0])
+  rundir.save_figure(paths["png"], fig)
+  text = "\n".join([setting, "", metrics.format_table(table_rows, fprs=FPRS)] + notes)
+  return text, result

@@ -1,0 +1,348 @@
+"""Reports of the pretraining-data attacks: pretrain_attacks on a features folder, and evaluate --attacks on a run.
+
+Metrics are checked against sklearn's roc_auc_score / roc_curve on the attack scores, and evaluate's attack rows
+against the attack functions applied target model by target model, then pooled by lira.metrics.summarize.
+"""
+
+import importlib
+import json
+import os
+import sys
+
+import numpy as np
+import pytest
+from absl import flags
+from sklearn import metrics as skm
+
+import attacks as A
+from attacks import features as features_lib
+from lira import metrics
+from lira import synthetic
+from lira.errors import InputError, MissingFileError
+
+N, T, S, G, J = 40, 7, 3, 2, 2  # 20 non-members: TPR at 5% FPR is resolved
+
+
+def strict_json(path):
+  """Parse JSON refusing NaN / Infinity, as strict parsers do."""
+  def refuse(token):
+    raise AssertionError(f"{path}: non-standard JSON constant {token}")
+  with open(path) as f:
+    return json.load(f, parse_constant=refuse)
+
+
+def make_features(folder, seed=0):
+  """A hand-made features folder: members' lp raised by 0.8 nats, ragged rows, every array of the schema."""
+  rng = np.random.default_rng(seed)
+  labels_N = np.array([1, 0] * (N // 2), np.int8)
+  length_N = rng.integers(3, T + 1, size=N)
+  pad_NxT = np.arange(T)[None] >= length_N[:, None]
+
+  def per_token(*lead, shift=0.8, first=False, width=T, pad=True):
+    lp = rng.normal(-3.0, 1.0, size=lead + (N, width)) + shift * labels_N[:, None]
+    if not first:
+      lp[..., 0] = np.nan
+    if pad and width == T:
+      lp[..., pad_NxT] = np.nan
+    return lp.astype(np.float32)
+
+  lp = per_token()
+  arrays = {
+      "lp": lp, "mu": np.where(np.isnan(lp), np.nan, lp + rng.normal(0.5, 0.3, lp.shape)).astype(np.float32),
+      "sigma": np.where(np.isnan(lp), np.nan, rng.uniform(0.5, 2.0, lp.shape)).astype(np.float32),
+      "ids": rng.integers(0, 50, size=(N, T)).astype(np.int32), "mask": ~pad_NxT,
+      "labels": labels_N, "source_index": np.arange(N, dtype=np.int64) + S,
+      "cond_lp_shots": per_token(S, shift=1.2, first=True), "cond_lp_member": per_token(shift=0.4, first=True),
+      "cond_lp_ensemble": per_token(G, shift=1.0, first=True), "pair_lp": per_token(N, shift=1.0, first=True),
+      "ref_lp": per_token(width=T - 2, shift=0.0),
+      "neighbour_lp": per_token(J, width=T + 1, shift=0.0).transpose(1, 0, 2),
+  }
+  for name, array in arrays.items():
+    features_lib.write_array(folder, name, array)
+  texts = [" ".join(["member" if labels_N[n] else "other"] * int(rng.integers(1, 6))) for n in range(N)]
+  features_lib.write_json(folder, "texts", texts)
+  features_lib.write_json(folder, "neighbours", [[t + " x"] * J for t in texts])
+  features_lib.write_meta(folder, {"model": "hand-made", "n_texts": N, "notes": []})
+  return arrays, texts
+
+
+def cli_module(name):
+  """Import experiments.<name> for an in-process run. Commands share flag names (--out_dir, --seed), which absl
+  refuses to define twice: flags another command imported in this session are set aside and put back afterwards."""
+  FLAGS, module_name = flags.FLAGS, f"experiments.{name}"
+  assert module_name not in sys.modules
+  owners = {m: list(fs) for m, fs in FLAGS.flags_by_module_dict().items() if m.startswith("experiments.")}
+  set_aside = [(m, f) for m, fs in owners.items() for f in fs if f.name in FLAGS]
+  for _, flag in set_aside:
+    if flag.name in FLAGS:
+      delattr(FLAGS, flag.name)
+  module = importlib.import_module(module_name)
+  try:
+    yield module
+  finally:
+    module.FLAGS.unparse_flags()
+    for flag in list(FLAGS.flags_by_module_dict().get(module_name, [])):
+      if flag.name in FLAGS:
+        delattr(FLAGS, flag.name)
+    del sys.modules[module_name]
+    for owner, flag in set_aside:
+      FLAGS[flag.name] = flag
+      FLAGS.register_flag_by_module(owner, flag)
+
+
+@pytest.fixture
+def pretrain_cli():
+  yield from cli_module("pretrain_attacks")
+
+
+@pytest.fixture
+def evaluate_cli():
+  yield from cli_module("evaluate")
+
+
+def run_cli(module, *args):
+  module.FLAGS(["prog", *args])
+  module.main([])
+
+
+def sk_tpr(scores, labels, fpr):
+  fpr_G, tpr_G, _ = skm.roc_curve(labels, scores, drop_intermediate=False)
+  return tpr_G[fpr_G <= fpr].max()
+
+
+def expected_scores(arrays, texts, k=0.2):
+  """The score each table row must hold, from the attack functions on the arrays (tuned rows by their params)."""
+  a = {n: np.asarray(v, np.float64) for n, v in arrays.items() if n not in ("ids", "mask", "labels")}
+  return {
+      "loss": lambda p: A.loss(a["lp"]), "zlib": lambda p: A.zlib(a["lp"], texts),
+      "min_k": lambda p: A.min_k(a["lp"], k), "min_k_pp": lambda p: A.min_k_pp(a["lp"], a["mu"], a["sigma"], k),
+      "reference": lambda p: A.reference(a["lp"], a["ref_lp"]),
+      "neighbourhood": lambda p: A.neighbourhood(a["lp"], a["neighbour_lp"]),
+      "recall": lambda p: A.recall(a["lp"], a["cond_lp_shots"][p["shots"] - 1]),
+      "recall_shots": lambda p: A.recall(a["lp"], a["cond_lp_shots"][p["shots"] - 1]),
+      "recall_ensemble": lambda p: A.recall_ensemble(a["lp"], a["cond_lp_ensemble"]),
+      "con_recall": lambda p: A.con_recall(a["lp"], a["cond_lp_shots"][-1], a["cond_lp_member"], p["gamma"]),
+      "em_mia": lambda p: A.em_mia(a["pair_lp"], a["lp"], A.min_k_pp(a["lp"], a["mu"], a["sigma"], k))[0],
+  }
+
+
+def test_pretrain_attacks_rows_match_sklearn(tmp_path, pretrain_cli, capsys):
+  arrays, texts = make_features(tmp_path)
+  run_cli(pretrain_cli, f"--features={tmp_path}")
+  printed = capsys.readouterr().out
+  result = strict_json(tmp_path / "results.json")
+  written = set(features_lib.FILES.values()) - {"prefix.json"}
+  assert sorted(os.listdir(tmp_path)) == sorted(written | {"results.json", "results.md", "roc.png"})
+  assert result["schema"]["name"] == "seqlira.pretrain_attacks" and result["skipped"] == []
+  assert result["settings"]["attacks"] == list(features_lib.ATTACKS)
+  assert {r["attack"] for r in result["rows"]} == set(features_lib.ATTACKS)
+  labels = arrays["labels"] == 1
+  expected = expected_scores(arrays, texts)
+  for row in result["rows"]:
+    scores = expected[row["attack"]](row["params"])
+    summary = row["summary"]
+    # The same scores through sklearn: AUC is a ratio of integer counts, equal to float64 rounding.
+    assert summary["auc"] == pytest.approx(skm.roc_auc_score(labels, scores), abs=1e-12), row["name"]
+    for fpr in (0.01, 0.05):
+      assert summary["tpr"][f"{fpr:g}"]["tpr"] == sk_tpr(scores, labels, fpr), row["name"]
+    assert summary["n_pos"] == N // 2 and summary["n_neg"] == N // 2
+    lo, hi = summary["auc_ci"]
+    assert lo <= summary["auc"] <= hi, row["name"]
+    assert row["name"] in printed
+  tuned = [r for r in result["rows"] if r["tuned"]]
+  assert {r["attack"] for r in tuned} == {"con_recall", "recall_shots"}
+  assert all("tuned on the evaluated set" in r["name"] for r in tuned)
+  shots = [r for r in result["rows"] if r["attack"] == "recall_shots"]
+  assert [r["params"]["shots"] for r in shots[:-1]] == [1, 2, 3]  # one row per shot count, then the best
+  best = max(shots[:-1], key=lambda r: r["summary"]["auc"])
+  assert shots[-1]["summary"]["auc"] == best["summary"]["auc"]
+  con = next(r for r in tuned if r["attack"] == "con_recall")
+  assert con["summary"]["auc"] == max(con["params"]["auc_by_gamma"].values())
+  assert "tuned on the evaluated set" in (tmp_path / "results.md").read_text()
+
+
+def test_pretrain_attacks_settings_in_names_gamma_and_shots(tmp_path, pretrain_cli):
+  arrays, texts = make_features(tmp_path)
+  out = tmp_path / "out"
+  run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=recall,con_recall,min_k", "--k=0.5", "--gamma=0.3",
+          "--shots=2", "--n_boot=0", f"--out_dir={out}")
+  stem = "results_attacks-recall+conrecall+mink_k-0.5_gamma-0.3_shots-2_nboot-0"
+  assert sorted(os.listdir(out)) == sorted([f"{stem}.json", f"{stem}.md", f"roc{stem[7:]}.png"])
+  result = strict_json(out / f"{stem}.json")
+  assert [r["name"] for r in result["rows"]] == ["ReCaLL (2 shots)", "Con-ReCall (gamma=0.3)", "Min-K% (k=0.5)"]
+  assert not any(r["tuned"] for r in result["rows"])
+  assert result["rows"][0]["summary"]["auc_ci"] == [None, None]  # no bootstrap: null, never NaN
+  labels = arrays["labels"] == 1
+  expected = expected_scores(arrays, texts, k=0.5)
+  for row in result["rows"]:
+    assert row["summary"]["auc"] == pytest.approx(skm.roc_auc_score(labels, expected[row["attack"]](row["params"])),
+                                                  abs=1e-12)  # float64 rounding of a count ratio
+
+
+def test_auc_below_half_is_not_flipped(tmp_path, pretrain_cli):
+  arrays, _ = make_features(tmp_path)
+  features_lib.write_array(tmp_path, "labels", 1 - arrays["labels"])  # members now score lower
+  run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=loss", "--n_boot=20")
+  auc = strict_json(tmp_path / "results_attacks-loss_nboot-20.json")["rows"][0]["summary"]["auc"]
+  scores = A.loss(arrays["lp"])
+  assert auc < 0.5
+  assert auc == pytest.approx(skm.roc_auc_score(arrays["labels"] == 0, scores), abs=1e-12)  # count ratio
+  assert auc == pytest.approx(1 - skm.roc_auc_score(arrays["labels"] == 1, scores), abs=1e-12)  # no ties: exact
+
+
+def test_missing_array_names_attack_and_file(tmp_path, pretrain_cli, capsys):
+  make_features(tmp_path)
+  os.remove(tmp_path / "pair_lp.npy")
+  os.makedirs(tmp_path / "pairs")
+  with pytest.raises(MissingFileError, match=r"em_mia.*pair_lp\.npy.*did not finish"):
+    run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=loss,em_mia")
+  assert not (tmp_path / "results_attacks-loss+emmia.json").exists()
+  pretrain_cli.FLAGS.unparse_flags()
+  run_cli(pretrain_cli, f"--features={tmp_path}", "--n_boot=0")  # default: every attack that can run
+  result = strict_json(tmp_path / "results_nboot-0.json")
+  assert result["skipped"] == [{"attack": "em_mia", "reason": "the folder has no pair_lp.npy"}]
+  assert "skipped em_mia: the folder has no pair_lp.npy" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("name, bad, file", [
+    ("mu", lambda a: a["mu"][:, :-1], "mu.npy"),
+    ("cond_lp_shots", lambda a: a["cond_lp_shots"][:, :-1], "cond_lp_shots.npy"),
+    ("cond_lp_shots", lambda a: a["cond_lp_shots"][..., :-1], "cond_lp_shots.npy"),
+    ("pair_lp", lambda a: a["pair_lp"][:-1], "pair_lp.npy"),
+    ("labels", lambda a: a["labels"][:-1], "labels.npy"),
+    ("texts", lambda a: ["only one"], "texts.json"),
+    ("neighbour_lp", lambda a: a["neighbour_lp"][:, :1], "neighbour_lp.npy"),
+])
+def test_shape_mismatch_is_refused_before_any_work(tmp_path, name, bad, file):
+  from attacks import report
+  arrays, _ = make_features(tmp_path)
+  if name == "texts":
+    features_lib.write_json(tmp_path, "texts", bad(arrays))
+  else:
+    features_lib.write_array(tmp_path, name, bad(arrays))
+  with pytest.raises(InputError, match=file.replace(".", r"\.")):
+    report.run_attacks(str(tmp_path), n_boot=0)
+  assert not (tmp_path / "results_nboot-0.json").exists()
+
+
+def test_all_nan_row_names_the_file(tmp_path):
+  from attacks import report
+  arrays, _ = make_features(tmp_path)
+  ref = arrays["ref_lp"].copy()
+  ref[4] = np.nan
+  features_lib.write_array(tmp_path, "ref_lp", ref)
+  with pytest.raises(InputError, match=r"ref_lp\.npy: row 4 has no scored position"):
+    report.run_attacks(str(tmp_path), ["loss", "reference"], n_boot=0)
+
+
+@pytest.mark.parametrize("k", ["0", "-0.1", "1.5"])
+def test_k_out_of_range(tmp_path, pretrain_cli, k):
+  make_features(tmp_path)
+  with pytest.raises(InputError, match=r"--k must lie in \(0, 1\]"):
+    run_cli(pretrain_cli, f"--features={tmp_path}", f"--k={k}")
+  assert not any(f.startswith("results") for f in os.listdir(tmp_path))
+
+
+def test_unknown_labels_refused(tmp_path, pretrain_cli):
+  arrays, _ = make_features(tmp_path)
+  labels = arrays["labels"].copy()
+  labels[[2, 5]] = -1
+  features_lib.write_array(tmp_path, "labels", labels)
+  with pytest.raises(InputError, match=r"labels\.npy: 2 text\(s\) have label -1"):
+    run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=loss")
+  labels[[2, 5]] = 3
+  features_lib.write_array(tmp_path, "labels", labels)
+  with pytest.raises(InputError, match=r"labels\.npy: text 2 has label 3"):
+    report_run(tmp_path)
+
+
+def report_run(folder):
+  from attacks import report
+  return report.run_attacks(str(folder), ["loss"], n_boot=0)
+
+
+def test_writer_helpers_and_reader(tmp_path):
+  arrays, texts = make_features(tmp_path)
+  meta = json.loads((tmp_path / "features.json").read_text())
+  assert meta["schema"] == features_lib.SCHEMA and meta["arrays"]["pair_lp"] == [N, N, T]
+  features = features_lib.load_features(str(tmp_path))
+  assert (features.N, features.T) == (N, T) and features["texts"] == texts
+  np.testing.assert_array_equal(features.arrays_for("min_k_pp")["sigma"], arrays["sigma"])
+  with pytest.raises(InputError, match="unknown features array"):
+    features_lib.write_array(tmp_path, "lp_typo", arrays["lp"])
+  with pytest.raises(MissingFileError, match="does not exist"):
+    features_lib.load_features(str(tmp_path / "nope"))
+
+
+# ------------------------------------------------------------------------------------------------
+# evaluate --attacks on a shadow run
+
+
+def tiny_tokenizer(path, vocab_size):
+  from tokenizers import Tokenizer, models, pre_tokenizers
+  vocab = {"[UNK]": 0, **{f"w{i}": i for i in range(1, vocab_size)}}
+  tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+  tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+  tokenizer.save(str(path))
+
+
+@pytest.fixture
+def shadow_run(tmp_path):
+  """A ragged synthetic run (mask.npy) with fake mu / sigma, canary ids and a word-level tokenizer."""
+  run = tmp_path / "run"
+  synthetic.write_synthetic_run(str(run), num_models=8, num_canaries=16, seq_len=5, ragged=True, seed=3)
+  rng = np.random.default_rng(0)
+  loss = np.load(run / "losses.npy")
+  np.save(run / "mu.npy", (-loss + rng.normal(0.3, 0.2, loss.shape)).astype(np.float32))
+  np.save(run / "sigma.npy", rng.uniform(0.2, 1.5, loss.shape).astype(np.float32))
+  np.save(run / "canaries.npy", rng.integers(1, 9, size=loss.shape[1:]).astype(np.int32))
+  tiny_tokenizer(run / "tokenizer.json", 9)
+  return run
+
+
+def test_evaluate_attack_rows_equal_per_target_attacks(shadow_run, evaluate_cli, capsys):
+  run = shadow_run
+  run_cli(evaluate_cli, f"--run_dir={run}", "--attacks=loss,zlib,min_k,min_k_pp", "--k=0.3", "--n_boot=30",
+          "--variants=oas-shared", "--noprogress")
+  printed = capsys.readouterr().out
+  stem = "results_variants-oas-shared_nboot-30_attacks-loss+zlib+mink+minkpp_k-0.3"
+  result = strict_json(run / f"{stem}.json")
+  assert (run / f"roc{stem[7:]}.png").exists()
+  loss, keep, mask = np.load(run / "losses.npy"), np.load(run / "keep.npy"), np.load(run / "mask.npy")
+  mu, sigma, ids = np.load(run / "mu.npy"), np.load(run / "sigma.npy"), np.load(run / "canaries.npy")
+  # Independent decoding: the word-level vocabulary spelt out, over each canary's real (masked-in) tokens.
+  texts = [" ".join(f"w{i}" for i in ids[n, :mask[n].sum()]) for n in range(len(ids))]
+  per_target = {
+      "loss": lambda lp, m: A.loss(lp), "zlib": lambda lp, m: A.zlib(lp, texts),
+      "min_k": lambda lp, m: A.min_k(lp, 0.3), "min_k_pp": lambda lp, m: A.min_k_pp(lp, mu[m], sigma[m], 0.3),
+  }
+  rows = {r["attack"]: r for r in result["attacks"]}
+  assert list(rows) == list(per_target)
+  for attack, score in per_target.items():
+    scores_MxN = np.stack([score(np.where(mask, -loss[m].astype(np.float64), np.nan), m) for m in range(len(loss))])
+    expected = metrics.summarize(scores_MxN, keep, n_boot=30, seed=0)
+    assert json.loads(json.dumps(rows[attack]["summary"])) == json.loads(json.dumps(expected)), attack
+    np.testing.assert_array_equal(np.load(run / rows[attack]["scores_file"]), scores_MxN)
+    assert rows[attack]["name"] in printed
+  assert result["variants"][0]["name"] == "OAS Shared" and "OAS Shared" in printed
+  assert result["settings"]["attacks"] == list(per_target) and result["settings"]["k"] == 0.3
+  assert rows["loss"]["summary"]["n_pos"] == int(keep.sum())  # pooled over all M x N pairs, like LiRA
+  md = (run / f"{stem}.md").read_text()
+  assert "Min-K%++ (k=0.3)" in md and "OAS Shared" in md
+
+
+def test_evaluate_attacks_bad_input(shadow_run, evaluate_cli):
+  os.remove(shadow_run / "sigma.npy")
+  with pytest.raises(MissingFileError, match=r"min_k_pp.*sigma\.npy"):
+    run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=loss,min_k_pp", "--noprogress")
+  evaluate_cli.FLAGS.unparse_flags()
+  os.remove(shadow_run / "tokenizer.json")
+  with pytest.raises(MissingFileError, match=r"zlib.*tokenizer\.json"):
+    run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=zlib", "--noprogress")
+  evaluate_cli.FLAGS.unparse_flags()
+  with pytest.raises(InputError, match=r"recall cannot run on a shadow run"):
+    run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=recall", "--noprogress")
+  evaluate_cli.FLAGS.unparse_flags()
+  with pytest.raises(InputError, match=r"--k must lie in \(0, 1\]"):
+    run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=min_k", "--k=2", "--noprogress")
+  assert not any(f.startswith("results") for f in os.listdir(shadow_run))
