@@ -110,6 +110,8 @@ def _vocabulary(texts):
   """Sorted distinct words of texts, their lower-cased forms and the cumulative unigram distribution."""
   counts = collections.Counter(w for t in texts for w in _WORD.findall(t))
   words = sorted(counts)
+  if len({w.lower() for w in words}) < 2:
+    raise InputError("the vocabulary texts hold fewer than 2 distinct words, so no word can be replaced")
   cum = np.cumsum([counts[w] for w in words], dtype=np.float64)
   return words, [w.lower() for w in words], cum / cum[-1]  # last entry exactly 1: a draw in [0, 1) stays in range
 
@@ -127,8 +129,6 @@ def offline_neighbours(texts, count=MIMIR_COUNT, fraction=MIMIR_FRACTION, seed=0
   """
   _check_args(texts, count, fraction)
   words, lower, cdf = _vocabulary(texts if vocabulary_texts is None else vocabulary_texts)
-  if len(set(lower)) < 2:
-    raise InputError("the vocabulary texts hold fewer than 2 distinct words, so no word can be replaced")
   out = []
   for i, text in enumerate(texts):
     rng = np.random.default_rng([seed, i])
