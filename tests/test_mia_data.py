@@ -198,6 +198,8 @@ def test_read_labelled_texts_takes_text_or_input_and_unknown_labels(tmp_path):
   write_jsonl(path, [{"text": 3, "label": 1}])
   with pytest.raises(InputError, match=r"row 0 field 'text' is a int"):
     mia_data.read_labelled_texts(path)
+  write_jsonl(f"{tmp_path}/one.json", [{"text": "a", "label": 0}])  # JSON lines under a .json name
+  assert mia_data.read_labelled_texts(f"{tmp_path}/one.json")[0] == ["a"]
   write_jsonl(path, [])
   with pytest.raises(InputError, match="holds no rows"):
     mia_data.read_labelled_texts(path)

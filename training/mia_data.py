@@ -94,6 +94,8 @@ def read_rows(path):
       rows = [dict(zip(obj, values)) for values in zip(*obj.values())]
     elif isinstance(obj, list):
       rows = obj
+    elif isinstance(obj, dict):
+      rows = [obj]  # one row of JSON lines under a .json name
     else:
       raise InputError(f"{path}: expected a list of rows or a dict of columns, got {type(obj).__name__}")
   else:
