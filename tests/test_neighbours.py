@@ -3,7 +3,6 @@
 import collections
 import re
 
-import numpy as np
 import pytest
 
 from lira.errors import InputError
