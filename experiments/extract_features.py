@@ -6,9 +6,9 @@ SOURCE: a JSONL file of {"text": ..., "label": 1 | 0} rows ("input" is read as "
 text file (one text per line, labels unknown), wikimia:32|64|128|256 (Hugging Face), or mimir:DOMAIN[:SPLIT].
 --shots draws S known non-members (and S members, Con-ReCall's member prefix) from the texts as ReCaLL prefixes and
 removes them from the evaluated set; --prefix_texts gives the non-member shots instead (evaluated copies removed).
---neighbours: offline:J (word substitutions from the texts' own vocabulary, nothing downloaded),
-fill-mask:MODEL:J (a local masked LM or hub id, MIMIR's recipe), mimir (MIMIR's precomputed neighbours), or a
-JSON file holding one list of neighbour texts per input text.
+--neighbours: offline (words swapped for words drawn from the texts' own word frequencies, nothing downloaded),
+fill-mask:MODEL (a local masked LM or hub id, MIMIR's recipe), mimir (the neighbours MIMIR publishes with
+--texts=mimir:...), or a JSON file holding one list of neighbour texts per input text.
 Then: python -m experiments.pretrain_attacks --features=DIR. Killed half-way, the same command resumes.
 """
 
@@ -33,7 +33,9 @@ flags.DEFINE_integer("ensemble", 0, "Split the shots into this many disjoint pre
 flags.DEFINE_string("separator", "", "Text between shots and before the evaluated text (token level).")
 flags.DEFINE_bool("pairs", False, "EM-MIA's N x N conditional lp (every evaluated text as a prefix of every other).")
 flags.DEFINE_string("reference_model", None, "Reference model (folder or hub id) for the Reference attack.")
-flags.DEFINE_string("neighbours", None, "offline:J, fill-mask:MODEL:J, mimir, or a JSON file of neighbour lists.")
+flags.DEFINE_string("neighbours", None, "offline, fill-mask:MODEL, mimir, or a JSON file of neighbour lists.")
+flags.DEFINE_integer("neighbour_count", 25, "Neighbours per text (J; MIMIR publishes 25).")
+flags.DEFINE_float("neighbour_fraction", 0.05, "Fraction of words a neighbour swaps (MIMIR: 0.05).")
 flags.DEFINE_integer("seed", 0, "Seed of the prefix draw and the neighbours.")
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 flags.DEFINE_bool("overwrite", False, "Rebuild a folder that holds features made with other settings.")
@@ -41,16 +43,35 @@ flags.DEFINE_bool("progress", True, "Show progress bars.")
 flags.mark_flags_as_required(["model", "texts", "out_dir"])
 
 
+def neighbours_of(texts, source_neighbours):
+  """(neighbour lists, method name) for --neighbours, or (None, None)."""
+  import json
+  import os
+  from lira.errors import InputError
+  from training import neighbours as neighbours_lib
+  spec = FLAGS.neighbours
+  if not spec:
+    return None, None
+  if spec == "mimir":
+    if source_neighbours is None:
+      raise InputError("--neighbours=mimir needs --texts=mimir:DOMAIN[:SPLIT] with MIMIR's neighbour files")
+    return source_neighbours, neighbours_lib.MIMIR
+  if os.path.isfile(spec):
+    with open(spec) as f:
+      lists = json.load(f)
+    return neighbours_lib.check_neighbours(lists, len(texts), FLAGS.neighbour_count), f"file:{os.path.basename(spec)}"
+  return neighbours_lib.neighbours_for(spec, texts, FLAGS.neighbour_count, FLAGS.neighbour_fraction, FLAGS.seed)
+
+
 def main(argv):
   del argv
   from training import features
-  from training import mia_sources
-  texts, labels, mimir_neighbours = mia_sources.load_texts(FLAGS.texts)
-  prefix_texts = mia_sources.load_texts(FLAGS.prefix_texts)[0] if FLAGS.prefix_texts else None
+  from training import mia_data
+  texts, labels, source_neighbours = mia_data.load_source(FLAGS.texts)
+  prefix_texts = mia_data.load_source(FLAGS.prefix_texts)[0] if FLAGS.prefix_texts else None
   if FLAGS.ensemble and not (FLAGS.shots or prefix_texts):
     raise app.UsageError("--ensemble needs --shots or --prefix_texts")
-  neighbours, method = mia_sources.neighbours(FLAGS.neighbours, texts, mimir_neighbours, FLAGS.seed,
-                                              progress=FLAGS.progress)
+  neighbours, method = neighbours_of(texts, source_neighbours)
   out = features.build_features(
       FLAGS.out_dir, FLAGS.model, texts, labels, tokenizer=FLAGS.tokenizer, max_length=FLAGS.max_length,
       batch_size=FLAGS.batch_size, prefix_shots=FLAGS.shots, prefix_texts=prefix_texts, ensemble=FLAGS.ensemble,
@@ -58,7 +79,6 @@ def main(argv):
       neighbour_method=method, seed=FLAGS.seed, dtype=FLAGS.dtype, overwrite=FLAGS.overwrite,
       progress=FLAGS.progress, argv=sys.argv)
   print(features.summary(out))
-
 
 if __name__ == "__main__":
   cli.run(main)

@@ -281,3 +281,28 @@ def load_mimir(domain, split="ngram_13_0.8", path=None, neighbours=True):
       nb = (_mimir_neighbours(local["member_neighbors"], len(members))
             + _mimir_neighbours(local["nonmember_neighbors"], len(nonmembers)))
   return texts, labels, nb
+
+
+def load_source(source):
+  """(texts, labels int8, neighbours or None) from a command-line source: wikimia:LENGTH, mimir:DOMAIN[:SPLIT],
+  a JSONL / JSON / parquet file of {"text" or "input", "label"} rows, or a plain text file (one text per line,
+  labels unknown, -1)."""
+  if source.startswith("wikimia:"):
+    length = source.split(":", 1)[1]
+    if not length.isdigit():
+      raise InputError(f"source {source!r}: expected wikimia:32, 64, 128 or 256")
+    return (*load_wikimia(int(length)), None)
+  if source.startswith("mimir:"):
+    parts = source.split(":")
+    if len(parts) not in (2, 3):
+      raise InputError(f"source {source!r}: expected mimir:<domain> or mimir:<domain>:<split>")
+    return load_mimir(*parts[1:])
+  if not os.path.isfile(source):
+    raise MissingFileError(f"{source} does not exist (expected a file, wikimia:LENGTH or mimir:DOMAIN[:SPLIT])")
+  if source.endswith((".jsonl", ".json", ".json.gz", ".parquet")):
+    return (*read_labelled_texts(source), None)
+  with _open_text(source) as f:
+    texts = [line.rstrip("\n") for line in f if line.strip()]
+  if not texts:
+    raise InputError(f"{source} holds no texts")
+  return texts, np.full(len(texts), -1, np.int8), None
