@@ -1,0 +1,48 @@
+"""The offline pretraining-data MIA benchmark (issue 11, item 4): python -m experiments.pretrain_benchmark.
+
+--config=experiments/configs/pretrain_benchmark.py:cpu    default: the whole benchmark in about 10-15 minutes on 2 CPU
+                                                          cores (timings in the README)
+--config=experiments/configs/pretrain_benchmark.py:tiny   seconds, for tests
+
+Why the cpu sizes: 3,984 chitchat conversations have >= 32 words; cut to 64 words (~110 tokens of this BPE) each fits
+one 128-token sequence, so a member is scored on exactly what the model trained on. 500 non-members and 1,000 reference
+documents are set aside; the remaining ~2,480 documents (~2,300 sequences of 128 tokens, ~290k tokens an epoch) are the
+target corpus, and 500 of them are the evaluated members (500 + 500 texts: an AUC's standard error is about 0.02).
+The GPT-NeoX (hidden 128, 2 layers, vocabulary 1,024) trained at about 23k tokens/s on an idle 2-core machine
+(measured: 176 ms a step of 32 x 128 tokens; vocabulary 2,048 costs 1.7x, hidden 192 / 3 layers 1.7x), so 8 epochs
+take about 100 s idle and the reference model (1,000 documents, 4 epochs) about 25 s; the machine is shared with other
+jobs, which roughly doubles that. Feature extraction of 1,000 texts is a few seconds a checkpoint without pairs.
+EM-MIA's pairs (N^2 = 10^6 conditional passes per checkpoint) would cost hours on a CPU, so features.pairs is off here;
+turn it on with a smaller data.num_eval or on a GPU.
+"""
+
+import ml_collections
+
+from lira.errors import InputError
+
+
+def get_config(arg="cpu"):
+  c = ml_collections.ConfigDict()
+  c.seed = 0
+  # num_eval: members and non-members each; num_reference: the reference model's documents; max_target: 0 = all rest.
+  c.data = dict(min_words=32, max_words=64, num_eval=500, num_reference=1000, max_target=0, seq_len=128)
+  c.tokenizer = dict(vocab_size=1024)
+  c.model = dict(dtype="float32", arch=dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                            intermediate_size=512, rotary_pct=0.25, max_position_embeddings=256))
+  c.pretrain = dict(checkpoint_epochs=(1, 2, 4, 8), batch_size=32, learning_rate=3e-3, weight_decay=0.01)
+  c.reference = dict(epochs=4)
+  c.features = dict(max_length=128, batch_size=16, prefix_shots=0, pairs=False)
+  c.attacks = dict(names=None, k=0.2, n_boot=200)
+  c.shift_epoch = 1  # the checkpoint the distribution-shift split is scored on: where the real split is near chance
+  if arg == "tiny":
+    c.data.update(min_words=16, max_words=24, num_eval=24, num_reference=48, max_target=64, seq_len=32)
+    c.tokenizer.update(vocab_size=300)
+    c.model.arch.update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                        max_position_embeddings=64)
+    c.pretrain.update(batch_size=8, learning_rate=1e-2)
+    c.reference.update(epochs=2)
+    c.features.update(max_length=48)
+    c.attacks.update(n_boot=0)
+  elif arg != "cpu":
+    raise InputError(f"unknown pretrain_benchmark config {arg!r}: use cpu (default) or tiny")
+  return c
