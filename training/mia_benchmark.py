@@ -78,22 +78,26 @@ def _rst_clean(paragraph):
   return " ".join(text.split())
 
 
+def _docstrings(module):
+  """Docstrings of a module, its classes and functions, and its classes' methods, in name order."""
+  docs = [inspect.getdoc(module)]
+  for _, obj in sorted(vars(module).items()):
+    if (inspect.isclass(obj) or inspect.isfunction(obj)) and getattr(obj, "__module__", None) == module.__name__:
+      docs.append(inspect.getdoc(obj))
+      if inspect.isclass(obj):
+        docs += [inspect.getdoc(v) for _, v in sorted(vars(obj).items()) if inspect.isfunction(v)]
+  return [d for d in docs if d]
+
+
 def stdlib_paragraphs(modules=STDLIB_MODULES, min_words=8):
-  """English paragraphs of the docstrings of `modules` (module, its classes and functions, classes' methods):
-  sentences only (capital first, full stop last, >= 80% plain words, no doctest or literal blocks), deduplicated."""
+  """English paragraphs of the docstrings of `modules`: sentences only (capital first, full stop last, >= 80% plain
+  words, no doctest or literal blocks), deduplicated, in module order."""
   seen, out = set(), []
   for name in modules:
-    module = importlib.import_module(name)
-    docs = [inspect.getdoc(module)]
-    with warnings.catch_warnings():  # typing's deprecated typing.io / typing.re warn when their docstrings are read
+    with warnings.catch_warnings():  # reading typing.io / typing.re's docstrings warns that they are deprecated
       warnings.simplefilter("ignore", DeprecationWarning)
-      members = sorted(vars(module).items())
-    for _, obj in members:
-      if (inspect.isclass(obj) or inspect.isfunction(obj)) and getattr(obj, "__module__", None) == module.__name__:
-        docs.append(inspect.getdoc(obj))
-        if inspect.isclass(obj):
-          docs += [inspect.getdoc(v) for _, v in sorted(vars(obj).items()) if inspect.isfunction(v)]
-    for doc in filter(None, docs):
+      docs = _docstrings(importlib.import_module(name))
+    for doc in docs:
       for raw in re.split(r"\n\s*\n", doc):
         if ">>>" in raw or "::" in raw:
           continue

@@ -27,11 +27,11 @@ def get_config(arg="cpu"):
   # num_eval: members and non-members each; num_reference: the reference model's documents; max_target: 0 = all rest.
   c.data = dict(min_words=32, max_words=64, num_eval=500, num_reference=1000, max_target=0, seq_len=128)
   c.tokenizer = dict(vocab_size=1024)
-  c.model = dict(dtype="float32", arch=dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
-                                            intermediate_size=512, rotary_pct=0.25, max_position_embeddings=256))
+  c.model = dict(dtype="float32", arch=dict(hidden_size=192, num_hidden_layers=3, num_attention_heads=4,
+                                            intermediate_size=768, rotary_pct=0.25, max_position_embeddings=256))
   c.pretrain = dict(checkpoint_epochs=(1, 2, 4, 8), batch_size=32, learning_rate=3e-3, weight_decay=0.01)
   c.reference = dict(epochs=4)
-  c.features = dict(max_length=128, batch_size=16, prefix_shots=0, pairs=False)
+  c.features = dict(max_length=128, batch_size=16, prefix_shots=5, pairs=False)
   c.attacks = dict(names=None, k=0.2, n_boot=200)
   c.shift_epoch = 1  # the checkpoint the distribution-shift split is scored on: where the real split is near chance
   if arg == "tiny":
@@ -41,7 +41,7 @@ def get_config(arg="cpu"):
                         max_position_embeddings=64)
     c.pretrain.update(batch_size=8, learning_rate=1e-2)
     c.reference.update(epochs=2)
-    c.features.update(max_length=48)
+    c.features.update(max_length=48, prefix_shots=2)
     c.attacks.update(n_boot=0)
   elif arg != "cpu":
     raise InputError(f"unknown pretrain_benchmark config {arg!r}: use cpu (default) or tiny")
