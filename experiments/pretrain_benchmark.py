@@ -136,18 +136,20 @@ def plot(path, cfg, aucs):
   import matplotlib.pyplot as plt
   epochs = list(cfg.pretrain.checkpoint_epochs)
   fig, ax = plt.subplots(figsize=(7, 4.5))
+  lowest = min([v for col in aucs.values() for v in col.values()], default=0.5)
   for i, name in enumerate(aucs[f"epoch_{epochs[0]}"]):
     color = f"C{i % 10}"
     ax.plot(epochs, [aucs[f"epoch_{e}"].get(name, np.nan) for e in epochs], "o-", color=color, label=name)
     if name in aucs.get(SHIFT, {}):
-      ax.plot([cfg.shift_epoch], [aucs[SHIFT][name]], "x", color=color, markersize=9)
-  ax.plot([], [], "kx", label=f"shifted split (epoch {cfg.shift_epoch})")
+      # Drawn a little left of its epoch, so it does not hide that epoch's point.
+      ax.plot([cfg.shift_epoch * 0.92], [aucs[SHIFT][name]], "x", color=color, markersize=9, mew=2)
+  ax.plot([], [], "kx", mew=2, label=f"SHIFTED split (epoch {cfg.shift_epoch})")
   ax.axhline(0.5, color="grey", lw=0.8, ls=":")
   ax.set_xscale("log", base=2)
   ax.set_xticks(epochs, [str(e) for e in epochs])
-  ax.set(xlabel="pretraining epochs", ylabel="AUC (members vs non-members)", ylim=(0.3, 1.02),
+  ax.set(xlabel="pretraining epochs", ylabel="AUC (members vs non-members)", ylim=(min(0.3, lowest - 0.05), 1.02),
          title="Offline chitchat benchmark: AUC per attack against epochs")
-  ax.legend(fontsize=8, loc="upper left", ncol=2)
+  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
   rundir.save_figure(path, fig)
   plt.close(fig)
 

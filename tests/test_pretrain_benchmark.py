@@ -1,7 +1,10 @@
 """Tests for training.mia_benchmark: disjoint deterministic splits, epoch checkpoints, resumption, and membership
 signal after 8 epochs (Loss attack from causal_lm_statistics, independent of the features builder)."""
 
+import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -133,3 +136,24 @@ def test_members_have_higher_loss_scores_after_8_epochs(tiny_run):
       assert roc_auc_score(labels, ll_N) > 0.7
   assert gaps[8] > 0
   assert gaps[8] > gaps[1]  # more epochs, more memorisation
+
+
+@pytest.mark.slow
+def test_cli_writes_summary_with_labelled_shift_column(tiny_run):
+  cfg, out, _, _ = tiny_run  # models already trained: the command skips pretraining
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  # --fallback_features: this test checks the stages and the summary, not the features builder.
+  result = subprocess.run([sys.executable, "-m", "experiments.pretrain_benchmark", "--out_dir", out, "--noprogress",
+                           "--fallback_features", "--config", "experiments/configs/pretrain_benchmark.py:tiny"],
+                          cwd=root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root})
+  assert result.returncode == 0, result.stderr[-2000:]
+  with open(os.path.join(out, "summary.json")) as f:
+    summary = json.load(f)
+  assert list(summary["columns"]) == [f"epoch_{e}" for e in cfg.pretrain.checkpoint_epochs] + ["shift"]
+  assert "SHIFT" in summary["columns"]["shift"]
+  assert not any(k.startswith("pretrain_") and v > 5 for k, v in summary["seconds"].items())  # reused, not retrained
+  for col in summary["columns"]:
+    assert {"loss", "zlib", "min_k", "min_k_pp", "reference"} <= set(summary["auc"][col])
+  with open(os.path.join(out, "summary.md")) as f:
+    assert "SHIFTED split" in f.read()
+  assert os.path.getsize(os.path.join(out, "auc_vs_epochs.png")) > 0
