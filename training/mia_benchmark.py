@@ -276,6 +276,8 @@ def pretrain(sequences_SxT, folder, *, arch, vocab_size, bos_id, epochs, batch_s
       tokens = sequences_SxT[np.maximum(slot_B, 0)][None]
       weight = (slot_B >= 0).astype(np.float32)[None]
       params, opt_state, loss = step(params, opt_state, tokens, weight)
+      if losses:  # one step in flight at most (as trainer.train_group): the bar shows finished steps
+        jax.block_until_ready(losses[-1])
       losses.append(loss)
       bar.update(1)
     epoch_loss = float(np.mean(jax.device_get(losses)))

@@ -1,19 +1,22 @@
 """The offline pretraining-data MIA benchmark (issue 11, item 4): python -m experiments.pretrain_benchmark.
 
---config=experiments/configs/pretrain_benchmark.py:cpu    default: the whole benchmark in about 10-15 minutes on 2 CPU
-                                                          cores (timings in the README)
+--config=experiments/configs/pretrain_benchmark.py:cpu    default: the whole benchmark in about 11 minutes on 2 shared
+                                                          CPU cores (5-7 idle; measurements below)
 --config=experiments/configs/pretrain_benchmark.py:tiny   seconds, for tests
 
 Why the cpu sizes: 3,984 chitchat conversations have >= 32 words; cut to 64 words (~110 tokens of this BPE) each fits
 one 128-token sequence, so a member is scored on exactly what the model trained on. 500 non-members and 1,000 reference
-documents are set aside; the remaining ~2,480 documents (~2,300 sequences of 128 tokens, ~290k tokens an epoch) are the
+documents are set aside; the remaining 2,484 documents (2,199 sequences of 128 tokens, ~280k tokens an epoch) are the
 target corpus, and 500 of them are the evaluated members (500 + 500 texts: an AUC's standard error is about 0.02).
-The GPT-NeoX (hidden 128, 2 layers, vocabulary 1,024) trained at about 23k tokens/s on an idle 2-core machine
-(measured: 176 ms a step of 32 x 128 tokens; vocabulary 2,048 costs 1.7x, hidden 192 / 3 layers 1.7x), so 8 epochs
-take about 100 s idle and the reference model (1,000 documents, 4 epochs) about 25 s; the machine is shared with other
-jobs, which roughly doubles that. Feature extraction of 1,000 texts is a few seconds a checkpoint without pairs.
-EM-MIA's pairs (N^2 = 10^6 conditional passes per checkpoint) would cost hours on a CPU, so features.pairs is off here;
-turn it on with a smaller data.num_eval or on a GPU.
+Model: GPT-NeoX hidden 192, 3 layers, vocabulary 1,024. Measured steps of 32 x 128 tokens on an idle 2-core machine:
+176 ms (hidden 128, 2 layers), 302 ms (hidden 192, 3 layers), vocabulary 2,048 1.7x dearer; hidden 256 / 4 layers is
+4x hidden 128. With hidden 128 the Loss AUC only rose 0.55 -> 0.75 over 8 epochs; hidden 192 gives 0.55 -> 0.80 and
+Reference 0.65 -> 0.94. The whole benchmark (552 target steps, 112 reference steps at 4 epochs, 5 features folders of
+1,000 texts, attacks) measured 10 min 50 s wall on this 2-core machine while it was shared with other jobs (1-minute
+load average 2.7-7.5, median 4.1): target 370 s, reference 158 s, features 19-27 s a folder without ReCaLL, attacks
+< 1 s each. Idle, the 664 steps alone take ~200 s, so a dedicated 2-core machine needs about 5-7 minutes; ReCaLL's 5
+shots add a few conditional passes per folder. EM-MIA's pairs (N^2 = 10^6 conditional passes per checkpoint) would cost
+hours on a CPU, so features.pairs is off here; turn it on with a smaller data.num_eval or on a GPU.
 """
 
 import ml_collections
