@@ -6,7 +6,9 @@ Models are tiny (8 x 8 images, 8 filters, 1 block per stage, 3 components) and e
 """
 
 import functools
+import importlib.util
 import itertools
+import pathlib
 
 import jax
 import jax.numpy as jnp
@@ -308,3 +310,36 @@ def test_bad_input():
   fns = model_fns(GREY)
   with pytest.raises(InputError, match="do not match image_shape"):
     fns["call_and_loss"](fns["state"], np.zeros((4, 4, 8, 1), int))
+
+
+# ---------------------------------------------------------------- the PyTorch twin (the speed peer)
+
+
+@pytest.mark.parametrize("config", [RGB, GREY], ids=["rgb", "grey"])
+def test_torch_twin_gives_the_same_losses(config):
+  """benchmarks/pixelcnn_torch.py with the same weights gives the same parameters and per-pixel losses."""
+  torch = pytest.importorskip("torch")
+  path = pathlib.Path(__file__).resolve().parent.parent / "benchmarks" / "pixelcnn_torch.py"
+  spec = importlib.util.spec_from_file_location("pixelcnn_torch", path)
+  twin_module = importlib.util.module_from_spec(spec)
+  spec.loader.exec_module(twin_module)
+  fns = model_fns(config)
+  flat = {".".join(str(k.key) for k in p[:-1]): np.asarray(leaf)
+          for p, leaf in jax.tree_util.tree_leaves_with_path(fns["state"])}
+  twin = twin_module.PixelCNNPP(config.image_shape, config.num_levels, config.nr_resnet, config.nr_filters, K,
+                                config.dropout_p).eval()
+  twin_module.load_nnx_weights(twin, flat)
+  x = images(config, seed=8)
+  params_BxHxWxP, loss_BxT = map(np.asarray, fns["call_and_loss"](fns["state"], x))
+  with torch.no_grad():
+    twin_params = twin(torch.from_numpy(x)).numpy()
+    twin_loss = twin.per_position_loss(torch.from_numpy(x)).numpy()
+  # float32 sums taken in another order (other conv kernels): each of the ~40 layers rounds at a few eps of its
+  # O(1) activations, ~40 * 4 * 6e-8 ~ 1e-5 of the largest parameter in all (seen: ~5e-7 of it).
+  scale = float(np.abs(params_BxHxWxP).max())
+  np.testing.assert_allclose(twin_params, params_BxHxWxP, rtol=0, atol=1e-5 * scale)
+  # Each channel's log-probability moves by at most (1 / s) |d mean| + (1 + |u|) |d log s|; with |u| bounded by the
+  # same 1 / s here (|x - m| <= ~2), C channels move the NLL by at most C (2 + 2 / s) times the parameter error.
+  log_s = params_BxHxWxP[..., K:].reshape(x.shape + (-1,))[..., K:2 * K]
+  inv_s = float(np.exp(-np.maximum(log_s, -7.0)).max())
+  np.testing.assert_allclose(twin_loss, loss_BxT, rtol=0, atol=1e-5 * scale * config.image_shape[2] * (2 + 2 * inv_s))
