@@ -50,7 +50,7 @@ def rescale(levels, num_levels):
 
 
 def unpack(params_xP, channels, num_mix):
-  """Split [..., P] into logits [..., K], means [..., C, K], clamped log-scales [..., C, K], coefficients [..., 3, K]."""
+  """Split [..., P] into logits [..., K], means and clamped log-scales [..., C, K], RGB coefficients [..., 3, K]."""
   K = num_mix
   if params_xP.shape[-1] != num_params(channels, K):
     raise InputError(f"mixture parameters have {params_xP.shape[-1]} entries per pixel; "

@@ -198,7 +198,7 @@ def images(config, B=4, seed=0):  # one batch size everywhere: one compilation p
 
 
 def test_autoregressive_order():
-  """d params(pixel t) / d x(pixel s) is exactly 0 for every s >= t (all t), and nonzero for the left and upper pixel."""
+  """d params(pixel t) / d x(pixel s) is exactly 0 for all s >= t (every t), nonzero for the left and upper pixel."""
   config = RGB  # greyscale differs only in the first layer's input channels; test_greyscale_model checks its order
   fns = model_fns(config)
   H, W, C = config.image_shape
