@@ -1,0 +1,237 @@
+"""PixelCNN++ in Flax NNX (Salimans et al. 2017; the official openai/pixel-cnn `pixel_cnn_pp/model.py` and `nn.py`).
+
+The network maps an image x in [-1, 1] (levels rescaled, models/discretized_logistic.py) to P mixture parameters per
+pixel such that pixel t (raster order t = row * W + col) sees only pixels before t. Two streams make that hold without
+masks (Sec. 2.5): u, the down stream, sees only rows above; ul, the down-right stream, sees rows above and pixels to
+the left on the same row. Their convolutions pad only above (and left), so an output never reads below (or right):
+
+  down_shifted_conv      kernel (kh, kw): pad kh-1 rows on top, (kw-1)/2 columns on each side, VALID.
+  down_right_shifted     kernel (kh, kw): pad kh-1 rows on top, kw-1 columns on the left, VALID.
+  *_deconv (stride 2)    transposed convolution, then crop the rows below / columns outside, so output row r reads
+                         only low-resolution row floor(r / 2) (whose content is already shifted).
+  down_shift / right_shift  move a map one row down / one column right, zero-filled, so a pixel's own value is out.
+
+Input: x with a channel of ones appended (distinguishes the image from the zero padding). First layer:
+u = down_shift(down_conv_2x3(x)), ul = down_shift(down_conv_1x3(x)) + right_shift(down_right_conv_2x1(x)).
+Gated ResNet block (Sec. 2.4), concat_elu(y) = elu([y, -y]) on channels, a the auxiliary (skip) input:
+
+  c = conv(concat_elu(x)) + nin(concat_elu(a));   c = dropout(concat_elu(c));   [p, q] = conv(c);   x + p sigmoid(q).
+
+Up pass: three resolutions (H, H/2, H/4) of nr_resnet blocks each, u-blocks without aux, ul-blocks with aux u,
+stride-2 down_shifted (2x3) / down_right_shifted (2x2) convolutions between resolutions; every intermediate map is
+kept. Down pass, consuming the kept maps in reverse (the skip connections): nr_resnet blocks at H/4, a stride-2
+deconvolution, nr_resnet + 1 blocks at H/2, a deconvolution, nr_resnet + 1 blocks at H; u-blocks take aux = kept u,
+ul-blocks aux = [u, kept ul]. Output: nin(elu(ul)) -> P = 10 K (RGB) or 3 K (greyscale) parameters per pixel; the
+likelihood (discretized logistic mixture, RGB coupling) and its formulas are in models/discretized_logistic.py.
+
+Parameters (two deliberate differences from the official code, otherwise the same): every convolution and nin is
+weight-normalised, w = g v / |v| (norm per output channel), as published, but initialised plainly, not from data: v is
+LeCun-normal, g = |v| (so w = v at init, as torch's weight_norm does) and biases are zero; the official init_scale
+0.1 of each block's second convolution becomes g = 0.1 |v|, keeping the residual branches small at init as the
+data-dependent init would. No Polyak averaging (a trainer's choice). `weight_norm=False` gives plain kernels.
+Letters: B batch, H height, W width, C channels, F filters, P mixture parameters per pixel, T = H * W positions.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from lira.errors import InputError
+from models import discretized_logistic as dl
+
+
+@dataclasses.dataclass(frozen=True)
+class PixelCNNConfig:
+  """PixelCNN++ settings; defaults are the official CIFAR-10 model (160 filters, 5 blocks per stage, 10 components)."""
+
+  image_shape: tuple[int, int, int] = (32, 32, 3)  # (H, W, C); H and W divisible by 4, C 1 or 3
+  num_levels: int = 256  # pixel levels 0..num_levels-1 (256 for CIFAR, 17 for sklearn digits)
+  nr_resnet: int = 5  # gated ResNet blocks per stage of the up pass
+  nr_filters: int = 160
+  nr_logistic_mix: int = 10
+  dropout_p: float = 0.5  # applied only with train=True
+  weight_norm: bool = True
+
+  def __post_init__(self):
+    object.__setattr__(self, "image_shape", tuple(int(n) for n in self.image_shape))  # JSON gives a list
+    if len(self.image_shape) != 3:
+      raise InputError(f"image_shape must be (H, W, C), got {self.image_shape}")
+    H, W, C = self.image_shape
+    if H <= 0 or W <= 0 or H % 4 or W % 4:
+      raise InputError(f"image_shape {self.image_shape}: H and W must be positive multiples of 4 (two stride-2 stages)")
+    dl.num_params(C, self.nr_logistic_mix)  # raises unless C is 1 or 3
+    for name in ("num_levels", "nr_resnet", "nr_filters", "nr_logistic_mix"):
+      if getattr(self, name) < (2 if name == "num_levels" else 1):
+        raise InputError(f"{name} must be at least {2 if name == 'num_levels' else 1}, got {getattr(self, name)}")
+    if not 0.0 <= self.dropout_p < 1.0:
+      raise InputError(f"dropout_p must be in [0, 1), got {self.dropout_p}")
+
+  @property
+  def num_params(self):
+    return dl.num_params(self.image_shape[2], self.nr_logistic_mix)
+
+
+def check_images(images_BxHxWxC, config):
+  """InputError unless images are integers shaped [B, H, W, C] of the config with levels in 0..num_levels-1."""
+  images = np.asarray(images_BxHxWxC)
+  if images.ndim != 4 or images.shape[1:] != config.image_shape:
+    raise InputError(f"images shaped {images.shape} do not match image_shape {config.image_shape} (as [B, H, W, C])")
+  if not np.issubdtype(images.dtype, np.integer):
+    raise InputError(f"images must hold integer pixel levels, got dtype {images.dtype}")
+  if images.size and (images.min() < 0 or images.max() >= config.num_levels):
+    raise InputError(f"pixel levels span {images.min()}..{images.max()}, outside num_levels 0..{config.num_levels - 1}")
+
+
+def concat_elu(x_BxHxWxF):
+  """elu([x, -x]) on channels (the official resnet nonlinearity)."""
+  return jax.nn.elu(jnp.concatenate([x_BxHxWxF, -x_BxHxWxF], axis=-1))
+
+
+def down_shift(x_BxHxWxF):
+  return jnp.pad(x_BxHxWxF[:, :-1], ((0, 0), (1, 0), (0, 0), (0, 0)))
+
+
+def right_shift(x_BxHxWxF):
+  return jnp.pad(x_BxHxWxF[:, :, :-1], ((0, 0), (0, 0), (1, 0), (0, 0)))
+
+
+class Conv(nnx.Module):
+  """Weight-normalised convolution of one causal kind: "down", "down_right" (shifted, optionally transposed) or "nin".
+
+  Kernel v_KhxKwxIxO: a plain convolution reads input (r + i, c + j) for tap (i, j) after padding; a transposed one
+  adds input (r, c) times tap (i, j) to output (s r + i, s c + j) (torch's ConvTranspose2d convention).
+  """
+
+  def __init__(self, c_in, c_out, kernel_hw, kind, *, stride=1, transposed=False, init_scale=1.0,
+               weight_norm=True, rngs: nnx.Rngs):
+    if kind not in ("down", "down_right", "nin"):
+      raise InputError(f"unknown conv kind {kind!r}")
+    kh, kw = kernel_hw
+    v = nnx.initializers.lecun_normal(in_axis=(0, 1, 2), out_axis=3)(rngs.params(), (kh, kw, c_in, c_out))
+    norm_O = jnp.sqrt(jnp.sum(v ** 2, axis=(0, 1, 2)))
+    self.kind, self.stride, self.transposed, self.weight_norm = kind, stride, transposed, weight_norm
+    self.v = nnx.Param(v if weight_norm else init_scale * v)
+    self.g = nnx.Param(init_scale * norm_O if weight_norm else jnp.ones(c_out))  # unused without weight norm
+    self.b = nnx.Param(jnp.zeros(c_out))
+
+  def kernel(self):
+    v = self.v[...]
+    if not self.weight_norm:
+      return v
+    return v * (self.g[...] / jnp.sqrt(jnp.sum(v ** 2, axis=(0, 1, 2))))
+
+  def __call__(self, x_BxHxWxI):
+    w = self.kernel()
+    kh, kw, _, _ = w.shape
+    s = self.stride
+    dims = ("NHWC", "HWIO", "NHWC")
+    if self.kind == "nin":
+      return x_BxHxWxI @ w[0, 0] + self.b[...]
+    if not self.transposed:
+      cols = ((kw - 1) // 2, (kw - 1) // 2) if self.kind == "down" else (kw - 1, 0)
+      y = jax.lax.conv_general_dilated(x_BxHxWxI, w, (s, s), ((kh - 1, 0), cols), dimension_numbers=dims)
+      return y + self.b[...]
+    # Transposed = convolution of the s-dilated input with the flipped kernel; padded to the official target size
+    # (H s + kh - 1, W s + kw - 1), then cropped as down_shifted_deconv2d / down_right_shifted_deconv2d do.
+    H, W = x_BxHxWxI.shape[1:3]
+    y = jax.lax.conv_general_dilated(x_BxHxWxI, w[::-1, ::-1], (1, 1), ((kh - 1, kh - 2 + s), (kw - 1, kw - 2 + s)),
+                                     lhs_dilation=(s, s), dimension_numbers=dims)
+    c0 = (kw - 1) // 2 if self.kind == "down" else 0
+    return y[:, :H * s, c0:c0 + W * s] + self.b[...]
+
+
+class GatedResnet(nnx.Module):
+  """x + p sigmoid(q), [p, q] = conv(dropout(concat_elu(conv(concat_elu(x)) + nin(concat_elu(aux))))) (Sec. 2.4)."""
+
+  def __init__(self, filters, kind, aux_filters, dropout_p, weight_norm, *, rngs: nnx.Rngs):
+    F = filters
+    kernel = (2, 3) if kind == "down" else (2, 2)
+    self.dropout_p = dropout_p
+    self.conv1 = Conv(2 * F, F, kernel, kind, weight_norm=weight_norm, rngs=rngs)
+    self.nin_aux = Conv(2 * aux_filters, F, (1, 1), "nin", weight_norm=weight_norm, rngs=rngs) if aux_filters else None
+    self.conv2 = Conv(2 * F, 2 * F, kernel, kind, init_scale=0.1, weight_norm=weight_norm, rngs=rngs)
+
+  def __call__(self, x_BxHxWxF, aux=None, key=None):
+    c_BxHxWxF = self.conv1(concat_elu(x_BxHxWxF))
+    if aux is not None:
+      c_BxHxWxF = c_BxHxWxF + self.nin_aux(concat_elu(aux))
+    c_BxHxWx2F = concat_elu(c_BxHxWxF)
+    if key is not None:  # inverted dropout, as tf.nn.dropout
+      keep = jax.random.bernoulli(key, 1.0 - self.dropout_p, c_BxHxWx2F.shape)
+      c_BxHxWx2F = jnp.where(keep, c_BxHxWx2F / (1.0 - self.dropout_p), 0.0)
+    p, q = jnp.split(self.conv2(c_BxHxWx2F), 2, axis=-1)
+    return x_BxHxWxF + p * jax.nn.sigmoid(q)
+
+
+class PixelCNNPP(nnx.Module):
+  """PixelCNN++: `__call__(images) -> params_BxHxWxP`, `per_position_loss(images) -> loss_BxT` (nats per pixel)."""
+
+  def __init__(self, config: PixelCNNConfig, *, rngs: nnx.Rngs):
+    self.config = config
+    F, R, (_, _, C) = config.nr_filters, config.nr_resnet, config.image_shape
+    wn = config.weight_norm
+
+    def conv(c_in, c_out, kernel, kind, **kw):
+      return Conv(c_in, c_out, kernel, kind, weight_norm=wn, rngs=rngs, **kw)
+
+    def blocks(n, kind, aux):
+      return nnx.List([GatedResnet(F, kind, aux, config.dropout_p, wn, rngs=rngs) for _ in range(n)])
+
+    self.u_first = conv(C + 1, F, (2, 3), "down")
+    self.ul_first_down = conv(C + 1, F, (1, 3), "down")
+    self.ul_first_right = conv(C + 1, F, (2, 1), "down_right")
+    self.up_u, self.up_ul = blocks(3 * R, "down", 0), blocks(3 * R, "down_right", F)
+    self.downsample_u = nnx.List([conv(F, F, (2, 3), "down", stride=2) for _ in range(2)])
+    self.downsample_ul = nnx.List([conv(F, F, (2, 2), "down_right", stride=2) for _ in range(2)])
+    self.down_u, self.down_ul = blocks(3 * R + 2, "down", F), blocks(3 * R + 2, "down_right", 2 * F)
+    self.upsample_u = nnx.List([conv(F, F, (2, 3), "down", stride=2, transposed=True) for _ in range(2)])
+    self.upsample_ul = nnx.List([conv(F, F, (2, 2), "down_right", stride=2, transposed=True) for _ in range(2)])
+    self.out = conv(F, config.num_params, (1, 1), "nin")
+
+  def network(self, x_BxHxWxC, key=None):
+    """Mixture parameters [B, H, W, P] from a float image in [-1, 1]; dropout in every block when key is given."""
+    R = self.config.nr_resnet
+    block_keys = iter(jax.random.split(key, 12 * R + 4)) if key is not None else None
+
+    def next_key():
+      return next(block_keys) if block_keys is not None else None
+
+    ones_BxHxWx1 = jnp.ones(x_BxHxWxC.shape[:-1] + (1,), x_BxHxWxC.dtype)
+    x_pad = jnp.concatenate([x_BxHxWxC, ones_BxHxWx1], axis=-1)
+    u_list = [down_shift(self.u_first(x_pad))]
+    ul_list = [down_shift(self.ul_first_down(x_pad)) + right_shift(self.ul_first_right(x_pad))]
+    for i in range(3 * R):  # up pass
+      if i and i % R == 0:
+        u_list.append(self.downsample_u[i // R - 1](u_list[-1]))
+        ul_list.append(self.downsample_ul[i // R - 1](ul_list[-1]))
+      u_list.append(self.up_u[i](u_list[-1], key=next_key()))
+      ul_list.append(self.up_ul[i](ul_list[-1], u_list[-1], key=next_key()))
+    u, ul = u_list.pop(), ul_list.pop()
+    for j in range(3 * R + 2):  # down pass: R blocks, then R + 1 after each upsampling
+      if j in (R, 2 * R + 1):
+        stage = 0 if j == R else 1
+        u, ul = self.upsample_u[stage](u), self.upsample_ul[stage](ul)
+      u = self.down_u[j](u, u_list.pop(), key=next_key())
+      ul = self.down_ul[j](ul, jnp.concatenate([u, ul_list.pop()], axis=-1), key=next_key())
+    assert not u_list and not ul_list
+    return self.out(jax.nn.elu(ul))
+
+  def __call__(self, images_BxHxWxC, train=False, key=None):
+    """Mixture parameters [B, H, W, P] of every pixel given the pixels before it; train=True needs a dropout key."""
+    if tuple(images_BxHxWxC.shape[1:]) != self.config.image_shape:
+      raise InputError(f"images shaped {tuple(images_BxHxWxC.shape)} do not match image_shape "
+                       f"{self.config.image_shape}")
+    dropout = train and self.config.dropout_p > 0
+    if dropout and key is None:
+      raise InputError("train=True with dropout_p > 0 needs a dropout key")
+    return self.network(dl.rescale(images_BxHxWxC, self.config.num_levels), key if dropout else None)
+
+  def per_position_loss(self, images_BxHxWxC, train=False, key=None):
+    """Negative log-likelihood in nats of each pixel (all channels), [B, T = H * W] in raster order, float32."""
+    params_BxHxWxP = self(images_BxHxWxC, train=train, key=key)
+    c = self.config
+    nll_BxHxW = dl.pixel_nll(images_BxHxWxC, params_BxHxWxP, c.num_levels, c.nr_logistic_mix)
+    return nll_BxHxW.reshape(nll_BxHxW.shape[0], -1).astype(jnp.float32)
