@@ -27,8 +27,6 @@ config_flags.DEFINE_config_file("config", os.path.join(os.path.dirname(__file__)
                                 "Benchmark config (experiments/configs/pretrain_benchmark.py:cpu or :tiny).")
 flags.DEFINE_string("out_dir", None, "Benchmark folder: data, models, features, reports.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
-flags.DEFINE_bool("fallback_features", False, "TEMPORARY (until training.features and attacks.report are wired): "
-                  "lp / mu / sigma / ref_lp only, and Loss, Zlib, Min-K%, Min-K%++, Reference computed here.")
 
 SHIFT = "shift"
 
@@ -40,77 +38,30 @@ def column_names(cfg):
   return cols
 
 
-# ---- the two calls into the features builder and the attack report -----------------------------------------------
-# WIRING POINT: training.features.build_features and attacks.report.evaluate_features (or run_attacks) are written by
-# other helpers; until they are in this tree (or with --fallback_features), _fallback_features / _fallback_attacks
-# stand in (lp, mu, sigma, ref_lp only; Loss, Zlib, Min-K%, Min-K%++, Reference).
+# ---- the features folder and the attack table of one column -------------------------------------------------------
 
 def build_features(cfg, features_dir, model_path, texts, labels, tokenizer_path, reference_model):
-  """A features folder for `texts` under `model_path` (skipped when its features.json exists)."""
-  if os.path.exists(os.path.join(features_dir, "features.json")):
-    return features_dir
+  """A features folder for `texts` under `model_path` (its finished stages are kept: a killed build resumes)."""
+  from training import features
+  from training import neighbours
   f = cfg.features
-  try:
-    from training.features import build_features as build
-  except ImportError:
-    build = None
-  if build is None or FLAGS.fallback_features:
-    return _fallback_features(features_dir, model_path, texts, labels, tokenizer_path, reference_model, f)
-  return build(features_dir, model_path, texts, labels, tokenizer=tokenizer_path, max_length=f.max_length,
-               batch_size=f.batch_size, prefix_shots=f.prefix_shots, pairs=f.pairs, reference_model=reference_model,
-               neighbours=None, seed=cfg.seed, progress=FLAGS.progress)
+  nbrs = method = None
+  if f.neighbours:  # the offline fallback: nothing downloaded (README, "Which neighbours a table used")
+    nbrs = neighbours.offline_neighbours(texts, f.neighbours, seed=cfg.seed)
+    method = neighbours.OFFLINE
+  return features.build_features(features_dir, model_path, texts, labels, tokenizer=tokenizer_path,
+                                 max_length=f.max_length, batch_size=f.batch_size, prefix_shots=f.prefix_shots,
+                                 ensemble=f.ensemble, pairs=f.pairs, reference_model=reference_model,
+                                 neighbours=nbrs, neighbour_method=method, seed=cfg.seed, progress=FLAGS.progress)
 
 
 def evaluate(cfg, features_dir):
-  """(table text, rows [{"name", "auc", ...}]) of every attack the features folder supports."""
+  """(table text, rows [{"name", "summary", ...}]) of the configured attacks on a features folder."""
+  from attacks import report
   a = cfg.attacks
-  try:
-    from attacks import report
-  except ImportError:
-    report = None
-  evaluate_features = getattr(report, "evaluate_features", None) or getattr(report, "run_attacks", None)
-  if evaluate_features is None or FLAGS.fallback_features:
-    return _fallback_attacks(features_dir, a.k, a.n_boot, cfg.seed)
-  table, result = evaluate_features(features_dir, attacks=a.names, k=a.k, n_boot=a.n_boot, seed=cfg.seed,
-                                    out_dir=features_dir)
+  table, result = report.run_attacks(features_dir, attacks=a.names, k=a.k, gamma=a.gamma, n_boot=a.n_boot,
+                                     seed=cfg.seed, out_dir=features_dir)
   return table, result["rows"]
-
-
-def _fallback_features(features_dir, model_path, texts, labels, tokenizer_path, reference_model, f):
-  from models import hf_convert
-  from training import data as data_lib
-  from training import extract
-  ids_NxT, mask_NxT = extract.encode_batch(data_lib.load_tokenizer(tokenizer_path), texts, f.max_length)
-  lp, mu, sigma = extract.causal_lm_statistics(hf_convert.from_pretrained(model_path), ids_NxT, mask_NxT, f.batch_size)
-  ref_lp = extract.causal_lm_statistics(hf_convert.from_pretrained(reference_model), ids_NxT, mask_NxT,
-                                        f.batch_size)[0]
-  arrays = dict(labels=np.asarray(labels, np.int8), ids=ids_NxT, mask=mask_NxT, lp=lp, mu=mu, sigma=sigma, ref_lp=ref_lp)
-  for name, array in arrays.items():
-    rundir.save_npy(os.path.join(features_dir, f"{name}.npy"), array)
-  rundir.save_json(os.path.join(features_dir, "texts.json"), list(texts))
-  rundir.save_json(os.path.join(features_dir, "features.json"), {
-      "schema": "seqlira.features/1", "model": model_path, "tokenizer": tokenizer_path, "max_length": f.max_length,
-      "n_texts": len(texts), "arrays": {k: list(v.shape) for k, v in arrays.items()},
-      "reference_model": reference_model, "notes": ["written by experiments.pretrain_benchmark's fallback"]})
-  return features_dir
-
-
-def _fallback_attacks(features_dir, k, n_boot, seed):
-  import attacks
-  from lira import metrics
-  load = lambda name: rundir.load_npy(os.path.join(features_dir, f"{name}.npy"))  # noqa: E731
-  with open(os.path.join(features_dir, "texts.json")) as fh:
-    texts = json.load(fh)
-  labels, lp, mu, sigma, ref_lp = (load(n) for n in ("labels", "lp", "mu", "sigma", "ref_lp"))
-  scores = {"loss": attacks.loss(lp), "zlib": attacks.zlib(lp, texts), "min_k": attacks.min_k(lp, k),
-            "min_k_pp": attacks.min_k_pp(lp, mu, sigma, k), "reference": attacks.reference(lp, ref_lp)}
-  rows = []
-  for name, s in scores.items():
-    summary = metrics.summarize(s[None], labels[None] == 1, n_boot=n_boot, seed=seed)
-    rows.append({"name": name, "auc": summary["auc"], "auc_ci": summary["auc_ci"],
-                 "tpr": {key: v["tpr"] for key, v in summary["tpr"].items()}})
-  table = "\n".join(f"{r['name']:<10} AUC {r['auc']:.3f}" for r in rows)
-  return table, rows
 
 
 # ---- summary -------------------------------------------------------------------------------------------------------
