@@ -7,7 +7,6 @@ attack table for each checkpoint and for the DISTRIBUTION-SHIFT split; then one 
 AUC per epoch plus the shift split) printed and written as summary.json, summary.md and auc_vs_epochs.png.
 """
 
-import json
 import os
 import time
 
