@@ -192,3 +192,27 @@ def test_cached_path_matches_hugging_face_past_key_values():
   got = np.asarray(module.extend(jnp.asarray(text_1xT), cache))
   # torch and XLA order float32 sums differently: ~1e-6 on O(1-10) logits (as test_gpt_neox's parity tests).
   np.testing.assert_allclose(got, want, **TOL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config", ["lstm", "pythia"])
+def test_shadow_model_loader_reproduces_the_runs_losses(tmp_path, monkeypatch, config):
+  """A loaded shadow model with the empty prefix (BOS alone) scores the canaries as losses.npy stores them."""
+  import os
+  from experiments.configs import lstm as lstm_configs
+  from training import data as data_lib
+  from training import pipeline
+  from training.shadow_model import load_shadow_model
+  monkeypatch.setattr(pipeline, "_corpus", lambda cfg: data_lib.load_chitchat()[:400])
+  from experiments.configs import pythia
+  cfg = lstm_configs.get_config("tiny") if config == "lstm" else pythia.get_config("tiny")
+  assert pipeline.run(cfg, str(tmp_path), progress=False)
+  module, tokenizer, bos_id = load_shadow_model(str(tmp_path), 4)  # second model of group 1 (groups of 3)
+  assert bos_id == data_lib.bos_id(tokenizer)
+  canaries_NxT = np.load(os.path.join(tmp_path, "canaries.npy"))
+  lp_NxT = prefix_lp.conditional_lp(module, [], canaries_NxT, np.ones(canaries_NxT.shape, bool), bos_id=bos_id)
+  # Same parameters, the trainer's vmapped group forward against this single-model cached path: rounding only
+  # (~1e-6 on O(1-10) losses).
+  np.testing.assert_allclose(-lp_NxT, np.load(os.path.join(tmp_path, "losses.npy"))[4], **TOL)
+  with pytest.raises(InputError, match="outside the run's 6 models"):
+    load_shadow_model(str(tmp_path), 6)
