@@ -153,19 +153,18 @@ class Attention(nnx.Module):
       probs_BxHxTxS = jax.nn.softmax(scores_BxHxTxS, axis=-1).astype(v_BxSxHxE.dtype)
       out_BxTxHxE = jnp.einsum("bhts,bshe->bthe", probs_BxHxTxS, v_BxSxHxE)
       return self.dense(out_BxTxHxE.reshape(B, T, D)), (k_BxSxHxE, v_BxSxHxE)
-    # Cached keys: the queries of the C cache rows' groups meet their row's keys without copying the cache B / C
-    # times; one softmax over [cached keys | new keys].
+    # Cached keys: each cache row serves its group of B / C query rows; one softmax over [cached keys | new keys].
     past_k_CxSxHxE, past_v_CxSxHxE, past_mask_CxS = past
     C, S = past_mask_CxS.shape
-    q_CxNxTxHxE = q_BxTxHxE.reshape(C, B // C, T, H, E)
-    past_CxNxHxTxS = jnp.einsum("cnthe,cshe->cnhts", q_CxNxTxHxE, past_k_CxSxHxE.astype(q_BxTxHxE.dtype),
-                                preferred_element_type=jnp.float32) * E ** -0.5
-    past_CxNxHxTxS = jnp.where(past_mask_CxS[:, None, None, None, :], past_CxNxHxTxS, floor)
-    scores_BxHxTx2S = jnp.concatenate([past_CxNxHxTxS.reshape(B, H, T, S), scores_BxHxTxS], axis=-1)
+    k_Bx2SxHxE = jnp.concatenate([jnp.repeat(past_k_CxSxHxE, B // C, axis=0).astype(k_BxSxHxE.dtype), k_BxSxHxE], 1)
+    v_Bx2SxHxE = jnp.concatenate([jnp.repeat(past_v_CxSxHxE, B // C, axis=0).astype(v_BxSxHxE.dtype), v_BxSxHxE], 1)
+    past_BxTxS = jnp.broadcast_to(jnp.repeat(past_mask_CxS, B // C, axis=0)[:, None, :], (B, T, S))
+    allowed_BxTx2S = jnp.concatenate([past_BxTxS, allowed_BxTxS], axis=-1)
+    scores_BxHxTx2S = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, k_Bx2SxHxE,
+                                 preferred_element_type=jnp.float32) * E ** -0.5
+    scores_BxHxTx2S = jnp.where(allowed_BxTx2S[:, None], scores_BxHxTx2S, floor)
     probs_BxHxTx2S = jax.nn.softmax(scores_BxHxTx2S, axis=-1).astype(v_BxSxHxE.dtype)
-    past_probs_CxNxHxTxS = probs_BxHxTx2S[..., :S].reshape(C, B // C, H, T, S)
-    out_BxTxHxE = (jnp.einsum("cnhts,cshe->cnthe", past_probs_CxNxHxTxS, past_v_CxSxHxE.astype(v_BxSxHxE.dtype))
-                   .reshape(B, T, H, E) + jnp.einsum("bhts,bshe->bthe", probs_BxHxTx2S[..., S:], v_BxSxHxE))
+    out_BxTxHxE = jnp.einsum("bhts,bshe->bthe", probs_BxHxTx2S, v_Bx2SxHxE)
     return self.dense(out_BxTxHxE.reshape(B, T, D)), (k_BxSxHxE, v_BxSxHxE)
 
 
