@@ -7,7 +7,7 @@ models/hf_convert.py.
 KV cache: `prefill` runs prefixes once and keeps every layer's keys and values after rotary; `extend` runs new
 tokens against them. Positions count real tokens only (cumsum(mask) - 1), in the prefix and after it, so padding
 never shifts a real token's RoPE angle and the cached path computes what the full forward pass on the unpadded
-concatenation computes; only the order of float sums differs (two score blocks, one softmax).
+concatenation computes; only the order of float sums differs (other shapes, other matmul blocking).
 """
 
 import dataclasses
@@ -144,27 +144,20 @@ class Attention(nnx.Module):
     q_BxTxHxE, k_BxSxHxE, v_BxSxHxE = jnp.split(qkv_BxTxHx3E, 3, axis=-1)
     q_BxTxHxE = apply_rotary(q_BxTxHxE, cos_BxTxR, sin_BxTxR)
     k_BxSxHxE = apply_rotary(k_BxSxHxE, cos_BxTxR, sin_BxTxR)
-    scores_BxHxTxS = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, k_BxSxHxE,
+    keys_BxSxHxE, values_BxSxHxE = k_BxSxHxE, v_BxSxHxE
+    if past is not None:  # each cache row serves its group of B / C query rows: [cached keys | new keys]
+      past_k_CxSxHxE, past_v_CxSxHxE, past_mask_CxS = past
+      C, S = past_mask_CxS.shape
+      group = lambda x: jnp.repeat(x, B // C, axis=0)  # noqa: E731
+      keys_BxSxHxE = jnp.concatenate([group(past_k_CxSxHxE).astype(k_BxSxHxE.dtype), k_BxSxHxE], axis=1)
+      values_BxSxHxE = jnp.concatenate([group(past_v_CxSxHxE).astype(v_BxSxHxE.dtype), v_BxSxHxE], axis=1)
+      allowed_BxTxS = jnp.concatenate([jnp.broadcast_to(group(past_mask_CxS)[:, None], (B, T, S)), allowed_BxTxS], -1)
+    scores_BxHxTxS = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, keys_BxSxHxE,
                                 preferred_element_type=jnp.float32) * E ** -0.5
     # A finite floor, not -inf: a row with no allowed key (a left-padding query) softmaxes to uniform, not NaN.
-    floor = jnp.finfo(jnp.float32).min
-    scores_BxHxTxS = jnp.where(allowed_BxTxS[:, None], scores_BxHxTxS, floor)
-    if past is None:
-      probs_BxHxTxS = jax.nn.softmax(scores_BxHxTxS, axis=-1).astype(v_BxSxHxE.dtype)
-      out_BxTxHxE = jnp.einsum("bhts,bshe->bthe", probs_BxHxTxS, v_BxSxHxE)
-      return self.dense(out_BxTxHxE.reshape(B, T, D)), (k_BxSxHxE, v_BxSxHxE)
-    # Cached keys: each cache row serves its group of B / C query rows; one softmax over [cached keys | new keys].
-    past_k_CxSxHxE, past_v_CxSxHxE, past_mask_CxS = past
-    C, S = past_mask_CxS.shape
-    k_Bx2SxHxE = jnp.concatenate([jnp.repeat(past_k_CxSxHxE, B // C, axis=0).astype(k_BxSxHxE.dtype), k_BxSxHxE], 1)
-    v_Bx2SxHxE = jnp.concatenate([jnp.repeat(past_v_CxSxHxE, B // C, axis=0).astype(v_BxSxHxE.dtype), v_BxSxHxE], 1)
-    past_BxTxS = jnp.broadcast_to(jnp.repeat(past_mask_CxS, B // C, axis=0)[:, None, :], (B, T, S))
-    allowed_BxTx2S = jnp.concatenate([past_BxTxS, allowed_BxTxS], axis=-1)
-    scores_BxHxTx2S = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, k_Bx2SxHxE,
-                                 preferred_element_type=jnp.float32) * E ** -0.5
-    scores_BxHxTx2S = jnp.where(allowed_BxTx2S[:, None], scores_BxHxTx2S, floor)
-    probs_BxHxTx2S = jax.nn.softmax(scores_BxHxTx2S, axis=-1).astype(v_BxSxHxE.dtype)
-    out_BxTxHxE = jnp.einsum("bhts,bshe->bthe", probs_BxHxTx2S, v_Bx2SxHxE)
+    scores_BxHxTxS = jnp.where(allowed_BxTxS[:, None], scores_BxHxTxS, jnp.finfo(jnp.float32).min)
+    probs_BxHxTxS = jax.nn.softmax(scores_BxHxTxS, axis=-1).astype(values_BxSxHxE.dtype)
+    out_BxTxHxE = jnp.einsum("bhts,bshe->bthe", probs_BxHxTxS, values_BxSxHxE)
     return self.dense(out_BxTxHxE.reshape(B, T, D)), (k_BxSxHxE, v_BxSxHxE)
 
 

@@ -14,7 +14,7 @@ from training import prefix_lp
 from test_gpt_neox import random_params, tiny_config  # the tiny GPT-NeoX and its sharp random weights
 
 V = 101
-# Cached and full paths sum the same terms in a different order (scores in two blocks joined by one softmax,
+# Cached and full paths sum the same terms in a different order (keys split into cache and new tokens,
 # shapes that block matmuls differently): ~1e-6 on these O(1-10) logits / lps after 2 layers of <= 96-term float32
 # products. 1e-5 is 10x above that; a wrong RoPE position or a leaked pad moves lps by O(0.1-1).
 TOL = dict(rtol=1e-5, atol=1e-5)
