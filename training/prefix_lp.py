@@ -136,7 +136,8 @@ def conditional_lp(module, prefix_ids, ids_NxT, mask_NxT, batch_size=16, bos_id=
 def pair_lp(module, ids_NxT, mask_NxT, rows=None, batch_size=16, prefix_batch=4, bos_id=None):
   """lp_RxNxT float32: [i, x] is text x's lp with the real tokens of text rows[i] alone as prefix (EM-MIA's pairs,
   Kim et al. 2024, Sec. 4); rows defaults to all N, and a subset lets a caller write chunks and resume. Each
-  prefix is run once; `prefix_batch` prefixes at a time meet each batch of `batch_size` texts."""
+  prefix is run once; `prefix_batch` prefixes at a time meet each batch of `batch_size` texts (one call holds
+  prefix_batch * batch_size x T x V float32 logits: lower them for a 50k vocabulary)."""
   _check_module(module)
   ids_NxT, mask_NxT, lengths_N = _check_texts(module, ids_NxT, mask_NxT)
   N = len(ids_NxT)
