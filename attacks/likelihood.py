@@ -5,7 +5,7 @@ import zlib as zlib_lib
 
 import numpy as np
 
-from attacks.rows import as_rows, mean_ll, same_rows
+from attacks.rows import mean_ll, same_rows
 from lira.errors import InputError
 
 
@@ -34,5 +34,5 @@ def neighbourhood(lp_NxT, neighbour_lp_NxJxT):
   """Neighbourhood attack (Mattern et al. 2023): LL minus the MEAN over the J neighbours' LL (the paper's mean; not
   MIMIR's code, which ends up with the minimum)."""
   same_rows("neighbour_lp", neighbour_lp_NxJxT, lp_NxT)
-  neighbours_NxJ = np.nanmean(as_rows("neighbour_lp", neighbour_lp_NxJxT, 3), axis=-1)
+  neighbours_NxJ = mean_ll("neighbour_lp", neighbour_lp_NxJxT, ndim=3)
   return loss(lp_NxT) - neighbours_NxJ.mean(axis=1)

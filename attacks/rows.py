@@ -5,21 +5,34 @@ import numpy as np
 from lira.errors import InputError
 
 
-def as_rows(name, array, ndim=2):
-  """A float64 array of the expected rank, its name in errors; a row with no scored position is refused."""
-  array = np.asarray(array, dtype=np.float64)
+def _float_rows(name, array, ndim):
+  """(array as float32 or float64, its finite mask), after the rank and empty-row checks."""
+  array = np.asarray(array)
+  if array.dtype not in (np.float32, np.float64):  # float32 kept: no float64 copy of large arrays
+    array = array.astype(np.float64)
   if array.ndim != ndim:
     raise InputError(f"{name}: expected a {ndim}-D per-token array, got shape {list(array.shape)}")
-  empty = ~np.isfinite(array).any(axis=-1)
+  finite = np.isfinite(array)
+  empty = ~finite.any(axis=-1)
   if empty.any():
     index = tuple(int(i[0]) for i in np.nonzero(empty))
     raise InputError(f"{name}: row {index if len(index) > 1 else index[0]} has no scored position (all NaN)")
-  return array
+  return array, finite
 
 
-def mean_ll(name, lp_NxT):
-  """LL = mean lp over each row's scored (non-NaN) positions, float64 [N] (the Hugging Face mean, never a sum)."""
-  return np.nanmean(as_rows(name, lp_NxT, np.ndim(lp_NxT)), axis=-1)
+def as_rows(name, array, ndim=2):
+  """A float array of the expected rank (float32 kept as is, other types become float64), its name in errors; a
+  row with no scored position is refused."""
+  return _float_rows(name, array, ndim)[0]
+
+
+def mean_ll(name, lp_NxT, ndim=None):
+  """LL = mean lp over each row's scored (non-NaN) positions, float64 [N] (the Hugging Face mean, never a sum).
+
+  Summed in float64 whatever the input's precision, as np.nanmean of a float64 copy would, without making the copy.
+  """
+  lp_NxT, finite_NxT = _float_rows(name, lp_NxT, np.ndim(lp_NxT) if ndim is None else ndim)
+  return np.where(finite_NxT, lp_NxT, 0).sum(axis=-1, dtype=np.float64) / finite_NxT.sum(axis=-1)
 
 
 def same_rows(name, array, lp_NxT):

@@ -1,10 +1,17 @@
 """GPT-NeoX (Pythia) decoder in Flax NNX, numerically matching Hugging Face's `GPTNeoXForCausalLM` forward pass.
 
 Letters: B batch, T query time, S key time, D hidden, H heads, E head dim (D = H * E), R rotary dims, P pass-through
-dims (E - R), F MLP width, V vocab. Loading and saving Hugging Face folders is models/hf_convert.py.
+dims (E - R), F MLP width, V vocab, C cached prefixes. Loading and saving Hugging Face folders is
+models/hf_convert.py.
+
+KV cache: `prefill` runs prefixes once and keeps every layer's keys and values after rotary; `extend` runs new
+tokens against them. Positions count real tokens only (cumsum(mask) - 1), in the prefix and after it, so padding
+never shifts a real token's RoPE angle and the cached path computes what the full forward pass on the unpadded
+concatenation computes; only the order of float sums differs (other shapes, other matmul blocking).
 """
 
 import dataclasses
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -128,20 +135,30 @@ class Attention(nnx.Module):
     self.query_key_value = _linear(D, 3 * D, config, rngs, use_bias=config.attention_bias)
     self.dense = _linear(D, D, config, rngs, use_bias=config.attention_bias)
 
-  def __call__(self, x_BxTxD, cos_BxTxR, sin_BxTxR, allowed_BxTxS):
+  def __call__(self, x_BxTxD, cos_BxTxR, sin_BxTxR, allowed_BxTxS, past=None):
+    """(output, (k, v) after rotary). `past` = (k_CxSxHxE, v_CxSxHxE, mask_CxS): cached keys every query also sees,
+    rows grouped as in GPTNeoXForCausalLM.extend (query row b reads cache row b // (B / C))."""
     B, T, D = x_BxTxD.shape
     H, E = self.config.num_attention_heads, self.config.head_dim
     qkv_BxTxHx3E = self.query_key_value(x_BxTxD).reshape(B, T, H, 3 * E)
     q_BxTxHxE, k_BxSxHxE, v_BxSxHxE = jnp.split(qkv_BxTxHx3E, 3, axis=-1)
     q_BxTxHxE = apply_rotary(q_BxTxHxE, cos_BxTxR, sin_BxTxR)
     k_BxSxHxE = apply_rotary(k_BxSxHxE, cos_BxTxR, sin_BxTxR)
-    scores_BxHxTxS = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, k_BxSxHxE,
+    keys_BxSxHxE, values_BxSxHxE = k_BxSxHxE, v_BxSxHxE
+    if past is not None:  # each cache row serves its group of B / C query rows: [cached keys | new keys]
+      past_k_CxSxHxE, past_v_CxSxHxE, past_mask_CxS = past
+      C, S = past_mask_CxS.shape
+      group = lambda x: jnp.repeat(x, B // C, axis=0)  # noqa: E731
+      keys_BxSxHxE = jnp.concatenate([group(past_k_CxSxHxE).astype(k_BxSxHxE.dtype), k_BxSxHxE], axis=1)
+      values_BxSxHxE = jnp.concatenate([group(past_v_CxSxHxE).astype(v_BxSxHxE.dtype), v_BxSxHxE], axis=1)
+      allowed_BxTxS = jnp.concatenate([jnp.broadcast_to(group(past_mask_CxS)[:, None], (B, T, S)), allowed_BxTxS], -1)
+    scores_BxHxTxS = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, keys_BxSxHxE,
                                 preferred_element_type=jnp.float32) * E ** -0.5
     # A finite floor, not -inf: a row with no allowed key (a left-padding query) softmaxes to uniform, not NaN.
     scores_BxHxTxS = jnp.where(allowed_BxTxS[:, None], scores_BxHxTxS, jnp.finfo(jnp.float32).min)
-    probs_BxHxTxS = jax.nn.softmax(scores_BxHxTxS, axis=-1).astype(v_BxSxHxE.dtype)
-    out_BxTxHxE = jnp.einsum("bhts,bshe->bthe", probs_BxHxTxS, v_BxSxHxE)
-    return self.dense(out_BxTxHxE.reshape(B, T, D))
+    probs_BxHxTxS = jax.nn.softmax(scores_BxHxTxS, axis=-1).astype(values_BxSxHxE.dtype)
+    out_BxTxHxE = jnp.einsum("bhts,bshe->bthe", probs_BxHxTxS, values_BxSxHxE)
+    return self.dense(out_BxTxHxE.reshape(B, T, D)), (k_BxSxHxE, v_BxSxHxE)
 
 
 class MLP(nnx.Module):
@@ -164,12 +181,13 @@ class Layer(nnx.Module):
     self.attention = Attention(config, rngs)
     self.mlp = MLP(config, rngs)
 
-  def __call__(self, x_BxTxD, cos_BxTxR, sin_BxTxR, allowed_BxTxS):
-    attn_BxTxD = self.attention(self.input_layernorm(x_BxTxD), cos_BxTxR, sin_BxTxR, allowed_BxTxS)
+  def __call__(self, x_BxTxD, cos_BxTxR, sin_BxTxR, allowed_BxTxS, past=None):
+    """(output, this layer's (k, v) after rotary)."""
+    attn_BxTxD, kv = self.attention(self.input_layernorm(x_BxTxD), cos_BxTxR, sin_BxTxR, allowed_BxTxS, past)
     if self.use_parallel_residual:
-      return self.mlp(self.post_attention_layernorm(x_BxTxD)) + attn_BxTxD + x_BxTxD  # HF's summation order
+      return self.mlp(self.post_attention_layernorm(x_BxTxD)) + attn_BxTxD + x_BxTxD, kv  # HF's summation order
     h_BxTxD = attn_BxTxD + x_BxTxD
-    return self.mlp(self.post_attention_layernorm(h_BxTxD)) + h_BxTxD
+    return self.mlp(self.post_attention_layernorm(h_BxTxD)) + h_BxTxD, kv
 
 
 class GPTNeoXForCausalLM(nnx.Module):
@@ -196,17 +214,63 @@ class GPTNeoXForCausalLM(nnx.Module):
     B, T = tokens_BxT.shape
     if position_ids is None:
       position_ids = jnp.broadcast_to(jnp.arange(T), (B, T))
-    allowed_BxTxS = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, T, T))  # causal: key s <= query t
-    if attention_mask is not None:
-      allowed_BxTxS = allowed_BxTxS & (attention_mask[:, None, :] > 0)
-    cos_BxTxR, sin_BxTxR = rotary_cos_sin(position_ids, self.config)
+    return self._forward(tokens_BxT, _allowed(B, T, attention_mask), position_ids)[0]
+
+  def prefill(self, tokens_CxS, attention_mask_CxS):
+    """(logits_CxSxV, KVCache) of C prefixes, left or right padded; real tokens sit at positions 0, 1, ... whatever
+    the padding (cumsum(mask) - 1), so a prefix's cache is the same as that of its unpadded tokens."""
+    mask_CxS = jnp.asarray(attention_mask_CxS) > 0
+    positions_CxS = jnp.maximum(jnp.cumsum(mask_CxS, axis=-1) - 1, 0)
+    C, S = tokens_CxS.shape
+    logits_CxSxV, kvs = self._forward(tokens_CxS, _allowed(C, S, mask_CxS), positions_CxS)
+    return logits_CxSxV, KVCache(tuple(k for k, _ in kvs), tuple(v for _, v in kvs), mask_CxS)
+
+  def extend(self, tokens_BxT, cache, attention_mask_BxT=None):
+    """logits_BxTxV of new tokens that follow a cached prefix: they see its real tokens and, causally, each other.
+
+    The B rows come in C groups of B / C, one per cache row (row b continues cache row b // (B / C)): a cache of one
+    prefix serves every row, a cache of C prefixes serves C groups of the same texts. A row's real tokens take the
+    positions after its prefix's real tokens, so the logits equal the full forward pass on the unpadded
+    concatenation (up to float rounding).
+    """
+    B, T = tokens_BxT.shape
+    C = cache.mask_CxS.shape[0]
+    if B % C:
+      raise InputError(f"{B} new rows do not split into groups for {C} cached prefixes")
+    mask_BxT = jnp.ones((B, T), bool) if attention_mask_BxT is None else jnp.asarray(attention_mask_BxT) > 0
+    start_Bx1 = jnp.repeat(cache.mask_CxS.sum(-1), B // C)[:, None]
+    positions_BxT = start_Bx1 + jnp.maximum(jnp.cumsum(mask_BxT, axis=-1) - 1, 0)
+    return self._forward(tokens_BxT, _allowed(B, T, mask_BxT), positions_BxT, cache)[0]
+
+  def _forward(self, tokens_BxT, allowed_BxTxS, position_ids_BxT, cache=None):
+    """(logits_BxTxV float32, per-layer (k, v) after rotary)."""
+    cos_BxTxR, sin_BxTxR = rotary_cos_sin(position_ids_BxT, self.config)
     x_BxTxD = self.embed_in(tokens_BxT)
-    for layer in self.layers:
-      x_BxTxD = layer(x_BxTxD, cos_BxTxR, sin_BxTxR, allowed_BxTxS)
+    kvs = []
+    for i, layer in enumerate(self.layers):
+      past = None if cache is None else (cache.keys[i], cache.values[i], cache.mask_CxS)
+      x_BxTxD, kv = layer(x_BxTxD, cos_BxTxR, sin_BxTxR, allowed_BxTxS, past)
+      kvs.append(kv)
     x_BxTxD = self.final_layer_norm(x_BxTxD)
     if self.config.tie_word_embeddings:
-      return self.embed_in.attend(x_BxTxD).astype(jnp.float32)
-    return self.embed_out(x_BxTxD).astype(jnp.float32)
+      return self.embed_in.attend(x_BxTxD).astype(jnp.float32), kvs
+    return self.embed_out(x_BxTxD).astype(jnp.float32), kvs
+
+
+class KVCache(NamedTuple):
+  """Per-layer keys and values (after rotary) of C prefixes, [C, S, H, E] each, and which of the S are real."""
+
+  keys: tuple
+  values: tuple
+  mask_CxS: jax.Array
+
+
+def _allowed(B, T, attention_mask_BxT):
+  """allowed_BxTxS: causal (key s <= query t), and masked keys are never attended to."""
+  allowed_BxTxS = jnp.broadcast_to(jnp.tril(jnp.ones((T, T), bool)), (B, T, T))
+  if attention_mask_BxT is not None:
+    allowed_BxTxS = allowed_BxTxS & (jnp.asarray(attention_mask_BxT)[:, None, :] > 0)
+  return allowed_BxTxS
 
 
 def __getattr__(name):

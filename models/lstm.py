@@ -25,10 +25,24 @@ class LSTMLanguageModel(nnx.Module):
                             for d_in, d_out in zip(dims[:-1], dims[1:])])
     self.head = nnx.Linear(config.hidden_dim, config.vocab_size, rngs=rngs)
 
-  def __call__(self, tokens_BxT, attention_mask=None):
-    del attention_mask  # causal by construction; padding only ever follows the scored tokens
+  def __call__(self, tokens_BxT, attention_mask=None, initial_carries=None, return_carries=False):
+    """logits_BxTxV; with `return_carries`, also each layer's (c, h) after the last real token of each row (right
+    padding: the mask counts the real tokens), which `initial_carries` takes back to continue the rows."""
     x_BxTxD = self.embed(tokens_BxT)
-    for layer in self.layers:
-      zeros_BxH = jnp.zeros(x_BxTxD.shape[:1] + (self.config.hidden_dim,), x_BxTxD.dtype)
-      x_BxTxD = layer(x_BxTxD, initial_carry=(zeros_BxH, zeros_BxH))
-    return self.head(x_BxTxD).astype(jnp.float32)
+    lengths_B = None
+    if return_carries and attention_mask is not None:
+      lengths_B = jnp.sum(jnp.asarray(attention_mask) > 0, axis=-1)
+    carries = []
+    for i, layer in enumerate(self.layers):
+      if initial_carries is None:
+        zeros_BxH = jnp.zeros(x_BxTxD.shape[:1] + (self.config.hidden_dim,), x_BxTxD.dtype)
+        carry = (zeros_BxH, zeros_BxH)
+      else:
+        carry = initial_carries[i]
+      if return_carries:
+        carry, x_BxTxD = layer(x_BxTxD, initial_carry=carry, seq_lengths=lengths_B, return_carry=True)
+        carries.append(carry)
+      else:  # causal by construction; padding only ever follows the scored tokens
+        x_BxTxD = layer(x_BxTxD, initial_carry=carry)
+    logits_BxTxV = self.head(x_BxTxD).astype(jnp.float32)
+    return (logits_BxTxV, tuple(carries)) if return_carries else logits_BxTxV

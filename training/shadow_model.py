@@ -1,0 +1,49 @@
+"""One model of a shadow run folder as an NNX module, with the run's tokenizer (for prefix or pair features)."""
+
+import json
+import os
+import types
+
+import jax
+import ml_collections
+import orbax.checkpoint as ocp
+from flax import nnx
+
+from lira.errors import InputError, MissingFileError
+from training import data as data_lib
+from training import pipeline
+from training import trainer
+
+
+def load_shadow_model(run_dir, model_id):
+  """(module, tokenizer, bos_id) of shadow model `model_id` (LSTM or GPT-NeoX) of a run folder: the architecture
+  from RUN_DIR/config.json, the parameters from its group's orbax checkpoint (training/pipeline.py stores the
+  group's copies stacked), the tokenizer from RUN_DIR/tokenizer.json. The run's models read BOS first."""
+  path = os.path.join(run_dir, "config.json")
+  if not os.path.exists(path):
+    raise MissingFileError(f"{path} does not exist: not a shadow run folder")
+  with open(path) as f:
+    cfg = ml_collections.ConfigDict(json.load(f))
+  M = cfg.shadow.num_models
+  if not 0 <= model_id < M:
+    raise InputError(f"model_id {model_id} outside the run's {M} models")
+  tokenizer_path = os.path.join(run_dir, "tokenizer.json")
+  if not os.path.exists(tokenizer_path):
+    raise MissingFileError(f"{tokenizer_path} does not exist")
+  tokenizer = data_lib.load_tokenizer(tokenizer_path)
+  bos_id = data_lib.bos_id(tokenizer)
+  group, model_ids = next((g, ids) for g, ids in pipeline.groups_of(cfg) if model_id in ids)
+  checkpoint = pipeline._group_paths(run_dir, group)[0]
+  if not os.path.exists(checkpoint):
+    raise MissingFileError(f"{checkpoint} does not exist: group {group} (model {model_id}) is not trained yet")
+  if cfg.model.name == "gpt_neox" and cfg.model.base == "pretrain":
+    base = os.path.join(run_dir, "base_model", "config.json")
+    if not os.path.exists(base):  # build_model would pretrain one; a loader never trains
+      raise MissingFileError(f"{base} does not exist: the run's base model was never saved")
+  data = types.SimpleNamespace(vocab_size=data_lib.vocab_size(tokenizer), bos_id=bos_id)
+  model = pipeline.build_model(cfg, data, run_dir, progress=False)
+  state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
+  nnx.replace_by_pure_dict(state, ocp.StandardCheckpointer().restore(checkpoint))
+  one = jax.tree.map(lambda x: x[model_ids.index(model_id)], state)
+  return nnx.merge(model.graphdef, one), tokenizer, bos_id
+
