@@ -30,7 +30,7 @@ def model_dir(tmp_path_factory):
   """A tiny random GPT-NeoX saved as a Hugging Face folder with a BPE trained on the test texts."""
   folder = tmp_path_factory.mktemp("model")
   tok_file = folder / "tok.json"
-  tok = data.train_bpe_tokenizer(_texts(200, 1), 120, path=str(tok_file))
+  tok = data.train_bpe_tokenizer(_texts(200, 1), 300, path=str(tok_file))
   fm = models.get_model("gpt_neox", vocab_size=data.vocab_size(tok), hidden_size=16, num_hidden_layers=1,
                         num_attention_heads=2, intermediate_size=32, max_position_embeddings=96)
   module = nnx.merge(fm.graphdef, fm.init(jax.random.key(0)))

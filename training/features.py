@@ -186,7 +186,7 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     for name, prefixes in prefix_sets.items():
       _check_fits(module, max(len(p) for p in prefixes), T, name)
   if pairs:
-    _check_fits(module, int(mask_NxT.sum(1).max()) + len(sep_ids), T, "pairs")
+    _check_fits(module, int(mask_NxT.sum(1).max()), T, "pairs")
 
   # Everything is checked; the long work starts.
   rundir.check_writable(out_dir, "choose another out_dir")
@@ -211,7 +211,7 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
             for p in tqdm(prefixes, desc=name, disable=not progress or len(prefixes) == 1)]
     save(f"{name}.npy", cond[0] if name == "cond_lp_member" else np.stack(cond))
   if pairs and not _have(out_dir, "pair_lp.npy"):
-    save("pair_lp.npy", _pairs(out_dir, module, ids_NxT, mask_NxT, sep_ids, batch_size, progress))
+    save("pair_lp.npy", _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress))
     remove_pair_chunks(out_dir)
   if reference_model is not None and not _have(out_dir, "ref_lp.npy"):
     from models import hf_convert
@@ -243,8 +243,8 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
   return out_dir
 
 
-def _pairs(out_dir, module, ids_NxT, mask_NxT, sep_ids, batch_size, progress):
-  """pair_lp [N, N, T] in chunks of PAIR_CHUNK prefix rows under pairs/ (each atomic; done chunks are skipped)."""
+def _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress):
+  """pair_lp [N, N, T] (text p's tokens alone, no separator, before text x) in chunks of PAIR_CHUNK prefix rows under pairs/ (each atomic; done chunks are skipped)."""
   from training import prefix_lp
   from tqdm import tqdm
   N = len(ids_NxT)
@@ -257,7 +257,7 @@ def _pairs(out_dir, module, ids_NxT, mask_NxT, sep_ids, batch_size, progress):
       path = os.path.join(folder, f"rows_{start:06d}_{stop:06d}.npy")
       if not os.path.exists(path):
         rundir.save_npy(path, prefix_lp.pair_lp(module, ids_NxT, mask_NxT, rows=range(start, stop),
-                                                batch_size=batch_size, separator_ids=sep_ids))
+                                                batch_size=batch_size))
       parts.append(rundir.load_npy(path))
       bar.update(stop - start)
   return np.concatenate(parts)
