@@ -56,9 +56,15 @@ def build_features(cfg, features_dir, model_path, texts, labels, tokenizer_path,
 
 def evaluate(cfg, features_dir):
   """(table text, rows [{"name", "summary", ...}]) of the configured attacks on a features folder."""
+  from attacks import features
   from attacks import report
   a = cfg.attacks
-  table, result = report.run_attacks(features_dir, attacks=a.names, k=a.k, gamma=a.gamma, n_boot=a.n_boot,
+  names = a.names
+  if names is None:  # every attack the folder supports; with one shot the shot sweep is ReCaLL's row again
+    folder = features.load_features(features_dir)
+    names = [n for n in features.ATTACKS if not folder.available(n)
+             and not (n == "recall_shots" and cfg.features.prefix_shots <= 1)]
+  table, result = report.run_attacks(features_dir, attacks=names, k=a.k, gamma=a.gamma, n_boot=a.n_boot,
                                      seed=cfg.seed, out_dir=features_dir)
   return table, result["rows"]
 

@@ -142,9 +142,8 @@ def test_members_have_higher_loss_scores_after_8_epochs(tiny_run):
 def test_cli_writes_summary_with_labelled_shift_column(tiny_run):
   cfg, out, _, _ = tiny_run  # models already trained: the command skips pretraining
   root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-  # --fallback_features: this test checks the stages and the summary, not the features builder.
   result = subprocess.run([sys.executable, "-m", "experiments.pretrain_benchmark", "--out_dir", out, "--noprogress",
-                           "--fallback_features", "--config", "experiments/configs/pretrain_benchmark.py:tiny"],
+                           "--config", "experiments/configs/pretrain_benchmark.py:tiny"],
                           cwd=root, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": root})
   assert result.returncode == 0, result.stderr[-2000:]
   with open(os.path.join(out, "summary.json")) as f:
@@ -153,7 +152,10 @@ def test_cli_writes_summary_with_labelled_shift_column(tiny_run):
   assert "SHIFT" in summary["columns"]["shift"]
   assert not any(k.startswith("pretrain_") and v > 5 for k, v in summary["seconds"].items())  # reused, not retrained
   for col in summary["columns"]:
-    assert {"loss", "zlib", "min_k", "min_k_pp", "reference"} <= set(summary["auc"][col])
+    names = set(summary["auc"][col])
+    assert {"Loss", "Zlib", "Min-K% (k=0.2)", "Min-K%++ (k=0.2)", "Reference", "Neighbourhood"} <= names
+    for family in ("ReCaLL", "Con-ReCall", "EM-MIA"):
+      assert sum(n.startswith(family + " ") for n in names) == 1, (family, names)
   with open(os.path.join(out, "summary.md")) as f:
     assert "SHIFTED split" in f.read()
   assert os.path.getsize(os.path.join(out, "auc_vs_epochs.png")) > 0

@@ -4,8 +4,8 @@ later without the model (docs/outputs.md, "Features folder").
 Stages, each written atomically as soon as it is done and skipped when already on disk, so a killed build resumes:
 token ids and lp / mu / sigma; ReCaLL's conditional lp under 1..S non-member shots, under S member shots
 (Con-ReCall) and under G disjoint groups of the shots (the ensemble); EM-MIA's N x N pairs in chunks of rows; a
-reference model's lp; neighbour lp. A prefix is the token-level concatenation of its shots' ids (with the
-separator's ids between shots and before the text), so the text keeps exactly the tokens it has in lp.
+reference model's lp; neighbour lp. A prefix is the token-level concatenation of its shots' ids (each shot cut to
+max_length tokens, as the texts are; the separator's ids between shots and before the text), so the text keeps exactly the tokens it has in lp.
 
 Prefix shots are drawn from the evaluated texts' known non-members (and as many known members, the Con-ReCall
 member prefix), and every text used in a prefix leaves the evaluated set, as the official ReCaLL code does (it
@@ -149,13 +149,13 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     shot_texts = set(prefix_texts)
     keep &= np.array([t not in shot_texts for t in texts])
     removed = int((~keep).sum())
-    nonmember_ids = [e.ids for e in tok.encode_batch(prefix_texts, add_special_tokens=False)]
+    nonmember_ids = [e.ids[:max_length] for e in tok.encode_batch(prefix_texts, add_special_tokens=False)]
     prefix_info = {"nonmember_texts": prefix_texts, "nonmember": [], "member": []}
   elif prefix_shots:
     nonmember_shots, member_shots = choose_prefix(labels_N, prefix_shots, seed)
     keep[nonmember_shots + member_shots] = False
     removed = 2 * prefix_shots
-    nonmember_ids = [e.ids for e in tok.encode_batch([texts[i] for i in nonmember_shots], add_special_tokens=False)]
+    nonmember_ids = [e.ids[:max_length] for e in tok.encode_batch([texts[i] for i in nonmember_shots], add_special_tokens=False)]
     prefix_info = {"nonmember": nonmember_shots, "member": member_shots}
   source_N = np.flatnonzero(keep)
   eval_texts = [texts[i] for i in source_N]
@@ -175,7 +175,7 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     S = len(nonmember_ids)
     prefix_sets["cond_lp_shots"] = [_prefix_ids(nonmember_ids[:s + 1], sep_ids) for s in range(S)]
     if member_shots:
-      member_ids = [e.ids for e in tok.encode_batch([texts[i] for i in member_shots], add_special_tokens=False)]
+      member_ids = [e.ids[:max_length] for e in tok.encode_batch([texts[i] for i in member_shots], add_special_tokens=False)]
       prefix_sets["cond_lp_member"] = [_prefix_ids(member_ids, sep_ids)]
     if ensemble:
       groups = ensemble_groups(list(range(S)), ensemble)
