@@ -166,7 +166,8 @@ def notes_for(rows, skipped):
   return notes
 
 
-def run_attacks(features_dir, attacks=None, k=0.2, gamma=None, shots=None, n_boot=200, seed=0, out_dir=None):
+def run_attacks(features_dir, attacks=None, k=0.2, gamma=None, shots=None, n_boot=200, seed=0, out_dir=None,
+                progress=False):
   """Run the attacks on a features folder, write the reports (named by their settings); returns (text, result)."""
   check_k(k)
   features = features_lib.load_features(features_dir)
@@ -178,8 +179,10 @@ def run_attacks(features_dir, attacks=None, k=0.2, gamma=None, shots=None, n_boo
   out_dir = out_dir or features_dir
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
   start = time.perf_counter()
-  rows = [r for attack in chosen for r in attack_rows(attack, arrays[attack], labels_N, k, gamma, shots)]
-  for row in rows:
+  from tqdm import tqdm
+  rows = [r for attack in tqdm(chosen, desc="attacks", disable=not progress)
+          for r in attack_rows(attack, arrays[attack], labels_N, k, gamma, shots)]
+  for row in tqdm(rows, desc="bootstrap", disable=not progress):
     row["summary"] = summarize_row(row, labels_N, n_boot, seed)
   seconds = time.perf_counter() - start
   settings = {"attacks": list(attacks) if attacks else None, "k": float(k), "gamma": gamma, "shots": shots,

@@ -2,6 +2,7 @@
 
 python -m experiments.extract_features --model=FOLDER_OR_HUB_ID --texts=SOURCE --out_dir=DIR
     [--shots=S [--ensemble=G]] [--prefix_texts=FILE] [--pairs] [--reference_model=...] [--neighbours=...]
+A shadow run's model (--model=RUN_DIR --model_id=M) reads BOS first, as in training, so position 0 is scored too.
 SOURCE: a JSONL file of {"text": ..., "label": 1 | 0} rows ("input" is read as "text"; no label = unknown), a plain
 text file (one text per line, labels unknown), wikimia:32|64|128|256 (Hugging Face), or mimir:DOMAIN[:SPLIT].
 --shots draws S known non-members (and S members, Con-ReCall's member prefix) from the texts as ReCaLL prefixes and
@@ -20,7 +21,9 @@ from absl import flags
 from experiments import cli
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("model", None, "Causal LM: a Hugging Face GPT-NeoX folder or hub id.")
+flags.DEFINE_string("model", None, "Causal LM: a Hugging Face GPT-NeoX folder or hub id, or a shadow run folder "
+                    "(LSTM or GPT-NeoX) with --model_id.")
+flags.DEFINE_integer("model_id", None, "With a shadow run folder as --model: which of its models.")
 flags.DEFINE_string("tokenizer", None, "tokenizer.json, a folder holding one, or a hub id (default: the model's).")
 flags.DEFINE_string("texts", None, "JSONL / text file, wikimia:LENGTH or mimir:DOMAIN[:SPLIT].")
 flags.DEFINE_string("out_dir", None, "The features folder.")
@@ -72,13 +75,20 @@ def main(argv):
   if FLAGS.ensemble and not (FLAGS.shots or prefix_texts):
     raise app.UsageError("--ensemble needs --shots or --prefix_texts")
   neighbours, method = neighbours_of(texts, source_neighbours)
+  module = bos_id = None
+  model, tokenizer = FLAGS.model, FLAGS.tokenizer
+  if FLAGS.model_id is not None:  # a shadow run's model: its own tokenizer, and BOS first as in training
+    from training import shadow_model
+    module, _, bos_id = shadow_model.load_shadow_model(FLAGS.model, FLAGS.model_id)
+    model, tokenizer = f"{FLAGS.model} (shadow model {FLAGS.model_id})", tokenizer or FLAGS.model
   out = features.build_features(
-      FLAGS.out_dir, FLAGS.model, texts, labels, tokenizer=FLAGS.tokenizer, max_length=FLAGS.max_length,
+      FLAGS.out_dir, model, texts, labels, tokenizer=tokenizer, max_length=FLAGS.max_length,
       batch_size=FLAGS.batch_size, prefix_shots=FLAGS.shots, prefix_texts=prefix_texts, ensemble=FLAGS.ensemble,
       separator=FLAGS.separator, pairs=FLAGS.pairs, reference_model=FLAGS.reference_model, neighbours=neighbours,
       neighbour_method=method, seed=FLAGS.seed, dtype=FLAGS.dtype, overwrite=FLAGS.overwrite,
-      progress=FLAGS.progress, argv=sys.argv)
+      progress=FLAGS.progress, argv=sys.argv, module=module, bos_id=bos_id)
   print(features.summary(out))
+
 
 if __name__ == "__main__":
   cli.run(main)

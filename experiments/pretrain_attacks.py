@@ -29,6 +29,7 @@ flags.DEFINE_integer("shots", None, "ReCaLL: non-member shots in the prefix (def
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the features folder.")
 flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over texts for the 95% intervals (0 = none).")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 
 def main(argv):
@@ -36,7 +37,7 @@ def main(argv):
   if not FLAGS.features:
     raise app.UsageError("--features is required")
   table, result = report.run_attacks(FLAGS.features, FLAGS.attacks, k=FLAGS.k, gamma=FLAGS.gamma, shots=FLAGS.shots,
-                                     n_boot=FLAGS.n_boot, seed=FLAGS.seed, out_dir=FLAGS.out_dir)
+                                     n_boot=FLAGS.n_boot, seed=FLAGS.seed, out_dir=FLAGS.out_dir, progress=FLAGS.progress)
   print(table)
   print(f"\n{result['seconds']:.1f} s.")
   out_dir = FLAGS.out_dir or FLAGS.features

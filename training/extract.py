@@ -123,22 +123,23 @@ def padded_batches(fn, arrays, batch_size):
   return tuple(out[:n] for out in batched(fn, arrays, batch_size))
 
 
-@functools.partial(jax.jit, static_argnums=0)
-def _lm_statistics(graphdef, state, tokens_BxT, mask_BxT):
+@functools.partial(jax.jit, static_argnums=(0, 4))
+def _lm_statistics(graphdef, state, tokens_BxT, mask_BxT, bos_id):
   from flax import nnx
   apply_fn = lambda x, m: nnx.merge(graphdef, state)(x, attention_mask=m)  # noqa: E731
-  loss, mu, sigma = sequence_statistics(apply_fn, tokens_BxT, mask_BxT)
+  loss, mu, sigma = sequence_statistics(apply_fn, tokens_BxT, mask_BxT, bos_id)
   return -loss, mu, sigma
 
 
-def causal_lm_statistics(module, tokens_BxT, mask_BxT, batch_size=16):
+def causal_lm_statistics(module, tokens_BxT, mask_BxT, batch_size=16, bos_id=None):
   """(lp, mu, sigma) [B, T] float32 of an NNX causal LM on token ids: lp = ln p(t_i | t_<i); position 0 and
   padding are NaN (the pretraining-data attacks' convention, docs/conventions.md, "Pretraining-data attacks").
+  With bos_id (a shadow run's models, which read BOS first) position 0 is scored too, as ln p(t_0 | BOS).
 
   The parameters are an argument of the jitted function (not constants folded into it) and the last batch is
   padded, so one compilation serves every call with the same model structure, batch size and length.
   """
   from flax import nnx
   graphdef, state = nnx.split(module)
-  fn = lambda tokens, mask: _lm_statistics(graphdef, state, tokens, mask)  # noqa: E731
+  fn = lambda tokens, mask: _lm_statistics(graphdef, state, tokens, mask, bos_id)  # noqa: E731
   return padded_batches(fn, (np.asarray(tokens_BxT), np.asarray(mask_BxT)), batch_size)

@@ -98,23 +98,24 @@ def _encode(tokenizer, texts, max_length):
   return extract.encode_batch(tokenizer, texts, max_length)
 
 
-def _lp_of_texts(module, tokenizer, texts, max_length, batch_size):
-  """lp [len(texts), T] (NaN at position 0 and padding) of texts under their own tokenisation."""
+def _lp_of_texts(module, tokenizer, texts, max_length, batch_size, bos_id=None):
+  """lp [len(texts), T] (NaN at padding, and at position 0 without BOS) of texts under their own tokenisation."""
   from training import extract
   ids, mask = _encode(tokenizer, texts, max_length)
-  return extract.causal_lm_statistics(module, ids, mask, batch_size)[0]
+  return extract.causal_lm_statistics(module, ids, mask, batch_size, bos_id)[0]
 
 
 def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, max_length=128, batch_size=16,
                    prefix_shots=0, prefix_texts=None, ensemble=0, separator="", pairs=False, reference_model=None,
                    neighbours=None, neighbour_method=None, seed=0, dtype="float32", overwrite=False, progress=True,
-                   argv=None, module=None):
+                   argv=None, module=None, bos_id=None):
   """Write the features folder for `texts` (labels: 1 member, 0 non-member, -1 / None unknown); returns out_dir.
 
   prefix_shots: S ReCaLL shots drawn from the labelled texts (when prefix_texts is None) or the first S of
   prefix_texts (known non-members; default all of them). ensemble: G disjoint prefixes cut from the S shots.
   pairs: EM-MIA's pair_lp [N, N, T]. reference_model: a folder or hub id. neighbours: one list of neighbour texts
-  per input text (neighbour_method names how they were made). module: an already loaded model (tests).
+  per input text (neighbour_method names how they were made). module: an already loaded model (a shadow run's,
+  training.shadow_model); bos_id: the model reads BOS first (a shadow run's models), so position 0 is scored.
   """
   from training import data as data_lib
   from training import extract
@@ -136,7 +137,8 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
                   n_input=n_in, prefix_shots=prefix_shots, prefix_texts=None if prefix_texts is None else
                   len(prefix_texts), ensemble=ensemble, separator=separator, pairs=bool(pairs),
                   reference_model=None if reference_model is None else str(reference_model),
-                  neighbours=neighbour_method if neighbours is not None else None, seed=seed, dtype=dtype)
+                  neighbours=neighbour_method if neighbours is not None else None, seed=seed, dtype=dtype,
+                  bos_id=bos_id)
 
   tok = data_lib.load_tokenizer(tokenizer or model_path)
   # Prefix shots and the texts they remove from the evaluated set.
@@ -167,6 +169,8 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
   N, T = ids_NxT.shape
   if module is None:
     from models import hf_convert
+    if bos_id is not None:
+      raise InputError("bos_id is for a loaded shadow-run model (module=...)")
     module = hf_convert.from_pretrained(model_path, dtype=dtype)
   if ids_NxT.max() >= module.config.vocab_size:
     raise InputError(f"the tokenizer gives id {ids_NxT.max()} but {model_path} embeds {module.config.vocab_size}")
@@ -184,9 +188,9 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     prefix_info.update(separator=separator, score_first="position 0 of every cond_lp holds ln p(t_0 | P)",
                        concatenation="token ids of each shot, then the separator's ids, before the text's ids")
     for name, prefixes in prefix_sets.items():
-      _check_fits(module, max(len(p) for p in prefixes), T, name)
+      _check_fits(module, max(len(p) for p in prefixes) + (bos_id is not None), T, name)
   if pairs:
-    _check_fits(module, int(mask_NxT.sum(1).max()), T, "pairs")
+    _check_fits(module, int(mask_NxT.sum(1).max()) + (bos_id is not None), T, "pairs")
 
   # Everything is checked; the long work starts.
   rundir.check_writable(out_dir, "choose another out_dir")
@@ -200,18 +204,18 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
   if prefix_info is not None:
     rundir.save_json(_path(out_dir, "prefix.json"), prefix_info)
   if not _have(out_dir, "lp.npy", "mu.npy", "sigma.npy"):
-    lp, mu, sigma = extract.causal_lm_statistics(module, ids_NxT, mask_NxT, batch_size)
+    lp, mu, sigma = extract.causal_lm_statistics(module, ids_NxT, mask_NxT, batch_size, bos_id)
     save("mu.npy", mu)
     save("sigma.npy", sigma)
     save("lp.npy", lp)
   for name, prefixes in prefix_sets.items():
     if _have(out_dir, f"{name}.npy"):
       continue
-    cond = [prefix_lp.conditional_lp(module, p, ids_NxT, mask_NxT, batch_size=batch_size)
+    cond = [prefix_lp.conditional_lp(module, p, ids_NxT, mask_NxT, batch_size=batch_size, bos_id=bos_id)
             for p in tqdm(prefixes, desc=name, disable=not progress or len(prefixes) == 1)]
     save(f"{name}.npy", cond[0] if name == "cond_lp_member" else np.stack(cond))
   if pairs and not _have(out_dir, "pair_lp.npy"):
-    save("pair_lp.npy", _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress))
+    save("pair_lp.npy", _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress, bos_id))
     remove_pair_chunks(out_dir)
   if reference_model is not None and not _have(out_dir, "ref_lp.npy"):
     from models import hf_convert
@@ -227,7 +231,7 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     rundir.save_json(_path(out_dir, "neighbours.json"), lists)
     if not _have(out_dir, "neighbour_lp.npy"):
       flat = [t for n in lists for t in n]
-      lp_flat = _lp_of_texts(module, tok, flat, max_length, batch_size)
+      lp_flat = _lp_of_texts(module, tok, flat, max_length, batch_size, bos_id)
       save("neighbour_lp.npy", lp_flat.reshape(N, J, -1))
   arrays = {n[:-4]: list(np.load(_path(out_dir, n), mmap_mode="r").shape) for n in sorted(os.listdir(out_dir))
             if n.endswith(".npy")}
@@ -236,14 +240,14 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
               prefix=None if prefix_info is None else {k: v for k, v in prefix_info.items() if k != "nonmember_texts"},
               reference_model=settings["reference_model"],
               neighbours=None if neighbours is None else {"method": neighbour_method, "count": J},
-              removed_prefix_texts=removed, label_names={"1": "member", "0": "non-member", "-1": "unknown"},
+              removed_prefix_texts=removed, bos_first=bos_id is not None, label_names={"1": "member", "0": "non-member", "-1": "unknown"},
               notes=[f"{removed} text(s) used in ReCaLL prefixes were removed from the evaluated set"] if removed
               else [])
   rundir.save_json(_path(out_dir, "features.json"), meta)  # written last: the folder is complete
   return out_dir
 
 
-def _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress):
+def _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress, bos_id=None):
   """pair_lp [N, N, T] (text p's tokens alone, no separator, before text x) in chunks of PAIR_CHUNK prefix rows under pairs/ (each atomic; done chunks are skipped)."""
   from training import prefix_lp
   from tqdm import tqdm
@@ -257,7 +261,7 @@ def _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress):
       path = os.path.join(folder, f"rows_{start:06d}_{stop:06d}.npy")
       if not os.path.exists(path):
         rundir.save_npy(path, prefix_lp.pair_lp(module, ids_NxT, mask_NxT, rows=range(start, stop),
-                                                batch_size=batch_size))
+                                                batch_size=batch_size, bos_id=bos_id))
       parts.append(rundir.load_npy(path))
       bar.update(stop - start)
   return np.concatenate(parts)
