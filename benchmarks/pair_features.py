@@ -88,6 +88,75 @@ def naive_pair_lp(module, ids_NxT, mask_NxT, rows, pairs_per_call):
   return out.reshape(len(rows), N, T)
 
 
+def naive_recall_lp(module, prefix, ids_NxT, mask_NxT, per_call):
+  """lp_NxT of every text after one prefix, from a full forward pass on each [prefix + text] (L = |P| + T)."""
+  graphdef, state = nnx.split(module)
+  N, T = ids_NxT.shape
+  P = len(prefix)
+  fn = naive_fn(graphdef, T)
+  lengths_N = mask_NxT.sum(1)
+  out = np.empty((N, T), np.float32)
+  for start in range(0, N, per_call):
+    ids_BxL = np.zeros((per_call, P + T), np.int32)
+    mask_BxL = np.zeros((per_call, P + T), bool)
+    ids_BxL[:, :P] = prefix
+    for b, x in enumerate(range(start, min(N, start + per_call))):
+      ids_BxL[b, P:P + lengths_N[x]] = ids_NxT[x, :lengths_N[x]]
+      mask_BxL[b, :P + lengths_N[x]] = True
+    mask_BxL[min(N, start + per_call) - start:, :P + 1] = True  # padded rows: any valid sequence
+    n = min(N, start + per_call) - start
+    out[start:start + n] = np.asarray(fn(state, ids_BxL, mask_BxL, np.full(per_call, P, np.int32)))[:n]
+  return out
+
+
+def _timed(fns, reps):
+  """Rounds alternating the paths, each an untimed call then a timed one; (times, 1-minute loads)."""
+  times, loads = {name: [] for name in fns}, [os.getloadavg()[0]]
+  for _ in range(reps):
+    for name, fn in fns.items():
+      fn()
+      t = time.perf_counter()
+      fn()
+      times[name].append(time.perf_counter() - t)
+    loads.append(os.getloadavg()[0])
+  return times, loads
+
+
+def recall_main(args, module, ids_NxT, mask_NxT):
+  """ReCaLL: one prefix (the first --recall_shots texts) before the other texts, cached against naive."""
+  S = args.recall_shots
+  prefix = np.concatenate([ids_NxT[i, :mask_NxT[i].sum()] for i in range(S)])
+  ids_NxT, mask_NxT = ids_NxT[S:], mask_NxT[S:]
+  per_call = args.batch_size * args.prefix_batch
+  fns = dict(cached=lambda: prefix_lp.conditional_lp(module, prefix, ids_NxT, mask_NxT, batch_size=per_call),
+             naive=lambda: naive_recall_lp(module, prefix, ids_NxT, mask_NxT, per_call))
+  outputs = {name: fn() for name, fn in fns.items()}
+  diff = float(np.nanmax(np.abs(outputs["cached"] - outputs["naive"])))
+  times, loads = _timed(fns, args.reps)
+  scored = int(mask_NxT.sum())
+  res = dict(date=datetime.date.today().isoformat(), machine=platform.processor() or platform.machine(),
+             cpus=os.cpu_count(), jax=jax.__version__, arch=ARCH, init="random (nnx.Rngs(0))", mode="recall",
+             shots=S, prefix_tokens=len(prefix), texts=len(ids_NxT), T=args.max_len, texts_per_call=per_call,
+             reps=args.reps, loadavg_1min=loads, max_abs_diff=diff, paths={})
+  print(f"ReCaLL: a {S}-shot prefix of {len(prefix)} tokens before {len(ids_NxT)} texts ({scored:,} text tokens), "
+        f"{args.reps} rounds; max |cached - naive| = {diff:.1e}; load {loads}")
+  for name, ts in times.items():
+    med = float(np.median(ts))
+    res["paths"][name] = dict(times_s=ts, median_s=med, min_s=float(np.min(ts)), tokens_per_s=scored / med)
+    print(f"{name:6} median {med:7.2f} s (min {np.min(ts):.2f})  {scored / med:>9,.0f} tokens/s")
+  res["speedup"] = res["paths"]["naive"]["median_s"] / res["paths"]["cached"]["median_s"]
+  print(f"cached / naive speed: {res['speedup']:.2f}x")
+  _write(args.out, res)
+
+
+def _write(path, res):
+  tmp = path + ".tmp"
+  with open(tmp, "w") as f:
+    json.dump(res, f, indent=2)
+  os.replace(tmp, path)
+  print(f"wrote {path}")
+
+
 def main():
   ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
   ap.add_argument("--N", type=int, default=500, help="texts (N x N pairs)")
@@ -97,6 +166,8 @@ def main():
   ap.add_argument("--batch_size", type=int, default=16, help="texts per call (cached)")
   ap.add_argument("--prefix_batch", type=int, default=4, help="prefixes per call (cached); naive: the product, pairs")
   ap.add_argument("--reps", type=int, default=3)
+  ap.add_argument("--recall_shots", type=int, default=0, help="instead of pairs: ReCaLL, one prefix of this many "
+                  "texts before all N texts (cached conditional_lp against a full pass on each concatenation)")
   ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "pair_features_cpu.json"))
   args = ap.parse_args()
 
@@ -104,6 +175,8 @@ def main():
   ids_NxT, mask_NxT = random_texts(args.N, args.max_len, args.min_len, args.max_len, ARCH["vocab_size"])
   rows = np.arange(args.rows)
   per_call = args.batch_size * args.prefix_batch
+  if args.recall_shots:
+    return recall_main(args, module, ids_NxT, mask_NxT)
   fns = dict(
       cached=lambda: prefix_lp.pair_lp(module, ids_NxT, mask_NxT, rows=rows, batch_size=args.batch_size,
                                        prefix_batch=args.prefix_batch),
@@ -141,11 +214,7 @@ def main():
           f"all {args.N} x {args.N} pairs ~ {med * scale:,.0f} s")
   res["speedup"] = res["paths"]["naive"]["median_s"] / res["paths"]["cached"]["median_s"]
   print(f"cached / naive speed: {res['speedup']:.2f}x; recompiled while timing: {res['recompiled']}")
-  tmp = args.out + ".tmp"
-  with open(tmp, "w") as f:
-    json.dump(res, f, indent=2)
-  os.replace(tmp, args.out)
-  print(f"wrote {args.out}")
+  _write(args.out, res)
 
 
 if __name__ == "__main__":

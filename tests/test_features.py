@@ -75,6 +75,7 @@ def test_cond_lp_equals_the_text_scored_after_the_concatenated_prefix(model_dir,
   prefix = json.load(open(os.path.join(out, "prefix.json")))
   sep = tok.encode(" ", add_special_tokens=False).ids
   shots = sum([tok.encode(texts[i], add_special_tokens=False).ids + sep for i in prefix["nonmember"]], [])
+  assert sum([ids + prefix["separator_token_ids"] for ids in prefix["nonmember_token_ids"]], []) == shots
   cond = np.load(os.path.join(out, "cond_lp_shots.npy"))[-1]
   for n, i in enumerate(np.load(os.path.join(out, "source_index.npy"))[:4]):
     ids = tok.encode(texts[i], add_special_tokens=False).ids

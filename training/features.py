@@ -179,12 +179,16 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     S = len(nonmember_ids)
     prefix_sets["cond_lp_shots"] = [_prefix_ids(nonmember_ids[:s + 1], sep_ids) for s in range(S)]
     if member_shots:
-      member_ids = [e.ids[:max_length] for e in tok.encode_batch([texts[i] for i in member_shots], add_special_tokens=False)]
+      member_ids = [e.ids[:max_length]
+                    for e in tok.encode_batch([texts[i] for i in member_shots], add_special_tokens=False)]
       prefix_sets["cond_lp_member"] = [_prefix_ids(member_ids, sep_ids)]
+      prefix_info["member_token_ids"] = [list(map(int, ids)) for ids in member_ids]
     if ensemble:
       groups = ensemble_groups(list(range(S)), ensemble)
       prefix_info["ensemble"] = [[(nonmember_shots or list(range(S)))[i] for i in g] for g in groups]
       prefix_sets["cond_lp_ensemble"] = [_prefix_ids([nonmember_ids[i] for i in g], sep_ids) for g in groups]
+    prefix_info["nonmember_token_ids"] = [list(map(int, ids)) for ids in nonmember_ids]
+    prefix_info["separator_token_ids"] = list(map(int, sep_ids))
     prefix_info.update(separator=separator, score_first="position 0 of every cond_lp holds ln p(t_0 | P)",
                        concatenation="token ids of each shot, then the separator's ids, before the text's ids")
     for name, prefixes in prefix_sets.items():
@@ -237,7 +241,8 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
             if n.endswith(".npy")}
   meta = dict(schema=SCHEMA, argv=list(argv) if argv is not None else None, model=str(model_path),
               tokenizer=str(tokenizer or model_path), max_length=max_length, n_texts=N, arrays=arrays,
-              prefix=None if prefix_info is None else {k: v for k, v in prefix_info.items() if k != "nonmember_texts"},
+              prefix=None if prefix_info is None else {k: v for k, v in prefix_info.items()
+                                                          if not k.endswith(("_texts", "token_ids"))},
               reference_model=settings["reference_model"],
               neighbours=None if neighbours is None else {"method": neighbour_method, "count": J},
               removed_prefix_texts=removed, bos_first=bos_id is not None, label_names={"1": "member", "0": "non-member", "-1": "unknown"},
