@@ -207,11 +207,11 @@ def run_attacks(features_dir, attacks=None, k=0.2, gamma=None, shots=None, n_boo
   rundir.save_json(paths["json"], result)
   md_notes = "".join(f"\n{n}  " for n in notes)
   rundir.save_text(paths["md"], f"# Pretraining-data attacks\n\n{os.path.abspath(features_dir)}\n\n{setting}\n\n"
-                                f"{metrics.format_markdown(table_rows, fprs=FPRS)}\n{md_notes}\n")
+                                f"{metrics.format_markdown(table_rows, fprs=FPRS, first='attack', unit='texts')}\n{md_notes}\n")
   plotted = [r for r in rows if r["plotted"]]
   curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"]) for r in plotted]
   fig = plots.roc_figure(curves, title=f"Pretraining-data attacks, {setting.split(';')[0]}",
                          styles={r["name"]: style(r["attack"]) for r in plotted}, legend_fpr=FPRS[0])
   rundir.save_figure(paths["png"], fig)
-  text = "\n".join([setting, "", metrics.format_table(table_rows, fprs=FPRS)] + notes)
+  text = "\n".join([setting, "", metrics.format_table(table_rows, fprs=FPRS, first='attack', unit='texts')] + notes)
   return text, result

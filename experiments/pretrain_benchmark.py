@@ -75,12 +75,23 @@ def _auc(row):
   return row["auc"] if "auc" in row else row["summary"]["auc"]
 
 
-def summary_table(cols, aucs):
-  """Markdown table: rows = attacks (first-seen order), columns = `cols`; '-' where a column lacks the attack."""
+def row_key(row):
+  """One summary row per attack across columns: a hyper-parameter tuned on each column's texts (Con-ReCall's gamma)
+  is named in the row label, and its value goes into the cell (`tuned`)."""
+  if row.get("tuned") and row["attack"] == "con_recall":
+    return "Con-ReCall (gamma tuned on the evaluated set)", f"gamma={row['params']['gamma']:g}"
+  return row["name"], None
+
+
+def summary_table(cols, aucs, tuned=None):
+  """Markdown table: rows = attacks (first-seen order), columns = `cols`; '-' where a column lacks the attack;
+  a tuned value, if any, in brackets after the AUC."""
+  tuned = tuned or {}
   names = list(dict.fromkeys(n for col in aucs.values() for n in col))
   lines = ["| attack | " + " | ".join(cols.values()) + " |", "|---" * (len(cols) + 1) + "|"]
   for n in names:
-    cells = [f"{aucs[c][n]:.3f}" if n in aucs.get(c, {}) else "-" for c in cols]
+    cells = [(f"{aucs[c][n]:.3f}" + (f" ({tuned[c][n]})" if n in tuned.get(c, {}) else "")) if n in aucs.get(c, {})
+             else "-" for c in cols]
     lines.append(f"| {n} | " + " | ".join(cells) + " |")
   return "\n".join(lines)
 
@@ -126,7 +137,7 @@ def main(argv):
   tok_path, ref = os.path.join(out, "tokenizer.json"), mia_benchmark.reference_checkpoint(cfg, out)
   jobs = {f"epoch_{e}": ("main", e) for e in cfg.pretrain.checkpoint_epochs}
   jobs[SHIFT] = (SHIFT, cfg.shift_epoch)
-  aucs, tables = {}, {}
+  aucs, tables, tuned = {}, {}, {}
   for col, (split, epoch) in jobs.items():
     texts, labels = mia_benchmark.read_jsonl(os.path.join(out, mia_benchmark.SPLIT_FILES[split]))
     t0 = time.perf_counter()
@@ -136,18 +147,27 @@ def main(argv):
     t0 = time.perf_counter()
     tables[col], rows = evaluate(cfg, folder)
     seconds[f"attacks_{col}"] = time.perf_counter() - t0
-    aucs[col] = {r["name"]: float(_auc(r)) for r in rows}
+    keys = [row_key(r) for r in rows]
+    aucs[col] = {name: float(_auc(r)) for (name, _), r in zip(keys, rows)}
+    tuned[col] = {name: value for name, value in keys if value}
     if FLAGS.progress:
       print(f"{col}: features {seconds[f'features_{col}']:.1f} s, attacks {seconds[f'attacks_{col}']:.1f} s")
   cols = column_names(cfg)
-  table = summary_table(cols, aucs)
+  table = summary_table(cols, aucs, tuned)
   note = (f"AUC of each attack; members: {len(sets['members'])} training conversations, non-members: "
           f"{len(sets['nonmembers'])} held-out conversations of the same corpus. The last column is a DISTRIBUTION-"
           "SHIFT split (same members; non-members are Python standard-library docstrings): a high AUC there shows "
           "the shift, not membership (MIMIR's pitfall, Duan et al. 2024).")
+  f = cfg.features
+  if f.prefix_shots:
+    note += (f" ReCaLL / Con-ReCall: {f.prefix_shots} non-member and {f.prefix_shots} member text(s) per column are "
+             "the prefixes and leave the evaluated set.")
+  if f.neighbours:
+    note += (f" Neighbourhood: {f.neighbours} offline-unigram neighbours per text (words swapped for words drawn "
+             "from the texts' own frequencies; weaker than a masked LM's neighbours).")
   rundir.save_text(os.path.join(out, "summary.md"), f"{table}\n\n{note}\n")
   rundir.save_json(os.path.join(out, "summary.json"), {"columns": cols, "auc": aucs, "seconds": seconds, "note": note,
-                                                       "shift_epoch": cfg.shift_epoch})
+                                                       "shift_epoch": cfg.shift_epoch, "tuned": tuned})
   plot(os.path.join(out, "auc_vs_epochs.png"), cfg, aucs)
   print(table + "\n\n" + note)
   print("\nseconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))

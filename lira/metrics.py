@@ -310,9 +310,9 @@ def _has_ci(ci):
   return ci is not None and any(v is not None for v in ci)
 
 
-def _table_cells(rows, fprs):
+def _table_cells(rows, fprs, first="variant", unit="canaries"):
   """Header, body cells and footnotes shared by the text and markdown tables."""
-  header = ["variant", "AUC"] + [_fpr_label(f) for f in fprs]
+  header = [first, "AUC"] + [_fpr_label(f) for f in fprs]
   body, unresolved = [], {}
   for name, summary in rows:
     cells = [str(name), _cell(summary.get("auc"), summary.get("auc_ci"), scale_pct=False)]
@@ -329,7 +329,7 @@ def _table_cells(rows, fprs):
     body.append(cells)
   notes = []
   if any(_has_ci(s.get("auc_ci")) or any(_has_ci(e.get("ci")) for e in s.get("tpr", {}).values()) for _, s in rows):
-    notes.append("TPR in %; [bracketed] = bootstrap percentile interval over canaries.")
+    notes.append(f"TPR in %; [bracketed] = bootstrap percentile interval over {unit}.")
   for name, s in rows:
     if s.get("n_boot_undefined"):
       notes.append(f"{name}: intervals from {s['n_boot'] - s['n_boot_undefined']} of {s['n_boot']} bootstrap "
@@ -340,9 +340,9 @@ def _table_cells(rows, fprs):
   return header, body, notes
 
 
-def format_table(rows, fprs=DEFAULT_FPRS):
+def format_table(rows, fprs=DEFAULT_FPRS, first="variant", unit="canaries"):
   """Fixed-width text table of (name, summary) rows: AUC and TPR% at each FPR with CIs, n/r where unresolved."""
-  header, body, notes = _table_cells(rows, fprs)
+  header, body, notes = _table_cells(rows, fprs, first, unit)
   widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
   lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
            for r in [header] + body]
@@ -350,9 +350,9 @@ def format_table(rows, fprs=DEFAULT_FPRS):
   return "\n".join(lines + notes)
 
 
-def format_markdown(rows, fprs=DEFAULT_FPRS):
+def format_markdown(rows, fprs=DEFAULT_FPRS, first="variant", unit="canaries"):
   """Markdown table of (name, summary) rows for results.md, footnotes below."""
-  header, body, notes = _table_cells(rows, fprs)
+  header, body, notes = _table_cells(rows, fprs, first, unit)
   lines = ["| " + " | ".join(header) + " |", "|" + "|".join(["---"] + ["---:"] * (len(header) - 1)) + "|"]
   lines += ["| " + " | ".join(r) + " |" for r in body]
   if notes:
