@@ -49,6 +49,11 @@ def image_shape_of(run_config):
   return shape
 
 
+def image_shape_or_none(run_config):
+  """(H, W, C) of an image run, None for a run whose config names no image shape (errors in one still raise)."""
+  return image_shape_of(run_config) if _lookup(run_config, _SHAPE_FIELDS) else None
+
+
 def num_levels_of(run_config):
   """Pixel levels of an image run (model.num_levels or data.num_levels), or None if the config has none."""
   found = _lookup(run_config, _LEVEL_FIELDS)

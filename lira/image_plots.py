@@ -105,9 +105,7 @@ def plot_pixel_covariance(maps, image_HxWxC, image_shape, M, num_levels=None, ca
 
 def _with_bad(name):
   """A colour map that draws NaN (no correlation defined) in grey."""
-  cmap = matplotlib.colormaps[name].copy()
-  cmap.set_bad("0.6")
-  return cmap
+  return matplotlib.colormaps[name].with_extremes(bad="0.6")
 
 
 def heatmap_labels(maps):
