@@ -120,6 +120,7 @@ def main(argv):
     raise app.UsageError("--run_dir is required")
   run = rundir.load_run(FLAGS.run_dir, mmap=True)
   counts, out_dir, note = validated_settings(run)
+  n_in = int(run.keep_MxN[:, FLAGS.canary].sum())
   image_shape = image_maps.image_shape_or_none(run.config)  # a malformed image shape is refused before the work
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
   if note:
@@ -144,7 +145,9 @@ def main(argv):
               f"(seed {FLAGS.seed})")
   heatmap = cov_plots.plot_covariance_heatmap(gold_in, gold_out, FLAGS.canary,
                                               subtitle=f"{shape}; statistic={FLAGS.statistic}",
-                                              row_width=image_shape[1] if image_shape else None)
+                                              row_width=image_shape[1] if image_shape else None,
+                                              counts={"in": n_in, "out": M - n_in},
+                                              unit="nats\u00b2" if FLAGS.statistic == "loss" else "logit\u00b2")
   paths = write_outputs(output_paths(out_dir, settings), header, rows, aggregated, relative, summary, heatmap,
                         subtitle)
   print(f"{subtitle}\n")

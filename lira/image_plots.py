@@ -90,7 +90,8 @@ def plot_pixel_covariance(maps, image_HxWxC, image_shape, M, num_levels=None, ca
   im = axes[1].imshow(cov, cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
   axes[1].set_title(f"covariance row (own variance {var:.3g} {unit}\u00b2"
                     f"{', off scale' if var > vmax else ''})", fontsize=9)
-  fig.colorbar(im, ax=axes[1], shrink=0.8, label=f"covariance ({unit}\u00b2)", extend="max" if var > vmax else "neither")
+  fig.colorbar(im, ax=axes[1], shrink=0.8, label=f"covariance ({unit}\u00b2)",
+               extend="max" if var > vmax else "neither")
   corr = image_maps.to_grid(maps.corr_row_T, image_shape)
   cmap = _with_bad("RdBu_r")
   im = axes[2].imshow(np.ma.masked_invalid(corr), cmap=cmap, vmin=-1, vmax=1, interpolation="nearest")
