@@ -4,7 +4,8 @@ python -m experiments.covariance_error --run_dir=DIR [--shadow_counts=4,8,16,32,
 Writes into RUN_DIR/covariance_error (or --out_dir) covariance_error.{csv,json}, covariance_error_summary.csv,
 error_vs_shadow_models.png, relative_error.png and covariance_heatmap.png; settings other than the defaults are
 appended to the names (covariance_error_draws-3.json), so analyses with other settings are kept. Shadow counts
-above the run's M are dropped with a note.
+above the run's M are dropped with a note. On an image run (config.json with an image shape) the heatmap marks where
+each image row starts, and the per-pixel maps are left to experiments.image_maps (seconds, one canary).
 """
 
 import csv
@@ -18,6 +19,7 @@ import tqdm
 from experiments import cli
 from lira import cov_error
 from lira import cov_plots
+from lira import image_maps
 from lira import provenance
 from lira import rundir
 from lira import transforms
@@ -118,6 +120,8 @@ def main(argv):
     raise app.UsageError("--run_dir is required")
   run = rundir.load_run(FLAGS.run_dir, mmap=True)
   counts, out_dir, note = validated_settings(run)
+  n_in = int(run.keep_MxN[:, FLAGS.canary].sum())
+  image_shape = image_maps.image_shape_or_none(run.config)  # a malformed image shape is refused before the work
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
   if note:
     print(note)
@@ -140,12 +144,17 @@ def main(argv):
   subtitle = (f"{shape}; statistic={FLAGS.statistic}, {analysed} canaries analysed, {FLAGS.draws} draws per m "
               f"(seed {FLAGS.seed})")
   heatmap = cov_plots.plot_covariance_heatmap(gold_in, gold_out, FLAGS.canary,
-                                              subtitle=f"{shape}; statistic={FLAGS.statistic}")
+                                              subtitle=f"{shape}; statistic={FLAGS.statistic}",
+                                              row_width=image_shape[1] if image_shape else None,
+                                              counts={"in": n_in, "out": M - n_in},
+                                              unit="nats\u00b2" if FLAGS.statistic == "loss" else "logit\u00b2")
   paths = write_outputs(output_paths(out_dir, settings), header, rows, aggregated, relative, summary, heatmap,
                         subtitle)
   print(f"{subtitle}\n")
   print(table(summary))
   print(provenance.wrote(paths))
+  if image_shape:
+    print(f"image run: python -m experiments.image_maps --run_dir={FLAGS.run_dir} draws the per-pixel maps")
 
 
 if __name__ == "__main__":

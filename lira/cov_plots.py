@@ -72,19 +72,31 @@ def plot_relative_errors(relative, subtitle=None):
   return fig
 
 
-def plot_covariance_heatmap(cov_in_TxT, cov_out_TxT, canary, max_positions=64, subtitle=None):
-  """Heatmaps of one canary's gold-standard IN and OUT covariances on one colour scale (Fig. 8)."""
+def plot_covariance_heatmap(cov_in_TxT, cov_out_TxT, canary, max_positions=64, subtitle=None, counts=None, unit=None,
+                            row_width=None, title=None):
+  """Heatmaps of one canary's gold-standard IN and OUT covariances on one colour scale (Fig. 8).
+
+  counts ({"in": n, "out": n}) and unit label the panels and the colour bar; row_width (W of an image run) draws
+  a line where each image row starts, since position t is pixel (t // W, t % W).
+  """
   shown = min(max_positions, len(cov_in_TxT))
   covs = [np.asarray(c)[:max_positions, :max_positions] for c in (cov_in_TxT, cov_out_TxT)]
   # One symmetric scale for both panels, so equal colours mean equal covariances.
   vmax = max(float(np.abs(c).max()) for c in covs) or 1.0
   positions = f"all {shown} positions" if shown == len(cov_in_TxT) else f"first {shown} of {len(cov_in_TxT)} positions"
-  fig, axes = _panels(f"Gold-standard covariance (all-models MLE), canary {canary}, {positions}",
+  fig, axes = _panels(title or f"Gold-standard covariance (all-models MLE), canary {canary}, {positions}",
                       subtitle, sharey=False, width=9.5)
   for ax, c, cov in zip(axes, CLASSES, covs):
     im = ax.imshow(cov, cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
-    ax.set_title(LABELS[c])
+    ax.set_title(f"{LABELS[c]} ({counts[c]} models)" if counts else LABELS[c])
     ax.set_xlabel("position")
+    if row_width and row_width < shown:
+      for start in range(row_width, shown, row_width):
+        ax.axhline(start - 0.5, color="0.3", lw=0.6, ls=":")
+        ax.axvline(start - 0.5, color="0.3", lw=0.6, ls=":")
   axes[0].set_ylabel("position")
-  fig.colorbar(im, ax=list(axes), shrink=0.85, label="covariance")
+  label = f"covariance ({unit})" if unit else "covariance"
+  if row_width and row_width < shown:
+    label += f"; dotted: image row starts (W={row_width})"
+  fig.colorbar(im, ax=list(axes), shrink=0.85, label=label)
   return fig
