@@ -159,3 +159,17 @@ def test_cli_writes_summary_with_labelled_shift_column(tiny_run):
   with open(os.path.join(out, "summary.md")) as f:
     assert "SHIFTED split" in f.read()
   assert os.path.getsize(os.path.join(out, "auc_vs_epochs.png")) > 0
+
+
+def test_shift_texts_do_not_depend_on_what_the_process_imported():
+  """The docstrings are read from the stdlib's source files, so a fresh interpreter gets the same paragraphs as
+  this test process, which has imported (and possibly patched) many modules."""
+  import hashlib
+  import torch  # noqa: F401  (imports and patches much of the stdlib's namespace)
+  digest = lambda ps: hashlib.sha256("\n".join(ps).encode()).hexdigest()  # noqa: E731
+  root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+  code = ("import hashlib; from training import mia_benchmark as m; "
+          "print(hashlib.sha256('\\n'.join(m.stdlib_paragraphs()).encode()).hexdigest())")
+  result = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": root})
+  assert result.stdout.strip() == digest(mb.stdlib_paragraphs())

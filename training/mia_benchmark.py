@@ -13,15 +13,14 @@ state of the latest one: a killed run resumes from its last saved epoch (the epo
 example order depends only on (seed, epoch), so a resumed run takes the same steps as an uninterrupted one.
 """
 
-import importlib
-import inspect
+import ast
 import io
 import json
 import os
 import re
 import sys
+import sysconfig
 import time
-import warnings
 
 import jax
 import numpy as np
@@ -78,14 +77,23 @@ def _rst_clean(paragraph):
   return " ".join(text.split())
 
 
-def _docstrings(module):
-  """Docstrings of a module, its classes and functions, and its classes' methods, in name order."""
-  docs = [inspect.getdoc(module)]
-  for _, obj in sorted(vars(module).items()):
-    if (inspect.isclass(obj) or inspect.isfunction(obj)) and getattr(obj, "__module__", None) == module.__name__:
-      docs.append(inspect.getdoc(obj))
-      if inspect.isclass(obj):
-        docs += [inspect.getdoc(v) for _, v in sorted(vars(obj).items()) if inspect.isfunction(v)]
+def _docstrings(name):
+  """Docstrings of a module's source file: the module's, then its classes' and functions' in name order (each class
+  followed by its methods'). Read with `ast` from the file, never imported, so they do not depend on what else the
+  process has imported or patched (an imported module's attributes do)."""
+  base = os.path.join(sysconfig.get_paths()["stdlib"], *name.split("."))  # frozen modules (os) have a file too
+  path = next((p for p in (base + ".py", os.path.join(base, "__init__.py")) if os.path.isfile(p)), None)
+  if path is None:
+    raise InputError(f"the standard-library module {name} has no Python source in {sysconfig.get_paths()['stdlib']}")
+  with open(path, encoding="utf-8") as f:
+    tree = ast.parse(f.read())
+  defs = (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+  docs = [ast.get_docstring(tree)]
+  for node in sorted((n for n in tree.body if isinstance(n, defs)), key=lambda n: n.name):
+    docs.append(ast.get_docstring(node))
+    if isinstance(node, ast.ClassDef):
+      docs += [ast.get_docstring(m) for m in sorted((m for m in node.body if isinstance(m, defs[1:])),
+                                                    key=lambda m: m.name)]
   return [d for d in docs if d]
 
 
@@ -94,10 +102,7 @@ def stdlib_paragraphs(modules=STDLIB_MODULES, min_words=8):
   words, no doctest or literal blocks), deduplicated, in module order."""
   seen, out = set(), []
   for name in modules:
-    with warnings.catch_warnings():  # reading typing.io / typing.re's docstrings warns that they are deprecated
-      warnings.simplefilter("ignore", DeprecationWarning)
-      docs = _docstrings(importlib.import_module(name))
-    for doc in docs:
+    for doc in _docstrings(name):
       for raw in re.split(r"\n\s*\n", doc):
         if ">>>" in raw or "::" in raw:
           continue
