@@ -1,0 +1,43 @@
+"""PixelCNN++ shadow models on images; per-pixel losses in raster order (Rossi et al. 2025, appendix .3, Table I).
+
+--config=experiments/configs/pixelcnn.py:cpu     scikit-learn digits (8 x 8, 17 levels), worst-case canaries, 2 CPU cores
+--config=experiments/configs/pixelcnn.py:paper   Table I: CIFAR-10, 64 models, 50 epochs, average-case canaries (GPU)
+--config=experiments/configs/pixelcnn.py:tiny    seconds of training, for tests
+model.image_shape and model.num_levels must match the data (checked before training); config.json carries them,
+so later tools lay a canary's T = H * W losses out on the image grid.
+
+cpu, chosen by measurement (2 shared cores; see CPU_NOTE below for the numbers): 16 models (the fewest that leave
+the leave-one-out fits 7 IN and 8 OUT rows each), 32 filters and 1 resnet block per stage (the narrowest network
+whose IN canaries still separate clearly), no dropout and a higher learning rate so that random canaries are learned
+in few epochs, and 500 of the ~1,440 training digits so that each epoch is short and each canary is a visible
+share of its model's data.
+"""
+
+import ml_collections
+
+from lira.errors import InputError
+
+def get_config(arg="cpu"):
+  c = ml_collections.ConfigDict()
+  c.data = dict(source="digits", data_dir="", heldout_fraction=0.2, max_train_images=500)
+  c.canaries = dict(kind="worst", num_canaries=256)
+  c.shadow = dict(num_models=16, group_size=1, seed=0)
+  c.model = dict(name="pixelcnn_pp", image_shape=(8, 8, 1), num_levels=17, nr_resnet=1, nr_filters=32,
+                 nr_logistic_mix=5, dropout_p=0.0)
+  c.train = dict(epochs=10, batch_size=32, learning_rate=2e-3, weight_decay=0.0, eval_batch_size=256)
+  if arg == "paper":
+    c.data.update(source="cifar10", data_dir="~/tensorflow_datasets", max_train_images=0)
+    c.canaries.update(kind="average", num_canaries=10_000)
+    c.shadow.update(num_models=64, group_size=8)
+    c.model.update(image_shape=(32, 32, 3), num_levels=256, nr_resnet=5, nr_filters=192, nr_logistic_mix=10,
+                   dropout_p=0.5)
+    c.train.update(epochs=50, batch_size=192, learning_rate=1e-3, weight_decay=0.0)
+  elif arg == "tiny":
+    c.data.update(max_train_images=48)
+    c.canaries.update(num_canaries=16)
+    c.shadow.update(num_models=6, group_size=3)
+    c.model.update(nr_filters=8, nr_logistic_mix=2, dropout_p=0.5)
+    c.train.update(epochs=8, batch_size=16, learning_rate=1e-2)
+  elif arg != "cpu":
+    raise InputError(f"unknown PixelCNN++ config {arg!r}: use cpu (default), paper or tiny")
+  return c
