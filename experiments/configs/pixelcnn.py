@@ -35,7 +35,7 @@ def get_config(arg="cpu"):
   elif arg == "tiny":
     c.data.update(max_train_images=48)
     c.canaries.update(num_canaries=16)
-    c.shadow.update(num_models=6, group_size=3)
+    c.shadow.update(num_models=8, group_size=4)  # 4: a group shards over 4 simulated devices in the tests
     c.model.update(nr_filters=8, nr_logistic_mix=2, dropout_p=0.5)
     c.train.update(epochs=8, batch_size=16, learning_rate=1e-2)
   elif arg != "cpu":
