@@ -1,6 +1,7 @@
 """Many shadow models trained at once: parameters stacked on a leading model axis, one vmapped AdamW step.
 
-Model m's initialisation and data order depend only on (seed, m), never on which group it is trained
+The trainer knows no tokens or pixels: the per-position loss is the model family's (models.FunctionalModel.loss).
+Model m's initialisation, data order and dropout masks depend only on (seed, m), never on which group it is trained
 in, so a model trained in a group of 16 equals the same model trained alone up to float32 rounding (which AdamW's
 division by sqrt(v) can amplify to a whole step on the rare entry whose gradient is ~0; the tests say how).
 """

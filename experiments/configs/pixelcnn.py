@@ -14,7 +14,7 @@ cpu, chosen by measurement on the 2-core development machine while other jobs ke
   (IN 3.01 against OUT 3.14 nats per pixel); dropout and the narrower nets learn random images more slowly;
 - 500 of the ~1,440 training digits and 256 canaries: an epoch is short and each model's 128 IN canaries are a
   fifth of its data; 16 models (the fewest that leave every leave-one-out fit 7 and 8 rows per class), 10 epochs.
-The whole command then took 8 min 21 s (~27 s per model); its table: univariate AUC 0.86-0.88 and TPR@1% FPR
+The whole command then took 7 min 2 s and 8 min 21 s in two runs (17-31 s per model); its table (identical in both): univariate AUC 0.86-0.88 and TPR@1% FPR
 14-21%, OAS 0.74-0.75 and 8%, independent 0.60-0.67 and 1-6%: the worst-case canaries are clearly memorised.
 """
 
