@@ -152,7 +152,8 @@ def test_a_killed_run_resumes_to_identical_arrays(tmp_path, monkeypatch, finishe
 
 
 @pytest.mark.parametrize("overrides, error, message", [
-    (dict(model__image_shape=(16, 16, 1)), ValueError, r"\(8, 8, 1\) \(H, W, C\) but model.image_shape is \(16, 16, 1\)"),
+    (dict(model__image_shape=(16, 16, 1)), ValueError,
+     r"\(8, 8, 1\) \(H, W, C\) but model.image_shape is \(16, 16, 1\)"),
     (dict(model__num_levels=8), ValueError, r"pixel level 16, outside model.num_levels=8"),
     (dict(data__source="mnist"), ValueError, r"data.source must be one of digits, fashion_mnist, cifar10"),
     (dict(data__source="cifar10", data__data_dir="/nonexistent"), FileNotFoundError,

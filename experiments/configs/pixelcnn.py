@@ -1,6 +1,6 @@
 """PixelCNN++ shadow models on images; per-pixel losses in raster order (Rossi et al. 2025, appendix .3, Table I).
 
---config=experiments/configs/pixelcnn.py:cpu     scikit-learn digits (8 x 8, 17 levels), worst-case canaries, 2 CPU cores
+--config=experiments/configs/pixelcnn.py:cpu     sklearn digits (8 x 8, 17 levels), worst-case canaries, 2 CPU cores
 --config=experiments/configs/pixelcnn.py:paper   Table I: CIFAR-10, 64 models, 50 epochs, average-case canaries (GPU)
 --config=experiments/configs/pixelcnn.py:tiny    seconds of training, for tests
 model.image_shape and model.num_levels must match the data (checked before training); config.json carries them,
@@ -11,16 +11,18 @@ cpu, chosen by measurement on the 2-core development machine while other jobs ke
   model alone against 4.1 ms per image for two vmapped models (vmapped convolutions become grouped ones, slow on CPU);
 - 32 filters, 1 resnet block per stage, 5 mixture components, no dropout, lr 2e-3: two models trained 10 epochs on
   500 digits with 64 worst-case canaries gave 89% of the canaries a lower mean loss on the model that had them IN
-  (IN 3.01 against OUT 3.14 nats per pixel); dropout and the narrower nets learn random images more slowly;
+  (IN 3.01 against OUT 3.14 nats per pixel); no dropout, so that random images are learned in few epochs;
 - 500 of the ~1,440 training digits and 256 canaries: an epoch is short and each model's 128 IN canaries are a
-  fifth of its data; 16 models (the fewest that leave every leave-one-out fit 7 and 8 rows per class), 10 epochs.
-The whole command then took 7 min 2 s and 8 min 21 s in two runs (17-31 s per model); its table (identical in both): univariate AUC 0.86-0.88 and TPR@1% FPR
-14-21%, OAS 0.74-0.75 and 8%, independent 0.60-0.67 and 1-6%: the worst-case canaries are clearly memorised.
+  fifth of its data; 16 models (every leave-one-out fit gets 7 and 8 rows per class; 64 would take ~30 min), 10 epochs.
+The whole command then took 7 min 2 s and 8 min 21 s in two runs (17-31 s per model); its table (identical in both):
+univariate AUC 0.86-0.88 and TPR@1% FPR 14-21%, OAS 0.74-0.75 and 8%, independent 0.60-0.67 and 1-6%: the
+worst-case canaries are clearly memorised.
 """
 
 import ml_collections
 
 from lira.errors import InputError
+
 
 def get_config(arg="cpu"):
   c = ml_collections.ConfigDict()
