@@ -3,6 +3,7 @@
 python -m experiments.train_shadows                      # CPU default, minutes on 2 cores
 python -m experiments.train_shadows --config=experiments/configs/lstm.py:paper --run_dir=runs/paper
 python -m experiments.train_shadows --config=experiments/configs/pythia.py:pythia_tiny   # fine-tuned GPT-NeoX, CPU
+python -m experiments.train_shadows --config=experiments/configs/pixelcnn.py:cpu   # PixelCNN++ on digits, CPU
 Re-running the same command on the same --run_dir resumes; several hosts share the groups with
 --num_processes/--process_id (and --coordinator_address for jax.distributed).
 """
@@ -110,7 +111,8 @@ def main(argv):
     print(f"this process's groups are done; other groups are still missing in {run_dir}/losses. Re-run the command "
           "(any process) once they are finished to assemble losses.npy and evaluate.")
     return
-  print(f"per-token losses: {run_dir}/losses.npy; keep.npy, canaries.npy, tokenizer.json, config.json beside it")
+  beside = "keep.npy, canaries.npy, config.json" + ("" if pipeline.is_image_run(cfg) else ", tokenizer.json")
+  print(f"per-position losses: {run_dir}/losses.npy; {beside} beside it")
   if FLAGS.evaluate:
     table, _ = report.evaluate_run(run_dir, out_dir, progress=FLAGS.progress)
     print(table)

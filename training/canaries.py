@@ -55,3 +55,19 @@ def training_indices(num_train, keep_MxN, model):
   if num_train < 0:
     raise InputError(f"num_train must be non-negative, got {num_train}")
   return np.concatenate([np.arange(num_train), num_train + np.flatnonzero(keep_MxN[model])]).astype(np.int64)
+
+
+def average_case_images(heldout_SxHxWxC, num_canaries, seed):
+  """canaries_NxHxWxC: N distinct held-out images drawn without replacement (average_case_canaries on pixels)."""
+  heldout = np.asarray(heldout_SxHxWxC)
+  flat_NxP = average_case_canaries(heldout.reshape(len(heldout), -1), num_canaries, seed)
+  return flat_NxP.astype(heldout.dtype).reshape((num_canaries,) + heldout.shape[1:])
+
+
+def worst_case_images(num_canaries, image_shape, num_levels, seed):
+  """canaries_NxHxWxC uint8: every channel of every pixel a level drawn uniformly from 0..num_levels-1."""
+  if num_canaries < 0:
+    raise InputError(f"num_canaries must be non-negative, got {num_canaries}")
+  if not 2 <= num_levels <= 256:
+    raise InputError(f"num_levels must be in 2..256 (uint8 pixels), got {num_levels}")
+  return np.random.default_rng(seed).integers(num_levels, size=(num_canaries,) + tuple(image_shape)).astype(np.uint8)

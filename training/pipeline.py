@@ -20,19 +20,24 @@ import models
 from lira import rundir
 from training import canaries as canaries_lib
 from training import data as data_lib
+from training import images as images_lib
 from training import trainer
 from lira.errors import InputError
 
 
 @dataclasses.dataclass(frozen=True)
 class RunData:
-  examples_ExT: np.ndarray  # train sequences, then canaries
+  examples_ExT: np.ndarray  # train sequences, then canaries (images: [E, H, W, C] uint8 levels)
   num_train: int
-  canaries_NxT: np.ndarray
+  canaries_NxT: np.ndarray  # images: [N, H, W, C]
   keep_MxN: np.ndarray
-  bos_id: int
-  vocab_size: int
+  bos_id: int | None  # None for images
+  vocab_size: int | None
   pretrain_SxT: np.ndarray  # train-split sequences left out of examples_ExT (data.max_train_sequences): base pretraining
+
+
+def is_image_run(cfg):
+  return cfg.model.name == "pixelcnn_pp"
 
 
 def _config_dict(cfg):
@@ -73,8 +78,10 @@ def validate(cfg):
     raise InputError(f"shadow.num_models must be even and >= 2 (every canary IN for exactly M/2 models), got {M}")
   if G < 1:
     raise InputError(f"shadow.group_size must be >= 1, got {G}")
-  if cfg.data.seq_len < 2:
+  if not is_image_run(cfg) and cfg.data.seq_len < 2:
     raise InputError(f"data.seq_len must be >= 2, got {cfg.data.seq_len}")
+  if is_image_run(cfg) and cfg.data.source not in images_lib.SOURCES:
+    raise InputError(f"data.source must be one of {', '.join(images_lib.SOURCES)}, got {cfg.data.source!r}")
   if cfg.canaries.kind not in ("worst", "average"):
     raise InputError(f"canaries.kind must be 'worst' or 'average', got {cfg.canaries.kind!r}")
   if cfg.canaries.num_canaries < 1:
@@ -112,8 +119,50 @@ def _pack(texts, tokenizer, T, split):
     raise InputError(f"data.seq_len={T} is longer than the {split} split allows: {e}") from e
 
 
+def _save_once(run_dir, arrays):
+  """Write canaries.npy / keep.npy once: a finished run re-runs on a read-only folder; a resumed run must match."""
+  for name, array in arrays:
+    path = os.path.join(run_dir, f"{name}.npy")
+    if not os.path.exists(path):
+      rundir.save_npy(path, array)
+    elif not np.array_equal(np.load(path), array):
+      raise InputError(f"{path} differs from what this config produces (different data or tokenizer?)")
+
+
+def prepare_images(cfg, run_dir, progress=True):
+  """Images -> train / held-out split -> canaries and keep, saved in the run folder; checked against model.*."""
+  t0 = time.perf_counter()
+  shape, L = tuple(cfg.model.image_shape), cfg.model.num_levels
+  N, M = cfg.canaries.num_canaries, cfg.shadow.num_models
+  train, heldout = images_lib.load_split(cfg.data.source, cfg.data.data_dir, cfg.data.heldout_fraction,
+                                         cfg.shadow.seed)
+  images_lib.check_against_config(train, shape, L, f"data.source={cfg.data.source!r} training")
+  images_lib.check_against_config(heldout, shape, L, f"data.source={cfg.data.source!r} held-out")
+  if cfg.data.max_train_images:
+    train = train[:cfg.data.max_train_images]
+  if len(train) < cfg.train.batch_size:
+    raise InputError(f"{len(train)} training images, fewer than one batch (train.batch_size={cfg.train.batch_size})")
+  if cfg.canaries.kind == "average":
+    distinct = len(np.unique(heldout.reshape(len(heldout), -1), axis=0))
+    if N > distinct:
+      raise InputError(f"canaries.num_canaries={N} is more than the {distinct} distinct held-out images of "
+                       f"data.source={cfg.data.source!r}; use fewer canaries")
+    canaries = canaries_lib.average_case_images(heldout, N, cfg.shadow.seed)
+  else:
+    canaries = canaries_lib.worst_case_images(N, shape, L, cfg.shadow.seed)
+  keep_MxN = canaries_lib.keep_matrix(M, N, cfg.shadow.seed)
+  _save_once(run_dir, (("canaries", canaries), ("keep", keep_MxN)))
+  if progress:
+    print(f"data: {len(train)} training images {shape} with {L} levels ({cfg.data.source}), {N} "
+          f"{cfg.canaries.kind}-case canaries ({time.perf_counter() - t0:.1f} s)")
+  return RunData(np.concatenate([train, canaries]), len(train), canaries, keep_MxN, None, None, train[:0])
+
+
 def prepare_data(cfg, run_dir, progress=True):
-  """Corpus -> split -> tokenizer -> T-token sequences -> canaries and keep, saved in the run folder."""
+  """Corpus -> split -> tokenizer -> T-token sequences -> canaries and keep, saved in the run folder (images:
+  prepare_images)."""
+  if is_image_run(cfg):
+    return prepare_images(cfg, run_dir, progress)
   t0 = time.perf_counter()
   train_conv, heldout_conv = data_lib.split_conversations(_corpus(cfg), cfg.data.heldout_fraction, cfg.shadow.seed)
   train_texts = data_lib.conversation_texts(train_conv)
@@ -138,12 +187,7 @@ def prepare_data(cfg, run_dir, progress=True):
   else:
     canaries_NxT = canaries_lib.worst_case_canaries(N, T, vocab, cfg.shadow.seed, exclude_ids=(bos,))
   keep_MxN = canaries_lib.keep_matrix(M, N, cfg.shadow.seed)
-  for name, array in (("canaries", canaries_NxT), ("keep", keep_MxN)):
-    path = os.path.join(run_dir, f"{name}.npy")
-    if not os.path.exists(path):  # written once: a finished run re-runs on a read-only folder
-      rundir.save_npy(path, array)
-    elif not np.array_equal(np.load(path), array):
-      raise InputError(f"{path} differs from what this config produces (different data or tokenizer?)")
+  _save_once(run_dir, (("canaries", canaries_NxT), ("keep", keep_MxN)))
   if progress:
     print(f"data: {len(train_SxT)} training sequences of {T} tokens, {N} {cfg.canaries.kind}-case canaries, "
           f"vocabulary {vocab} ({time.perf_counter() - t0:.1f} s)")
@@ -152,9 +196,11 @@ def prepare_data(cfg, run_dir, progress=True):
 
 
 def build_model(cfg, data, run_dir, progress=True):
-  """The model every shadow copy starts as: a fresh LSTM, or a GPT-NeoX base checkpoint to fine-tune."""
+  """The model every shadow copy starts as: a fresh LSTM or PixelCNN++, or a GPT-NeoX base checkpoint to fine-tune."""
   kwargs = dict(cfg.model)
   name = kwargs.pop("name")
+  if is_image_run(cfg):
+    return models.get_model(name, **kwargs)
   if name != "gpt_neox":
     return models.get_model(name, vocab_size=data.vocab_size, **kwargs)
   from models import hf_convert
@@ -216,11 +262,8 @@ def _stat_path(losses_path, stat):
   return losses_path[:-len(".npy")] + f"_{stat}.npy"
 
 
-STATS = ("mu", "sigma")  # per-token moments of ln p over the vocabulary, stored beside the losses
-
-
 def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True):
-  """Train (or restore) one group, checkpoint it, and write its canary losses [G, N, T]."""
+  """Train (or restore) one group, checkpoint it, and write its canary losses [G, N, T] (and the family's stats)."""
   ckpt, losses_path = _group_paths(run_dir, g)
   checkpointer = ocp.StandardCheckpointer()
   if os.path.exists(ckpt):  # trained before a kill that came before its losses were written
@@ -239,7 +282,7 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True)
   nnx.replace_by_pure_dict(state, params)
   loss_GxNxT, *stats = trainer.canary_statistics(model, state, data.canaries_NxT, bos_id=data.bos_id,
                                                  batch_size=cfg.train.get("eval_batch_size", 256), mesh=mesh)
-  for stat, array_GxNxT in zip(STATS, stats):
+  for stat, array_GxNxT in zip(model.stat_names, stats):
     rundir.save_npy(_stat_path(losses_path, stat), array_GxNxT)
   rundir.save_npy(losses_path, loss_GxNxT)
   return loss_GxNxT
@@ -260,8 +303,8 @@ def _stack(run_dir, name, parts):
 
 
 def assemble(cfg, run_dir):
-  """Stack the per-group losses (and mu, sigma) into losses.npy [M, N, T] once every group is done; False if
-  some group is missing.
+  """Stack the per-group losses (and a language model's mu, sigma) into losses.npy [M, N, T] once every group is
+  done; False if some group is missing.
 
   Groups without mu / sigma files (extracted by an older version) leave mu.npy / sigma.npy unwritten, with a
   warning that names the missing files; LiRA needs only losses.npy.
@@ -269,7 +312,7 @@ def assemble(cfg, run_dir):
   parts = [_group_paths(run_dir, g)[1] for g, _ in groups_of(cfg)]
   if not all(os.path.exists(p) for p in parts):
     return False
-  for stat in STATS:
+  for stat in models.stat_names(cfg.model.name):
     stat_parts = [_stat_path(p, stat) for p in parts]
     if missing := [os.path.relpath(p, run_dir) for p in stat_parts if not os.path.exists(p)]:
       warnings.warn(f"{stat}.npy not written: {len(missing)} group(s) have no {stat} file ({', '.join(missing)}); "

@@ -1,6 +1,7 @@
 """Many shadow models trained at once: parameters stacked on a leading model axis, one vmapped AdamW step.
 
-Model m's initialisation and data order depend only on (seed, m), never on which group it is trained
+The trainer knows no tokens or pixels: the per-position loss is the model family's (models.FunctionalModel.loss).
+Model m's initialisation, data order and dropout masks depend only on (seed, m), never on which group it is trained
 in, so a model trained in a group of 16 equals the same model trained alone up to float32 rounding (which AdamW's
 division by sqrt(v) can amplify to a whole step on the rare entry whose gradient is ~0; the tests say how).
 """
@@ -39,7 +40,21 @@ def model_key(seed, model_id):
 
 def token_losses(model, params, tokens_BxT, bos_id):
   """Per-token loss -ln p(x_t | BOS, x_<t) for every position t of tokens_BxT (all T positions scored)."""
-  return extract.token_loss(model.apply(params, extract.with_bos(tokens_BxT, bos_id)), tokens_BxT)
+  return model.loss(params, tokens_BxT, bos_id)
+
+
+def dropout_key_data(seed, model_ids, epoch, step):
+  """uint32 [G, 2]: raw threefry dropout keys of each model at one step, a function of (seed, model, epoch, step).
+
+  Threefry, not the faster-compiling "rbg": vmapped rbg draws differ from the same key's unbatched draws (all rows
+  but the first), so a model's dropout masks would depend on its group; threefry's do not.
+  """
+  return np.stack([np.random.default_rng([seed, m, epoch, step, 1]).integers(0, 2**32, 2, dtype=np.uint32)
+                   for m in model_ids])
+
+
+def dropout_key(key_data):
+  return jax.random.wrap_key_data(key_data, impl="threefry2x32")
 
 
 def epoch_slots(example_ids, length, batch_size, seed, model_id, epoch):
@@ -62,7 +77,8 @@ def make_optimizer(learning_rate, weight_decay):
 
 @functools.lru_cache(maxsize=16)
 def make_step(model, learning_rate, weight_decay, bos_id, single=False):
-  """One AdamW step for a stack of models: (params, opt_state, tokens_GxBxT, weight_GxB) -> (..., loss_G).
+  """One AdamW step for a stack of models: (params, opt_state, examples_GxBx..., weight_GxB[, key_data_Gx2]) ->
+  (..., loss_G); the per-position loss is the model family's (`model.loss`), with dropout keys where it has dropout.
 
   Cached, so the groups of a run share one compiled step (jit caches per function object). With `single` (a stack
   of one model) the model axis is dropped inside the step instead of vmapped over: under vmap XLA lays the weight
@@ -71,9 +87,11 @@ def make_step(model, learning_rate, weight_decay, bos_id, single=False):
   """
   optimizer = make_optimizer(learning_rate, weight_decay)
 
-  def step(params, opt_state, tokens_BxT, weight_B):
+  def step(params, opt_state, examples_B, weight_B, key_data=None):
+    key = None if key_data is None else dropout_key(key_data)
+
     def loss_fn(p):
-      per_example_B = token_losses(model, p, tokens_BxT, bos_id).mean(axis=1)
+      per_example_B = model.loss(p, examples_B, bos_id, key).mean(axis=1)
       return (per_example_B * weight_B).sum() / jnp.maximum(weight_B.sum(), 1.0)
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
@@ -115,9 +133,7 @@ def _opt_init_fn(learning_rate, weight_decay):
 
 @functools.lru_cache(maxsize=16)
 def _stats_fn(model, bos_id):
-  def stats(params, tokens_BxT):
-    return extract.sequence_statistics(lambda x, m: model.apply(params, x, m), tokens_BxT, bos_id=bos_id)
-  return jax.jit(jax.vmap(stats, in_axes=(0, None)))
+  return jax.jit(jax.vmap(lambda params, examples: model.statistics(params, examples, bos_id), in_axes=(0, None)))
 
 
 def fsdp_spec(shape, num_devices):
@@ -155,9 +171,12 @@ def _put(tree, mesh, batch_axis=None):
   return tree if mesh is None else jax.device_put(tree, shardings(mesh, tree, batch_axis))
 
 
-def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, length=None, mesh=None,
+def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id=None, length=None, mesh=None,
                 progress=True):
   """Train the models `model_ids` together; example_ids[i] are the rows of examples_ExT model i trains on.
+
+  examples_ExT holds sequences [E, T] for language models (bos_id: the token each is read after), images
+  [E, H, W, C] for PixelCNN++ (bos_id unused).
 
   Returns the stacked parameters (leading axis = len(model_ids)) as numpy arrays and the mean loss
   of each model in its last epoch. Raises TrainingDiverged naming the model whose loss is not finite.
@@ -180,9 +199,11 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, 
     losses = []
     for s in range(steps):
       slot_GxB = slots_GxSxB[:, s]
-      tokens_GxBxT = examples_ExT[np.maximum(slot_GxB, 0)]
+      batch_GxB = examples_ExT[np.maximum(slot_GxB, 0)]
       weight_GxB = (slot_GxB >= 0).astype(np.float32)
-      params, opt_state, loss_G = step(params, opt_state, _put(tokens_GxBxT, mesh, 1), _put(weight_GxB, mesh, 1))
+      dropout = [dropout_key_data(config.seed, model_ids, epoch, s)] if model.dropout else []  # jit places it
+      params, opt_state, loss_G = step(params, opt_state, _put(batch_GxB, mesh, 1), _put(weight_GxB, mesh, 1),
+                                       *dropout)
       if losses:  # one step in flight at most: the bar shows finished steps, not queued ones
         jax.block_until_ready(losses[-1])
       losses.append(loss_G)
@@ -198,10 +219,11 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id, 
   return jax.device_get(params), epoch_loss_G
 
 
-def canary_statistics(model, params, canaries_NxT, *, bos_id, batch_size=256, mesh=None):
-  """Per-token (loss, mu, sigma) of every canary on every stacked model, each [G, N, T] float32.
+def canary_statistics(model, params, canaries_NxT, *, bos_id=None, batch_size=256, mesh=None):
+  """(loss, *stats) of every canary on every stacked model, each [G, N, T] float32, without dropout.
 
-  loss = -ln p(x_t | BOS, x_<t); mu and sigma are the mean and std of ln p over the vocabulary at that position.
+  Language models: loss = -ln p(x_t | BOS, x_<t), then mu and sigma, the mean and std of ln p over the vocabulary
+  at that position. PixelCNN++: the NLL of each pixel in raster order, alone (model.stat_names).
   """
   fn = _stats_fn(model, bos_id)
   params = _put(params, mesh)
