@@ -12,8 +12,8 @@ all-padding batch, params and optimiser state donated). Per group of G models it
   map     jit(lax.map(step)) over the same stack (one model's convolutions at a time inside one program),
   single  G calls of the one-model jitted step on separate parameters (the trainer's single=True path),
   torch   the PyTorch twin (benchmarks/pixelcnn_torch.py), G models one after another, torch.optim.AdamW,
-          torch.set_num_threads(2) ("torch"; the brief's setting) and, as a second peer, 1 thread ("torch1"):
-          under a load above the core count torch's 2 OpenMP threads wait on each other and lose several-fold,
+          torch.set_num_threads(2) ("torch"), and the same with 1 thread ("torch1"), a second peer because under
+          a load above the core count torch's 2 OpenMP threads wait on each other and lose several-fold;
 all on the same random images. Timing is interleaved: every repetition times each method once in turn (a block of
 calls long enough to last ~0.3 s), after a compile / warm-up call that is not timed; the median over repetitions is
 reported, with the load average, since the machine is shared.
@@ -227,7 +227,7 @@ def run_speed(size, groups, reps, dropout_key_impl):
       row[name]["vs_torch1"] = row[name]["images_per_s"] / row["torch1"]["images_per_s"]
     rows.append(row)
     print(f"{size:13} G={G} B={B} load {load_before:.1f}-{os.getloadavg()[0]:.1f}  " + "  ".join(
-        f"{n} {row[n]['images_per_s']:7.1f} img/s" + (f" ({row[n]['vs_torch']:.2f}x)" if n != "torch" else "")
+        f"{n} {row[n]['images_per_s']:7.1f} img/s" + (f" ({row[n]['vs_torch']:.2f}x, {row[n]['vs_torch1']:.2f}x)" if "vs_torch" in row[n] else "")
         for n in ("vmap", "map", "single", "torch", "torch1")), flush=True)
   return dict(config={**dataclasses.asdict(config), "batch": B}, rows=rows)
 
