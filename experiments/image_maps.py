@@ -30,6 +30,7 @@ flags.DEFINE_enum("cov_class", "out", list(image_maps.COV_CLASSES), "Models the 
 flags.DEFINE_enum("statistic", "loss", list(transforms.STATISTICS), "Per-pixel statistic drawn (loss: nats).")
 flags.DEFINE_integer("max_positions", 64, "Positions shown in the covariance heatmap (the paper's Fig. 8: 64).")
 flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/image_maps.")
+flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 
 def main(argv):
@@ -38,7 +39,7 @@ def main(argv):
     raise app.UsageError("--run_dir is required")
   paths, line = image_report.write_image_maps(
       FLAGS.run_dir, FLAGS.out_dir, canary=FLAGS.canary, pixel=FLAGS.pixel, cov_class=FLAGS.cov_class,
-      statistic=FLAGS.statistic, max_positions=FLAGS.max_positions)
+      statistic=FLAGS.statistic, max_positions=FLAGS.max_positions, progress=FLAGS.progress)
   print(line)
   print(provenance.wrote(paths))
 

@@ -91,12 +91,14 @@ def canary_images(canaries, image_shape):
                    f"shape {[H, W, C]}")
 
 
-def loss_gaps(loss_MxNxT, keep_MxN, chunk=256):
+def loss_gaps(loss_MxNxT, keep_MxN, chunk=256, progress=False):
   """Per canary, mean over positions of (mean OUT loss - mean IN loss), in nats; > 0: IN models lose less."""
   keep_MxN = np.asarray(keep_MxN, bool)
   N = keep_MxN.shape[1]
   gap_N = np.empty(N)
-  for lo in range(0, N, chunk):  # a memory-mapped losses.npy is read a slice of canaries at a time
+  from tqdm import tqdm
+  for lo in tqdm(range(0, N, chunk), desc="IN-vs-OUT gaps", disable=not progress):  # a memory-mapped losses.npy
+    # is read a slice of canaries at a time
     loss_MxBxT = np.asarray(loss_MxNxT[:, lo:lo + chunk], np.float64)
     k_MxB = keep_MxN[:, lo:lo + chunk]
     per_model_MxB = loss_MxBxT.mean(axis=2)

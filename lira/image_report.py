@@ -48,7 +48,7 @@ def output_paths(out_dir, settings):
 
 
 def write_image_maps(run_dir, out_dir=None, *, canary=None, pixel=None, cov_class="out", statistic="loss",
-                     max_positions=64, command="image_maps"):
+                     max_positions=64, command="image_maps", progress=False):
   """Check everything, then draw one canary's maps into out_dir (default RUN_DIR/image_maps); returns (paths, line).
 
   canary None: the one with the largest IN-vs-OUT mean loss gap; pixel: a raster index, 'row,column' or None
@@ -66,7 +66,7 @@ def write_image_maps(run_dir, out_dir=None, *, canary=None, pixel=None, cov_clas
   out_dir = out_dir or os.path.join(run_dir, "image_maps")
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
   loo.check_arrays(run.loss_MxNxT, run.keep_MxN, run.mask_NxT)
-  gap_N = image_maps.loss_gaps(run.loss_MxNxT, run.keep_MxN)
+  gap_N = image_maps.loss_gaps(run.loss_MxNxT, run.keep_MxN, progress=progress)
   chosen = image_maps.default_canary(gap_N) if canary is None else canary
   if run.mask_NxT is not None and not np.asarray(run.mask_NxT[chosen]).all():
     raise InputError(f"mask.npy leaves pixels of canary {chosen} unscored; the maps need every pixel")

@@ -35,7 +35,9 @@ def get_config(arg="cpu"):
   if arg == "paper":
     c.data.update(source="cifar10", data_dir="~/tensorflow_datasets", max_train_images=0)
     c.canaries.update(kind="average", num_canaries=10_000)
-    c.shadow.update(num_models=64, group_size=8)
+    # One model per group: by XLA's memory analysis one model at batch 192 needs ~102 GB (BENCHMARKS.md, "PixelCNN++
+    # training step"), more than an 80 GB accelerator holds; measure on the device before raising it.
+    c.shadow.update(num_models=64, group_size=1)
     c.model.update(image_shape=(32, 32, 3), num_levels=256, nr_resnet=5, nr_filters=192, nr_logistic_mix=10,
                    dropout_p=0.5)
     c.train.update(epochs=50, batch_size=192, learning_rate=1e-3, weight_decay=0.0)
