@@ -18,10 +18,10 @@ import os
 
 import numpy as np
 
+from attacks import features as folder_io  # the folder's one reader and writer: file names, schema
 from lira import rundir
 from lira.errors import InputError
 
-SCHEMA = "seqlira.features/1"
 PAIR_CHUNK = 32  # prefix rows per pairs/ chunk: what a kill loses at most
 
 
@@ -30,7 +30,8 @@ def _path(out_dir, name):
 
 
 def _have(out_dir, *names):
-  return all(os.path.exists(_path(out_dir, n)) for n in names)
+  """Whether the arrays (short names: lp, pair_lp, ...) are already on disk: their stage is done."""
+  return all(os.path.exists(_path(out_dir, folder_io.FILES[n])) for n in names)
 
 
 def choose_prefix(labels_N, shots, seed=0):
@@ -80,7 +81,7 @@ def _settings_check(out_dir, settings, overwrite):
   path = _path(out_dir, "build.json")
   if os.path.exists(path) and overwrite:  # start afresh: no stale array may be taken for a finished stage
     for name in os.listdir(out_dir):
-      if name.endswith(".npy") or name in ("features.json", "texts.json", "prefix.json", "neighbours.json"):
+      if name in folder_io.FILES.values():
         os.remove(_path(out_dir, name))
     remove_pair_chunks(out_dir)
   elif os.path.exists(path):
@@ -133,7 +134,7 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     raise InputError(f"neighbours: {len(neighbours)} lists for {n_in} texts")
   if ensemble and not prefix_shots and prefix_texts is None:
     raise InputError("ensemble needs prefix shots (prefix_shots or prefix_texts)")
-  settings = dict(schema=SCHEMA, model=str(model_path), tokenizer=str(tokenizer or model_path), max_length=max_length,
+  settings = dict(schema=folder_io.SCHEMA, model=str(model_path), tokenizer=str(tokenizer or model_path), max_length=max_length,
                   n_input=n_in, prefix_shots=prefix_shots, prefix_texts=None if prefix_texts is None else
                   len(prefix_texts), ensemble=ensemble, separator=separator, pairs=bool(pairs),
                   reference_model=None if reference_model is None else str(reference_model),
@@ -199,32 +200,32 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
   # Everything is checked; the long work starts.
   rundir.check_writable(out_dir, "choose another out_dir")
   _settings_check(out_dir, settings, overwrite)
-  save = lambda name, array: rundir.save_npy(_path(out_dir, name), array)  # noqa: E731
-  rundir.save_json(_path(out_dir, "texts.json"), eval_texts)
-  save("labels.npy", labels_N[source_N])
-  save("source_index.npy", source_N.astype(np.int64))
-  save("ids.npy", ids_NxT)
-  save("mask.npy", mask_NxT)
+  save = lambda name, array: folder_io.write_array(out_dir, name, array)  # noqa: E731
+  folder_io.write_json(out_dir, "texts", eval_texts)
+  save("labels", labels_N[source_N])
+  save("source_index", source_N.astype(np.int64))
+  save("ids", ids_NxT)
+  save("mask", mask_NxT)
   if prefix_info is not None:
-    rundir.save_json(_path(out_dir, "prefix.json"), prefix_info)
-  if not _have(out_dir, "lp.npy", "mu.npy", "sigma.npy"):
+    folder_io.write_json(out_dir, "prefix", prefix_info)
+  if not _have(out_dir, "lp", "mu", "sigma"):
     lp, mu, sigma = extract.causal_lm_statistics(module, ids_NxT, mask_NxT, batch_size, bos_id)
-    save("mu.npy", mu)
-    save("sigma.npy", sigma)
-    save("lp.npy", lp)
+    save("mu", mu)
+    save("sigma", sigma)
+    save("lp", lp)
   for name, prefixes in prefix_sets.items():
-    if _have(out_dir, f"{name}.npy"):
+    if _have(out_dir, name):
       continue
     cond = [prefix_lp.conditional_lp(module, p, ids_NxT, mask_NxT, batch_size=batch_size, bos_id=bos_id)
             for p in tqdm(prefixes, desc=name, disable=not progress or len(prefixes) == 1)]
-    save(f"{name}.npy", cond[0] if name == "cond_lp_member" else np.stack(cond))
-  if pairs and not _have(out_dir, "pair_lp.npy"):
-    save("pair_lp.npy", _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress, bos_id))
+    save(name, cond[0] if name == "cond_lp_member" else np.stack(cond))
+  if pairs and not _have(out_dir, "pair_lp"):
+    save("pair_lp", _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress, bos_id))
     remove_pair_chunks(out_dir)
-  if reference_model is not None and not _have(out_dir, "ref_lp.npy"):
+  if reference_model is not None and not _have(out_dir, "ref_lp"):
     from models import hf_convert
     ref = hf_convert.from_pretrained(reference_model, dtype=dtype)
-    save("ref_lp.npy", _lp_of_texts(ref, data_lib.load_tokenizer(reference_model), eval_texts, max_length,
+    save("ref_lp", _lp_of_texts(ref, data_lib.load_tokenizer(reference_model), eval_texts, max_length,
                                     batch_size))
   J = None
   if neighbours is not None:
@@ -232,23 +233,22 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     J = len(lists[0])
     if any(len(n) != J for n in lists):
       raise InputError(f"neighbours: every text needs the same number of neighbours; found {sorted({len(n) for n in lists})}")
-    rundir.save_json(_path(out_dir, "neighbours.json"), lists)
-    if not _have(out_dir, "neighbour_lp.npy"):
+    folder_io.write_json(out_dir, "neighbours", lists)
+    if not _have(out_dir, "neighbour_lp"):
       flat = [t for n in lists for t in n]
       lp_flat = _lp_of_texts(module, tok, flat, max_length, batch_size, bos_id)
-      save("neighbour_lp.npy", lp_flat.reshape(N, J, -1))
-  arrays = {n[:-4]: list(np.load(_path(out_dir, n), mmap_mode="r").shape) for n in sorted(os.listdir(out_dir))
-            if n.endswith(".npy")}
-  meta = dict(schema=SCHEMA, argv=list(argv) if argv is not None else None, model=str(model_path),
-              tokenizer=str(tokenizer or model_path), max_length=max_length, n_texts=N, arrays=arrays,
+      save("neighbour_lp", lp_flat.reshape(N, J, -1))
+  meta = dict(argv=list(argv) if argv is not None else None, model=str(model_path),
+              tokenizer=str(tokenizer or model_path), max_length=max_length, n_texts=N,
               prefix=None if prefix_info is None else {k: v for k, v in prefix_info.items()
                                                           if not k.endswith(("_texts", "token_ids"))},
               reference_model=settings["reference_model"],
               neighbours=None if neighbours is None else {"method": neighbour_method, "count": J},
-              removed_prefix_texts=removed, bos_first=bos_id is not None, label_names={"1": "member", "0": "non-member", "-1": "unknown"},
+              removed_prefix_texts=removed, bos_first=bos_id is not None,
+              label_names={"1": "member", "0": "non-member", "-1": "unknown"},
               notes=[f"{removed} text(s) used in ReCaLL prefixes were removed from the evaluated set"] if removed
               else [])
-  rundir.save_json(_path(out_dir, "features.json"), meta)  # written last: the folder is complete
+  folder_io.write_meta(out_dir, meta)  # schema and array shapes added; written last: the folder is complete
   return out_dir
 
 
@@ -280,9 +280,9 @@ def remove_pair_chunks(out_dir):
 
 def summary(out_dir):
   """A few lines saying what the folder holds (printed by experiments.extract_features)."""
-  with open(_path(out_dir, "features.json")) as f:
+  with open(_path(out_dir, folder_io.FILES["meta"])) as f:
     meta = json.load(f)
-  labels = rundir.load_npy(_path(out_dir, "labels.npy"))
+  labels = rundir.load_npy(_path(out_dir, folder_io.FILES["labels"]))
   counts = {name: int((labels == v).sum()) for v, name in ((1, "members"), (0, "non-members"), (-1, "unknown"))}
   lines = [f"{meta['n_texts']} texts ({', '.join(f'{c} {n}' for n, c in counts.items() if c)}) in {out_dir}"]
   lines += [f"  {name}.npy {shape}" for name, shape in meta["arrays"].items()]
