@@ -186,15 +186,7 @@ def main():
   same_nan = bool((np.isnan(outputs["cached"]) == np.isnan(outputs["naive"])).all())
   graphdef = nnx.split(module)[0]
   compiles_before = (prefix_lp.compile_count(graphdef), naive_fn(graphdef, args.max_len)._cache_size())
-  times = {name: [] for name in fns}
-  loads = [os.getloadavg()[0]]
-  for _ in range(args.reps):
-    for name, fn in fns.items():
-      fn()
-      t = time.perf_counter()
-      fn()
-      times[name].append(time.perf_counter() - t)
-    loads.append(os.getloadavg()[0])
+  times, loads = _timed(fns, args.reps)
   compiles_after = (prefix_lp.compile_count(graphdef), naive_fn(graphdef, args.max_len)._cache_size())
   scored = int(mask_NxT.sum()) * len(rows)  # text tokens scored in the timed pairs
   scale = args.N / len(rows)
