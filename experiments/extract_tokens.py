@@ -12,7 +12,6 @@ only where a loss is scored: position 0 and padding are False), canaries.npy, co
 membership matrix keep.npy [M, N]: a run folder for `experiments.evaluate`, or target losses for an attack.
 """
 
-import json
 import os
 
 from absl import app
@@ -24,7 +23,8 @@ from lira.errors import InputError
 FLAGS = flags.FLAGS
 flags.DEFINE_list("model", None, "Hugging Face GPT-NeoX folder or hub id; several (comma-separated) with --run_arrays.")
 flags.DEFINE_string("tokenizer", None, "tokenizer.json, a folder holding one, or a hub id (default: the first model's).")
-flags.DEFINE_string("texts", None, "JSONL file with a 'text' field per row, or a text file with one text per line.")
+flags.DEFINE_string("texts", None, "JSONL file with a 'text' field per row, or a text file with one text per line "
+                    "(or wikimia:LENGTH, mimir:DOMAIN).")
 flags.DEFINE_string("out_dir", None, "Folder for the arrays.")
 flags.DEFINE_integer("max_length", 128, "Texts are truncated to this many tokens.")
 flags.DEFINE_integer("batch_size", 16, "Texts per forward pass.")
@@ -33,24 +33,6 @@ flags.DEFINE_bool("run_arrays", False, "Write run-folder arrays (losses [M, N, T
 flags.DEFINE_string("keep", None, "With --run_arrays: keep.npy [M, N] (True = text n was in model m's training data).")
 flags.DEFINE_bool("overwrite", False, "With --run_arrays: replace a run already in --out_dir.")
 flags.mark_flags_as_required(["model", "texts", "out_dir"])
-
-
-def read_texts(path):
-  """Texts of a JSONL file ('text' field per row) or of a plain text file (one per non-empty line)."""
-  with open(path) as f:
-    lines = [line.rstrip("\n") for line in f if line.strip()]
-  if not path.endswith(".jsonl"):
-    return lines
-  texts = []
-  for i, line in enumerate(lines):
-    try:
-      row = json.loads(line)
-    except json.JSONDecodeError as e:
-      raise InputError(f"{path}: row {i} is not JSON ({e})") from e
-    if not isinstance(row, dict) or "text" not in row:
-      raise InputError(f"{path}: row {i} has no 'text' field")
-    texts.append(row["text"])
-  return texts
 
 
 def check_flags(num_texts):
@@ -79,9 +61,8 @@ def main(argv):
   from models import hf_convert
   from training import data as data_lib
   from training import extract
-  texts = read_texts(FLAGS.texts)
-  if not texts:
-    raise app.UsageError(f"--texts={FLAGS.texts} holds no texts")
+  from training import mia_data
+  texts = mia_data.load_source(FLAGS.texts)[0]  # the texts reader every command shares
   keep_MxN = check_flags(len(texts))
   tokenizer = data_lib.load_tokenizer(FLAGS.tokenizer or FLAGS.model[0])  # before the (possibly long) model load
   ids_NxT, mask_NxT = extract.encode_batch(tokenizer, texts, FLAGS.max_length)

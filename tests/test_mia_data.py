@@ -189,9 +189,10 @@ def test_mimir_hub_path_downloads_the_scripts_four_files(tmp_path, monkeypatch):
 
 def test_read_labelled_texts_takes_text_or_input_and_unknown_labels(tmp_path):
   path = f"{tmp_path}/mine.jsonl"
-  write_jsonl(path, [{"text": "a", "label": 1}, {"input": "b", "label": 0}, {"text": "c", "label": -1, "id": 7}])
+  write_jsonl(path, [{"text": "a", "label": 1}, {"input": "b", "label": 0}, {"text": "c", "label": -1, "id": 7},
+                     {"text": "d"}])
   texts, labels = mia_data.read_labelled_texts(path)
-  assert texts == ["a", "b", "c"] and labels.dtype == np.int8 and labels.tolist() == [1, 0, -1]
+  assert texts == ["a", "b", "c", "d"] and labels.dtype == np.int8 and labels.tolist() == [1, 0, -1, -1]
   write_jsonl(path, [{"text": "a", "label": 1}, {"txt": "b", "label": 0}])
   with pytest.raises(InputError, match=r"mine\.jsonl: row 1 has no field 'text' or 'input'"):
     mia_data.read_labelled_texts(path)

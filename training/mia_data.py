@@ -113,27 +113,29 @@ def _label(value, where, allowed=(0, 1)):
   raise InputError(f"{where}: label must be one of {list(allowed)}, got {value!r}")
 
 
-def _texts_and_labels(rows, path, text_fields, allowed_labels=(0, 1)):
-  """(texts, labels int8) from rows holding one of text_fields and "label"; names any bad row and field."""
+def _texts_and_labels(rows, path, text_fields, allowed_labels=(0, 1), missing_label=None):
+  """(texts, labels int8) from rows holding one of text_fields and "label" (or without it, `missing_label` if that
+  is given); names any bad row and field."""
   texts, labels = [], []
   for i, row in enumerate(rows):
     field = next((f for f in text_fields if f in row), None)
     if field is None:
       raise InputError(f"{path}: row {i} has no field {' or '.join(repr(f) for f in text_fields)}")
-    if "label" not in row:
+    if "label" not in row and missing_label is None:
       raise InputError(f"{path}: row {i} has no field 'label'")
     if not isinstance(row[field], str):
       raise InputError(f"{path}: row {i} field {field!r} is a {type(row[field]).__name__}, not a string")
     texts.append(row[field])
-    labels.append(_label(row["label"], f"{path}: row {i} field 'label'", allowed_labels))
+    labels.append(_label(row.get("label", missing_label), f"{path}: row {i} field 'label'", allowed_labels))
   if not texts:
     raise InputError(f"{path} holds no rows")
   return texts, np.asarray(labels, np.int8)
 
 
 def read_labelled_texts(path):
-  """Users' own benchmark: rows {"text" (or "input"): str, "label": 1 member / 0 non-member / -1 unknown}."""
-  return _texts_and_labels(read_rows(path), path, ("text", "input"), allowed_labels=(1, 0, -1))
+  """Users' own benchmark: rows {"text" (or "input"): str, "label": 1 member / 0 non-member / -1 unknown}; a row
+  without "label" is unknown (-1)."""
+  return _texts_and_labels(read_rows(path), path, ("text", "input"), allowed_labels=(1, 0, -1), missing_label=-1)
 
 
 def _wikimia_file(folder, length):
