@@ -37,7 +37,8 @@ flags.DEFINE_bool("shard_params", False, "FSDP: split every model's parameters a
                   "over all local devices; for models too large for one device per copy (Pythia-1b).")
 flags.DEFINE_integer("num_processes", 1, "Processes sharing the groups (multi-host).")
 flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes).")
-flags.DEFINE_string("coordinator_address", None, "host:port of process 0; calls jax.distributed.initialize.")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0, the same for every process; calls "
+                    "jax.distributed.initialize: every process waits for all groups, process 0 assembles and evaluates.")
 flags.DEFINE_bool("evaluate", True, "Run the six-variant leave-one-out evaluation when all groups are done.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
