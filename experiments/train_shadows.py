@@ -5,7 +5,8 @@ python -m experiments.train_shadows --config=experiments/configs/lstm.py:paper -
 python -m experiments.train_shadows --config=experiments/configs/pythia.py:pythia_tiny   # fine-tuned GPT-NeoX, CPU
 python -m experiments.train_shadows --config=experiments/configs/pixelcnn.py:cpu   # PixelCNN++ on digits, CPU
 Re-running the same command on the same --run_dir resumes; several hosts share the groups with
---num_processes/--process_id (and --coordinator_address for jax.distributed).
+--num_processes/--process_id (and --coordinator_address for jax.distributed). SIGTERM keeps the finished groups and
+exits with status 143 (training.preemption).
 """
 
 import importlib.util
@@ -22,6 +23,7 @@ from lira import report
 from lira import rundir
 from lira.errors import InputError, UserError
 from training import pipeline
+from training import preemption
 
 _CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 _DEFAULT_CONFIG = os.path.join(_CONFIG_DIR, "lstm.py")
@@ -35,7 +37,8 @@ flags.DEFINE_bool("shard_params", False, "FSDP: split every model's parameters a
                   "over all local devices; for models too large for one device per copy (Pythia-1b).")
 flags.DEFINE_integer("num_processes", 1, "Processes sharing the groups (multi-host).")
 flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes).")
-flags.DEFINE_string("coordinator_address", None, "host:port of process 0; calls jax.distributed.initialize.")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0, the same for every process; calls "
+                    "jax.distributed.initialize: every process waits for all groups, process 0 assembles and evaluates.")
 flags.DEFINE_bool("evaluate", True, "Run the six-variant leave-one-out evaluation when all groups are done.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
@@ -94,8 +97,10 @@ def main(argv):
     raise app.UsageError("--shard_models and --shard_params exclude each other: pick one")
   if not 0 <= FLAGS.process_id < FLAGS.num_processes:
     raise app.UsageError(f"--process_id={FLAGS.process_id} is outside [0, --num_processes={FLAGS.num_processes})")
-  if FLAGS.coordinator_address:
+  coordinated = FLAGS.coordinator_address is not None
+  if coordinated:
     import jax
+    jax.config.update("jax_enable_preemption_service", False)  # SIGTERM is training.preemption's (it says why)
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   run_dir = FLAGS.run_dir or os.path.join("runs", f"{cfg.model.name}_{cfg.canaries.kind}")
   out_dir = FLAGS.out_dir or run_dir
@@ -105,8 +110,26 @@ def main(argv):
                            "canary IN for at least 3 models and OUT for at least 3, so at least 6 models; train more "
                            "models or pass --noevaluate")
     rundir.check_writable(out_dir, "pass --out_dir for the reports, or --noevaluate")
-  complete = pipeline.run(cfg, run_dir, process_id=FLAGS.process_id, num_processes=FLAGS.num_processes,
-                          mesh=make_mesh(FLAGS.shard_models, FLAGS.shard_params), progress=FLAGS.progress)
+  preemption.install()
+  try:
+    # with a coordinator every process waits for all groups, and process 0 alone assembles losses.npy, once
+    complete = pipeline.run(cfg, run_dir, process_id=FLAGS.process_id, num_processes=FLAGS.num_processes,
+                            mesh=make_mesh(FLAGS.shard_models, FLAGS.shard_params), progress=FLAGS.progress,
+                            wait=coordinated, assemble_here=not coordinated)
+    preemption.check()  # SIGTERM during the last group's scoring: its files are written, the evaluation is not run
+  except preemption.Preempted:
+    if coordinated:
+      jax.distributed.shutdown()  # the others stop too (within a second): leave together
+    print(f"stopped by SIGTERM: the group in flight was abandoned; finished groups are kept in {run_dir}/losses. "
+          f"Re-run the same command to resume (exit status {preemption.EXIT_STATUS}).", file=sys.stderr)
+    sys.exit(preemption.EXIT_STATUS)
+  preemption.uninstall()  # the assembly and evaluation write atomically: SIGTERM may end them at once
+  if coordinated:
+    jax.distributed.shutdown()  # every group is done; nothing below needs the other processes
+    if FLAGS.process_id != 0:
+      print(f"all groups are finished in {run_dir}/losses; process 0 assembles losses.npy and evaluates")
+      return
+    complete = pipeline.assemble(cfg, run_dir)
   if not complete:
     print(f"this process's groups are done; other groups are still missing in {run_dir}/losses. Re-run the command "
           "(any process) once they are finished to assemble losses.npy and evaluate.")

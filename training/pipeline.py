@@ -21,6 +21,7 @@ from lira import rundir
 from training import canaries as canaries_lib
 from training import data as data_lib
 from training import images as images_lib
+from training import preemption
 from training import trainer
 from lira.errors import InputError
 
@@ -213,7 +214,8 @@ def build_model(cfg, data, run_dir, progress=True):
   if module.config.vocab_size < data.vocab_size:
     raise InputError(f"model.base {cfg.model.base!r} embeds {module.config.vocab_size} token ids but the tokenizer "
                      f"{cfg.tokenizer.name!r} has {data.vocab_size}; use the base model's own tokenizer")
-  return models.pretrained(name, module.config, module)
+  graphdef, params = nnx.split(module)  # the base lives on the host: each group's copies are put shard by shard
+  return models.pretrained(name, module.config, nnx.merge(graphdef, jax.device_get(params)))
 
 
 def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
@@ -262,12 +264,52 @@ def _stat_path(losses_path, stat):
   return losses_path[:-len(".npy")] + f"_{stat}.npy"
 
 
+def _checkpointer():
+  """Orbax checkpointer of this process alone (no barrier waits for other processes)."""
+  me = jax.process_index()
+  return ocp.StandardCheckpointer(multiprocessing_options=ocp.options.MultiprocessingOptions(
+    primary_host=me, active_processes={me}))
+
+
+def _npy_name(path):
+  return "".join(str(getattr(k, "key", k)) + "." for k in path) + "npy"
+
+
+def save_checkpoint(ckpt, params):
+  """Save a group's stacked params. One process: orbax. A jax.distributed run: one .npy per parameter in a folder
+  renamed into place when complete, because orbax saves from each process only its part of global arrays (numpy
+  arrays from process 0, process-local jax.Arrays refused), not the groups a process trains alone."""
+  if jax.process_count() == 1:
+    checkpointer = _checkpointer()
+    checkpointer.save(ckpt, params)  # orbax writes to a temporary folder and renames it when complete
+    checkpointer.wait_until_finished()
+    return
+  tmp = f"{ckpt}.tmp-{os.getpid()}"
+  for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
+    rundir.save_npy(os.path.join(tmp, _npy_name(path)), jax.device_get(x))
+  os.replace(tmp, ckpt)
+
+
+def restore_checkpoint(ckpt, target):
+  """A group's params restored into `target` (ShapeDtypeStructs with shardings), each device reading only its
+  shards: orbax with the sharded target, or the .npy folder memory-mapped and cut shard by shard."""
+  if not os.path.exists(os.path.join(ckpt, "_CHECKPOINT_METADATA")):
+    def one(path, t):
+      array = rundir.load_npy(os.path.join(ckpt, _npy_name(path)), mmap=True)
+      if array.shape != t.shape or array.dtype != t.dtype:
+        raise InputError(f"{ckpt}/{_npy_name(path)}: {array.dtype} {array.shape}, the model needs {t.dtype} {t.shape}")
+      return jax.make_array_from_callback(t.shape, t.sharding, lambda index: np.asarray(array[index]))
+    return jax.tree_util.tree_map_with_path(one, target)
+  return _checkpointer().restore(ckpt, target)
+
+
 def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True):
   """Train (or restore) one group, checkpoint it, and write its canary losses [G, N, T] (and the family's stats)."""
   ckpt, losses_path = _group_paths(run_dir, g)
-  checkpointer = ocp.StandardCheckpointer()
+  # the group's params, shard by shard on the devices it is scored on (the first local one without a mesh)
+  target = nnx.to_pure_dict(trainer.abstract_stack(model, len(model_ids), mesh))
   if os.path.exists(ckpt):  # trained before a kill that came before its losses were written
-    params = checkpointer.restore(ckpt)
+    params = restore_checkpoint(ckpt, target)
   else:
     tcfg = trainer.TrainConfig(cfg.train.epochs, cfg.train.batch_size, cfg.train.learning_rate,
                                cfg.train.weight_decay, cfg.shadow.seed)
@@ -276,8 +318,7 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True)
     state, _ = trainer.train_group(model, data.examples_ExT, example_ids, model_ids, tcfg, bos_id=data.bos_id,
                                    length=length, mesh=mesh, progress=progress)
     params = nnx.to_pure_dict(state)
-    checkpointer.save(ckpt, params)  # orbax writes to a temporary folder and renames it when complete
-    checkpointer.wait_until_finished()
+    save_checkpoint(ckpt, params)
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
   nnx.replace_by_pure_dict(state, params)
   loss_GxNxT, *stats = trainer.canary_statistics(model, state, data.canaries_NxT, bos_id=data.bos_id,
@@ -323,8 +364,21 @@ def assemble(cfg, run_dir):
   return True
 
 
-def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True):
-  """Prepare, train every group of this process that is not done yet, and assemble losses.npy."""
+def wait_for_groups(cfg, run_dir, poll_s=1.0):
+  """Block until every group's losses file exists (written by the other processes of a jax.distributed run);
+  a SIGTERM meanwhile raises preemption.Preempted."""
+  while not all(os.path.exists(_group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg)):
+    preemption.check()
+    time.sleep(poll_s)
+
+
+def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True, wait=False, assemble_here=True):
+  """Prepare, train every group of this process that is not done yet, and assemble losses.npy.
+
+  `wait` (a jax.distributed run) blocks until the other processes' groups exist too; `assemble_here=False` leaves
+  the assembly to another process (process 0 of a jax.distributed run), so it happens once, after every group.
+  Returns whether every group is done (and, with assemble_here, losses.npy written).
+  """
   validate(cfg)
   os.makedirs(run_dir, exist_ok=True)
   check_config(cfg, run_dir)
@@ -336,9 +390,13 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   if progress and done:
     print(f"resuming: {done} group(s) already finished")
   for g, ids in todo:
+    preemption.check()
     t0 = time.perf_counter()
     run_group(cfg, run_dir, data, model, g, ids, mesh, progress)
     if progress:
       print(f"group {g}: models {ids[0]}-{ids[-1]} trained in {time.perf_counter() - t0:.1f} s")
-  return assemble(cfg, run_dir)
+  if wait:
+    wait_for_groups(cfg, run_dir)
+  return assemble(cfg, run_dir) if assemble_here else all(
+    os.path.exists(_group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg))
 

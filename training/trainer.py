@@ -17,6 +17,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
 from training import extract
+from training import preemption
 from lira.errors import InputError, UserError
 
 
@@ -110,25 +111,66 @@ def make_step(model, learning_rate, weight_decay, bos_id, single=False):
   return jax.jit(jax.vmap(step), donate_argnums=(0, 1))
 
 
-def init_stack(model, keys):
+def init_stack(model, keys, mesh=None):
   """Parameters of one model per key, stacked on a leading axis (copies of the base params when fine-tuning).
 
-  lax.map rather than vmap: a vmapped orthogonal initialiser becomes one batched LAPACK QR, which
-  deadlocks jaxlib's CPU thread pool for batches of 8 or more on small machines.
+  With a mesh the stack is created directly sharded (`shardings`): fine-tuning copies are put shard by shard from
+  the host base (np.broadcast_to is a view, so no device and no host buffer ever holds the G copies whole), fresh
+  models are drawn by a jit whose outputs are sharded. lax.map rather than vmap: a vmapped orthogonal initialiser
+  becomes one batched LAPACK QR, which deadlocks jaxlib's CPU thread pool for batches of 8 or more on small machines.
   """
   if model.pretrained is not None:
-    return jax.tree.map(lambda x: jnp.broadcast_to(x, (len(keys),) + x.shape), model.pretrained)
-  return _init_fn(model)(keys)
+    if mesh is None:
+      return jax.tree.map(lambda x: jnp.broadcast_to(x, (len(keys),) + x.shape), model.pretrained)
+    abstract = jax.eval_shape(lambda: init_stack(model, keys))
+    return jax.tree.map(lambda x, s: _put_copies(x, len(keys), s), model.pretrained, shardings(mesh, abstract))
+  return _init_fn(model, mesh, len(keys))(keys)
+
+
+def _put_copies(x, copies, sharding):
+  """[copies, *x.shape] on `sharding`, each device given only its shard of the broadcast host array."""
+  x = np.asarray(x)
+  stacked = np.broadcast_to(x, (copies,) + x.shape)
+  return jax.make_array_from_callback(stacked.shape, sharding, lambda index: np.ascontiguousarray(stacked[index]))
 
 
 @functools.lru_cache(maxsize=16)
-def _init_fn(model):
-  return jax.jit(lambda k: jax.lax.map(model.init, k))
+def _init_fn(model, mesh=None, copies=None):
+  init = lambda k: jax.lax.map(model.init, k)  # noqa: E731
+  if mesh is None:
+    return jax.jit(init)
+  keys = jax.ShapeDtypeStruct((copies, 2), jnp.uint32)
+  return jax.jit(init, out_shardings=shardings(mesh, jax.eval_shape(init, keys)))
 
 
 @functools.lru_cache(maxsize=16)
-def _opt_init_fn(learning_rate, weight_decay):
-  return jax.jit(jax.vmap(make_optimizer(learning_rate, weight_decay).init))
+def _opt_init_fn(learning_rate, weight_decay, mesh=None, abstract_leaves=None):
+  """Jitted AdamW init of a stack; with a mesh its outputs (the moments) are created sharded like the params, whose
+  (treedef, shapes) `abstract_leaves` are hashable for the cache."""
+  init = jax.vmap(make_optimizer(learning_rate, weight_decay).init)
+  if mesh is None:
+    return jax.jit(init)
+  treedef, leaves = abstract_leaves
+  params = jax.tree.unflatten(treedef, [jax.ShapeDtypeStruct(shape, dtype) for shape, dtype in leaves])
+  return jax.jit(init, out_shardings=shardings(mesh, jax.eval_shape(init, params)))
+
+
+def opt_init(params, learning_rate, weight_decay, mesh=None):
+  """AdamW state of a stack of params (sharded like them on a mesh, never gathered on one device)."""
+  if mesh is None:
+    return _opt_init_fn(learning_rate, weight_decay)(params)
+  leaves, treedef = jax.tree.flatten(params)
+  key = (treedef, tuple((tuple(x.shape), np.dtype(x.dtype)) for x in leaves))
+  return _opt_init_fn(learning_rate, weight_decay, mesh, key)(params)
+
+
+def abstract_stack(model, num_models, mesh=None):
+  """ShapeDtypeStructs of a stack of `num_models` params with the shardings they get on `mesh` (the first local
+  device without one): the target a checkpoint is restored into, shard by shard."""
+  abstract = jax.eval_shape(lambda: init_stack(model, jax.random.split(jax.random.PRNGKey(0), num_models)))
+  where = shardings(mesh, abstract) or jax.tree.map(
+    lambda _: jax.sharding.SingleDeviceSharding(jax.local_devices()[0]), abstract)
+  return jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, where)
 
 
 @functools.lru_cache(maxsize=16)
@@ -179,15 +221,16 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id=N
   [E, H, W, C] for PixelCNN++ (bos_id unused).
 
   Returns the stacked parameters (leading axis = len(model_ids)) as numpy arrays and the mean loss
-  of each model in its last epoch. Raises TrainingDiverged naming the model whose loss is not finite.
+  of each model in its last epoch. Raises TrainingDiverged naming the model whose loss is not finite, and
+  preemption.Preempted between steps once SIGTERM arrived (training.preemption).
   """
   G = len(model_ids)
   if mesh is not None and "models" in mesh.axis_names and G % mesh.size:
     raise InputError(f"group size {G} must be a multiple of the {mesh.size} devices the model axis is sharded over")
   length = length or max(len(ids) for ids in example_ids)
   keys = jnp.stack([model_key(config.seed, m) for m in model_ids])
-  params = _put(init_stack(model, keys), mesh)
-  opt_state = _put(_opt_init_fn(config.learning_rate, config.weight_decay)(params), mesh)
+  params = init_stack(model, keys, mesh)
+  opt_state = opt_init(params, config.learning_rate, config.weight_decay, mesh)
   step = make_step(model, config.learning_rate, config.weight_decay, bos_id, single=G == 1)
   examples_ExT = np.asarray(examples_ExT)
   steps = -(-length // config.batch_size)
@@ -198,6 +241,9 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id=N
                             for ids, m in zip(example_ids, model_ids)])
     losses = []
     for s in range(steps):
+      if preemption.requested():  # SIGTERM: abandon the group between steps (its earlier groups are kept)
+        bar.close()
+        raise preemption.Preempted()
       slot_GxB = slots_GxSxB[:, s]
       batch_GxB = examples_ExT[np.maximum(slot_GxB, 0)]
       weight_GxB = (slot_GxB >= 0).astype(np.float32)
