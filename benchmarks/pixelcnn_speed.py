@@ -1,16 +1,16 @@
-"""PixelCNN++ training step for G stacked models: vmap vs lax.map vs one at a time, against the PyTorch twin.
+"""PixelCNN++ training step of G models: the trainer's vmapped group step vs one model at a time, against PyTorch.
 
-  python benchmarks/pixelcnn_speed.py                                   # all sizes, G = 1, 2, 4 (~15 min, 2 cores)
+  python benchmarks/pixelcnn_speed.py                                   # all sizes, G = 1, 2, 4
   python benchmarks/pixelcnn_speed.py --sizes digits_small --groups 1,2 --reps 3 --out /tmp/p.json   # smoke test
   python benchmarks/pixelcnn_speed.py --pieces --sizes cifar_small      # forward / loss / grad / step, JAX vs torch
   python benchmarks/pixelcnn_speed.py --memory                          # paper config: params, AdamW, activations
 
-One training step = the per-pixel loss (models/pixelcnn_pp.py, dropout on), its gradient and an AdamW update, written
-as training/trainer.py's make_step writes it for the other families (weighted mean over the batch, no update on an
-all-padding batch, params and optimiser state donated). Per group of G models it times
-  vmap    jit(vmap(step)) over the stacked model axis (the convolutions become grouped / batched convolutions),
-  map     jit(lax.map(step)) over the same stack (one model's convolutions at a time inside one program),
-  single  G calls of the one-model jitted step on separate parameters (the trainer's single=True path),
+One training step = the per-pixel loss (models/pixelcnn_pp.py, dropout on), its gradient and an AdamW update, run by
+the trainer's own code: `training.trainer.make_step` (weighted mean over the batch, no update on an all-padding batch,
+params and optimiser state donated), `trainer.init_stack`, `trainer.opt_init` and the trainer's dropout keys
+(`trainer.dropout_key_data`). Per group of G models it times
+  vmap    make_step(single=False): one jit(vmap(step)) over the stacked model axis (grouped convolutions),
+  single  G calls of make_step(single=True) on separate parameters (what a run with group_size 1 does),
   torch   the PyTorch twin (benchmarks/pixelcnn_torch.py), G models one after another, torch.optim.AdamW,
           torch.set_num_threads(2) ("torch"), and the same with 1 thread ("torch1"), a second peer because under
           a load above the core count torch's 2 OpenMP threads wait on each other and lose several-fold;
@@ -23,7 +23,6 @@ Letters: G models, B batch, H height, W width, C channels, T = H * W.
 import argparse
 import dataclasses
 import datetime
-import functools
 import os
 import platform
 import subprocess
@@ -42,8 +41,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from lira import rundir  # noqa: E402
-from models import functional  # noqa: E402
-from models.pixelcnn_pp import PixelCNNConfig, PixelCNNPP  # noqa: E402
+from models import get_model  # noqa: E402
+from models.pixelcnn_pp import PixelCNNConfig  # noqa: E402
+from training import trainer  # noqa: E402
 
 LR, WD = 1e-3, 0.0  # the paper's Table I (AdamW, weight decay 0)
 
@@ -67,58 +67,15 @@ def machine():
 
 
 def pixelcnn(config):
-  """The model as the trainer's functional interface sees it: graphdef and init(key) -> params."""
-  return functional("pixelcnn", config, lambda rngs: PixelCNNPP(config, rngs=rngs))
-
-
-def make_one_step(model, dropout_key_impl):
-  """One model's AdamW step (params, opt_state, images_BxHxWxC, weight_B, seed) -> (params, opt_state, loss).
-
-  As trainer.make_step: loss = weighted mean over the batch of the per-example mean per-pixel NLL; a batch of only
-  padding changes nothing. The dropout key is built inside from an integer seed with the chosen PRNG implementation.
-  """
-  optimizer = optax.adamw(LR, weight_decay=WD)
-
-  def step(params, opt_state, images_BxHxWxC, weight_B, seed):
-    key = jax.random.key(seed, impl=dropout_key_impl)
-
-    def loss_fn(p):
-      net = nnx.merge(model.graphdef, p)
-      per_example_B = net.per_position_loss(images_BxHxWxC, train=True, key=key).mean(axis=1)
-      return (per_example_B * weight_B).sum() / jnp.maximum(weight_B.sum(), 1.0)
-
-    loss, grads = jax.value_and_grad(loss_fn)(params)
-    updates, new_opt_state = optimizer.update(grads, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
-    has_data = weight_B.sum() > 0
-    keep_new = lambda new, old: jnp.where(has_data, new, old)  # noqa: E731
-    return jax.tree.map(keep_new, new_params, params), jax.tree.map(keep_new, new_opt_state, opt_state), loss
-
-  return step, optimizer
-
-
-@functools.lru_cache(maxsize=None)
-def jax_steps(config, dropout_key_impl):
-  """{"vmap", "map", "single"} -> jitted step over a [G, ...] stack (single: a stack of one, axis dropped inside)."""
-  step, optimizer = make_one_step(pixelcnn(config), dropout_key_impl)
-
-  def lax_map(*args):
-    return jax.lax.map(lambda a: step(*a), args)
-
-  def unstacked(*args):  # trainer.make_step(single=True)
-    return jax.tree.map(lambda x: x[None], step(*jax.tree.map(lambda x: x[0], args)))
-
-  fns = dict(vmap=jax.vmap(step), map=lax_map, single=unstacked)
-  return {k: jax.jit(f, donate_argnums=(0, 1)) for k, f in fns.items()}, optimizer
+  """The model as the trainer sees it (models.get_model's FunctionalModel: family loss, dropout)."""
+  return get_model("pixelcnn_pp", **dataclasses.asdict(config))
 
 
 def init_stack(config, G, seed=0):
-  """G models' params stacked on axis 0 (lax.map of init under jit, as trainer.init_stack) and their AdamW state."""
+  """G models' params stacked on axis 0 and their AdamW state, by the trainer's functions."""
   model = pixelcnn(config)
-  keys = jnp.stack([jax.random.fold_in(jax.random.PRNGKey(seed), m) for m in range(G)])
-  params = jax.jit(lambda k: jax.lax.map(model.init, k))(keys)
-  opt_state = jax.jit(jax.vmap(optax.adamw(LR, weight_decay=WD).init))(params)
-  return params, opt_state
+  params = trainer.init_stack(model, jnp.stack([trainer.model_key(seed, m) for m in range(G)]))
+  return params, trainer.opt_init(params, LR, WD)
 
 
 def random_images(config, G, B, seed=0):
@@ -127,16 +84,15 @@ def random_images(config, G, B, seed=0):
 
 
 class JaxMethod:
-  """A G-model step of one kind, holding its own (donated) state between calls."""
+  """A G-model step of one kind ("vmap" or "single"), holding its own (donated) state between calls."""
 
-  def __init__(self, config, mode, images_GxBxHxWxC, dropout_key_impl="threefry2x32"):
+  def __init__(self, config, mode, images_GxBxHxWxC):
     G, B = images_GxBxHxWxC.shape[:2]
-    fns, _ = jax_steps(config, dropout_key_impl)
-    self.fn, self.mode = fns["single" if mode == "single" else mode], mode
+    self.fn = trainer.make_step(pixelcnn(config), LR, WD, None, single=mode == "single")
+    self.mode, self.calls = mode, 0
     params, opt = init_stack(config, G)
     self.images = jnp.asarray(images_GxBxHxWxC)
     self.weight = jnp.ones((G, B), jnp.float32)
-    self.seeds = jnp.arange(G, dtype=jnp.uint32)
     if mode == "single":
       self.state = [[jax.tree.map(lambda x: x[m:m + 1], params), jax.tree.map(lambda x: x[m:m + 1], opt)]
                     for m in range(G)]
@@ -144,14 +100,17 @@ class JaxMethod:
       self.state = [[params, opt]]
 
   def __call__(self):
+    self.calls += 1
+    G = self.images.shape[0]
+    keys_Gx2 = trainer.dropout_key_data(0, range(G), 0, self.calls)  # new masks every call, as in training
     losses = []
     if self.mode == "single":
       for m, s in enumerate(self.state):
-        s[0], s[1], loss = self.fn(s[0], s[1], self.images[m:m + 1], self.weight[m:m + 1], self.seeds[m:m + 1])
+        s[0], s[1], loss = self.fn(s[0], s[1], self.images[m:m + 1], self.weight[m:m + 1], keys_Gx2[m:m + 1])
         losses.append(loss)
     else:
       s = self.state[0]
-      s[0], s[1], loss = self.fn(s[0], s[1], self.images, self.weight, self.seeds)
+      s[0], s[1], loss = self.fn(s[0], s[1], self.images, self.weight, keys_Gx2)
       losses.append(loss)
     return jax.block_until_ready(losses)
 
@@ -208,13 +167,13 @@ def interleaved(methods, reps, block_s=0.3):
                      warmup_s=inner[name][1]) for name, ts in times.items()}
 
 
-def run_speed(size, groups, reps, dropout_key_impl):
+def run_speed(size, groups, reps):
   fields, B = SIZES[size]
   config = PixelCNNConfig(**fields)
   rows = []
   for G in groups:
     images = random_images(config, G, B)
-    methods = {mode: JaxMethod(config, mode, images, dropout_key_impl) for mode in ("vmap", "map", "single")}
+    methods = {mode: JaxMethod(config, mode, images) for mode in ("vmap", "single")}
     methods["torch"] = TorchMethod(config, images)
     methods["torch1"] = TorchMethod(config, images, threads=1)
     load_before = os.getloadavg()[0]
@@ -222,17 +181,17 @@ def run_speed(size, groups, reps, dropout_key_impl):
     row = dict(G=G, batch=B, loadavg_1min=[load_before, os.getloadavg()[0]])
     for name, r in res.items():
       row[name] = dict(r, images_per_s=G * B / r["step_s"])
-    for name in ("vmap", "map", "single"):
+    for name in ("vmap", "single"):
       row[name]["vs_torch"] = row[name]["images_per_s"] / row["torch"]["images_per_s"]
       row[name]["vs_torch1"] = row[name]["images_per_s"] / row["torch1"]["images_per_s"]
     rows.append(row)
     print(f"{size:13} G={G} B={B} load {load_before:.1f}-{os.getloadavg()[0]:.1f}  " + "  ".join(
         f"{n} {row[n]['images_per_s']:7.1f} img/s" + (f" ({row[n]['vs_torch']:.2f}x, {row[n]['vs_torch1']:.2f}x)" if "vs_torch" in row[n] else "")
-        for n in ("vmap", "map", "single", "torch", "torch1")), flush=True)
+        for n in ("vmap", "single", "torch", "torch1")), flush=True)
   return dict(config={**dataclasses.asdict(config), "batch": B}, rows=rows)
 
 
-def run_pieces(size, reps, dropout_key_impl):
+def run_pieces(size, reps):
   """One model: forward, loss, loss + grad and the full step, JAX against the torch twin (where the time goes)."""
   import torch
   import pixelcnn_torch
@@ -241,7 +200,7 @@ def run_pieces(size, reps, dropout_key_impl):
   model = pixelcnn(config)
   params = jax.jit(model.init)(jax.random.PRNGKey(0))
   images = jnp.asarray(random_images(config, 1, B)[0])
-  key = jax.random.key(0, impl=dropout_key_impl)
+  key = trainer.dropout_key(trainer.dropout_key_data(0, [0], 0, 0)[0])
 
   def net(p):
     return nnx.merge(model.graphdef, p)
@@ -254,14 +213,7 @@ def run_pieces(size, reps, dropout_key_impl):
   loss_j = jax.jit(lambda p: loss(p, True))
   grad_j = jax.jit(jax.value_and_grad(lambda p: loss(p, True)))
   grad_eval = jax.jit(jax.value_and_grad(lambda p: loss(p, False)))
-  fns = jax_steps(config, dropout_key_impl)[0]
-  stack, opt = init_stack(config, 1)
-  state = [stack, opt]
-  w, s = jnp.ones((1, B)), jnp.zeros((1,), jnp.uint32)
-
-  def step():
-    state[0], state[1], l_ = fns["single"](state[0], state[1], images[None], w, s)
-    return l_
+  step = JaxMethod(config, "single", np.asarray(images)[None])
 
   torch.set_num_threads(2)
   tm = pixelcnn_torch.PixelCNNPP(config.image_shape, config.num_levels, config.nr_resnet, config.nr_filters,
@@ -289,7 +241,7 @@ def run_pieces(size, reps, dropout_key_impl):
   bur = jax.block_until_ready
   methods = {"jax forward (dropout)": lambda: bur(fwd(params)), "jax forward (eval)": lambda: bur(fwd_eval(params)),
              "jax loss": lambda: bur(loss_j(params)), "jax loss+grad": lambda: bur(grad_j(params)),
-             "jax loss+grad (no dropout)": lambda: bur(grad_eval(params)), "jax step": lambda: bur(step()),
+             "jax loss+grad (no dropout)": lambda: bur(grad_eval(params)), "jax step": step,
              "torch forward (no grad)": t_fwd, "torch loss+grad": t_grad, "torch step": t_step}
   res = interleaved(methods, reps)
   for name, r in res.items():
@@ -305,14 +257,14 @@ def memory(batches=(1, 2)):
   n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(shapes)))
   opt_shapes = jax.eval_shape(optax.adamw(LR, weight_decay=WD).init, shapes)
   opt_bytes = int(sum(np.prod(x.shape) * x.dtype.itemsize for x in jax.tree.leaves(opt_shapes)))
-  step = jax_steps(config, "threefry2x32")[0]["single"]
+  step = trainer.make_step(model, LR, WD, None, single=True)
   out = dict(config=dataclasses.asdict(config), params=n_params, param_bytes=4 * n_params, adamw_bytes=opt_bytes,
              analysis={})
   for B in batches:
     H, W, C = config.image_shape
     stack = lambda t: jax.tree.map(lambda x: jax.ShapeDtypeStruct((1,) + x.shape, x.dtype), t)  # noqa: E731
     args = (stack(shapes), stack(opt_shapes), jax.ShapeDtypeStruct((1, B, H, W, C), jnp.int32),
-            jax.ShapeDtypeStruct((1, B), jnp.float32), jax.ShapeDtypeStruct((1,), jnp.uint32))
+            jax.ShapeDtypeStruct((1, B), jnp.float32), jax.ShapeDtypeStruct((1, 2), jnp.uint32))
     t = time.perf_counter()
     m = step.lower(*args).compile().memory_analysis()
     out["analysis"][B] = dict(temp_bytes=m.temp_size_in_bytes, argument_bytes=m.argument_size_in_bytes,
@@ -327,24 +279,23 @@ def main():
   ap.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated: {', '.join(SIZES)}")
   ap.add_argument("--groups", default="1,2,4", help="comma-separated group sizes G")
   ap.add_argument("--reps", type=int, default=7, help="interleaved repetitions (median)")
-  ap.add_argument("--dropout_key", default="threefry2x32", help="PRNG implementation of the dropout keys (or rbg)")
   ap.add_argument("--pieces", action="store_true", help="time forward / loss / grad / step of one model instead")
   ap.add_argument("--memory", action="store_true", help="paper config memory analysis instead")
   ap.add_argument("--memory_batches", default="1,2")
   ap.add_argument("--out", default=None, help="JSON output; default benchmarks/results/pixelcnn_speed_<what>.json")
   args = ap.parse_args()
 
-  result = dict(machine=machine(), dropout_key=args.dropout_key)
+  result = dict(machine=machine())
   print(result["machine"], flush=True)
   if args.memory:
     result["memory"] = memory(tuple(int(b) for b in args.memory_batches.split(",")))
     what = "memory"
   elif args.pieces:
-    result["pieces"] = [run_pieces(s, args.reps, args.dropout_key) for s in args.sizes.split(",")]
+    result["pieces"] = [run_pieces(s, args.reps) for s in args.sizes.split(",")]
     what = "pieces"
   else:
     groups = [int(g) for g in args.groups.split(",")]
-    result["sizes"] = {s: run_speed(s, groups, args.reps, args.dropout_key) for s in args.sizes.split(",")}
+    result["sizes"] = {s: run_speed(s, groups, args.reps) for s in args.sizes.split(",")}
     what = "cpu"
   out = Path(args.out or ROOT / "benchmarks" / "results" / f"pixelcnn_speed_{what}.json")
   rundir.save_json(out, result)
