@@ -6,8 +6,8 @@ Sources (config `data.source`):
                   by a seeded permutation.
   fashion_mnist   an IDX folder (train-images-idx3-ubyte and t10k-images-idx3-ubyte, optionally .gz), 28 x 28,
                   256 levels; test images are the held-out split. Debian / Ubuntu: `apt install
-                  dataset-fashion-mnist` installs one (usually /usr/share/dataset-fashion-mnist; check the folder
-                  with `dpkg -L dataset-fashion-mnist`).
+                  dataset-fashion-mnist` installs one in /usr/share/datasets/fashion-mnist (gzipped files, read as
+                  they are).
   cifar10         the paper's data: tensorflow_datasets' prepared cifar10 in `data_dir` read through
                   tfds.data_source (no TensorFlow at run time), 32 x 32 x 3, 256 levels; test images held out.
 Held-out images identical to a training image are dropped, so an average-case canary is never IN through a twin.
