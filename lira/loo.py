@@ -26,9 +26,18 @@ from lira.errors import InputError
 
 COVARIANCES = ESTIMATORS
 OFFLINE_SHIFTS = ("uniform", "std")
+BACKENDS = ("numpy", "jax")
+PRECISIONS = ("float64", "float32")
 
 
-def _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift="std"):
+def _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift="std", backend="numpy",
+                    precision="float64"):
+  if backend not in BACKENDS:
+    raise InputError(f"backend must be one of {BACKENDS}, got {backend!r}")
+  if precision not in PRECISIONS:
+    raise InputError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+  if precision != "float64" and backend != "jax":
+    raise InputError(f"precision={precision!r} is the jax backend's (for TPUs); the numpy backend runs in float64")
   if offline_shift not in OFFLINE_SHIFTS:
     raise InputError(f"offline_shift must be one of {OFFLINE_SHIFTS}, got {offline_shift!r}")
   if covariance not in COVARIANCES:
@@ -201,6 +210,16 @@ def _global_variance(totals, shared):
   return s_in / c_in, s_out / c_out
 
 
+def _columns(loss_MxNxT, cols):
+  """loss_MxNxT[:, cols] for a slice or sorted canary indices, read as a slice when they are contiguous (memmaps)."""
+  if isinstance(cols, slice):
+    return loss_MxNxT[:, cols]
+  cols = np.asarray(cols)
+  if len(cols) and cols[-1] - cols[0] + 1 == len(cols):
+    return loss_MxNxT[:, int(cols[0]):int(cols[-1]) + 1]
+  return loss_MxNxT[:, cols]
+
+
 def _block_size(M, D, covariance):
   per_canary = 8 * (12 * M * D + (8 * M * M if covariance == "oas" else 0))
   return int(max(1, min(4096, 128 * 2**20 // per_canary)))
@@ -209,7 +228,7 @@ def _block_size(M, D, covariance):
 def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
                   mask_NxT=None, offline=False, offline_shift="std", fix_variance=False, balance_counts=False,
                   var_floor=VAR_FLOOR, on_undefined="raise", block_size=None, num_threads=None, progress=False,
-                  model_ids=None):
+                  model_ids=None, backend="numpy", precision="float64"):
   """Leave-one-out LiRA log-likelihood ratios llr_MxN (float64, higher = member).
 
   covariance: "univariate" | "independent" | "oas"; shared: one covariance from IN and OUT rows
@@ -222,9 +241,15 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   larger class dropping the models that follow the target in cyclic order (lira/balanced.py; refits per target, so
   slower). Pairs whose fit is undefined (too few models of a class) raise, or give NaN with
   on_undefined="nan". model_ids name the models in messages when loss_MxNxT holds a subset of a run's models.
+  backend: "numpy" (threads over canary blocks) or "jax" (the same block scoring jitted, sharded over the local
+  devices and split over jax.distributed processes; lira/loo_jax.py), with precision "float64" or "float32" (jax).
   Bad inputs (a loss not finite and >= 0 at a scored position, ...) raise InputError before any scoring.
+  loss_MxNxT may be memory-mapped: it is read one block of canaries at a time.
   """
-  _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift)
+  _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift, backend, precision)
+  if backend == "jax":
+    from lira import loo_jax
+    loo_jax.check_available()
   check_arrays(loss_MxNxT, keep_MxN, mask_NxT, reduction, model_ids)
   keep_MxN = np.asarray(keep_MxN, bool)
   M, N, T = loss_MxNxT.shape
@@ -238,7 +263,7 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
 
   def features(blk):
     mask = None if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
-    return _features(loss_MxNxT[:, blk], mask, covariance, reduction, statistic)
+    return _features(_columns(loss_MxNxT, blk), mask, covariance, reduction, statistic)
 
   global_var = None
   if fix_variance:
@@ -251,6 +276,13 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
     global_var = tuple(np.maximum(v, var_floor) for v in _global_variance(totals, shared))
 
   llr_MxN = np.full((M, N), np.nan)
+  if backend == "jax" and not balance_counts:
+    idx_N = np.flatnonzero(~undefined_N)
+    llr_MxN[:, idx_N] = loo_jax.score_canaries(
+        features, keep_MxN, idx_N, covariance=covariance, shared=shared, offline=offline, sign=sign, floor=var_floor,
+        offline_shift=offline_shift, global_var=global_var, block_size=bs, precision=precision, progress=progress,
+        desc=f"LOO {covariance}{' shared' if shared else ''}")
+    blocks = []
 
   def score(blk):
     x_MxBxD, valid_BxD = features(blk)
@@ -267,7 +299,7 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
       llr_MxN[:, idx] = _diag_block(x, keep, valid, shared, offline, sign, var_floor, global_var, offline_shift)
 
   # numpy releases the GIL in its kernels (ufuncs, matmul, eigh), so blocks run in parallel threads.
-  workers = max(1, min(num_threads or os.cpu_count() or 1, len(blocks)))
+  workers = max(1, min(num_threads or os.cpu_count() or 1, len(blocks) or 1))
   # One BLAS thread per worker: otherwise BLAS's own threads and ours oversubscribe the cores.
   with threadpoolctl.threadpool_limits(1 if workers > 1 else None, user_api="blas"), \
        concurrent.futures.ThreadPoolExecutor(workers) as pool:

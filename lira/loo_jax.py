@@ -1,0 +1,158 @@
+"""The jax backend of lira.leave_one_out: the same block scoring, jitted, sharded over devices and split over processes.
+
+The maths is not copied here: lira/loo.py (_diag_block) and lira/gram.py (_sorted_llr) are written against the
+Python array API and run on jax.numpy arrays under jax.jit. What stays on the host, in numpy float64, is what
+has data-dependent shapes: the per-token statistic and the length reduction (argsort, array_split), grouping
+canaries by IN count and sorting their models IN-first (lira.gram.sorted_groups), LiRA's pooled variance, and
+balanced leave-one-out's per-target rows. Canaries go to the device in blocks of one fixed size (the last block
+padded by repeating its last canary, whose scores are dropped), so each (estimator, IN count) compiles once.
+
+Precision: "float64" runs the jitted scoring inside jax.enable_x64(True), a context, so 64-bit mode leaks into
+nothing else; "float32" (TPUs) runs it in float32. The formulation is float32-safe as it stands: rows are centred
+by their class means before any scatter is formed, variances are sums of squared centred values (never E[x^2] -
+E[x]^2), and OAS solves in the eigenbasis of the Gram matrix (lira/gram.py), with a rank cut above float32 noise.
+
+Devices and processes: a block's canaries are sharded over all local devices (jax.sharding.Mesh, axis "canary");
+with jax.distributed initialised, process p scores the p-th of P contiguous slices of the canaries and the [M, N]
+scores are gathered to every process (multihost_utils.process_allgather), so each returns the whole array.
+"""
+
+import contextlib
+import functools
+
+import numpy as np
+
+from lira import gram
+from lira import loo
+from lira.errors import MissingPackageError
+
+PRECISIONS = ("float64", "float32")
+
+
+def check_available():
+  """Raise MissingPackageError if jax cannot be imported."""
+  try:
+    import jax  # noqa: F401
+  except ImportError as e:
+    raise MissingPackageError(f"backend='jax' needs jax ({e}); pip install jax, or use backend='numpy'") from e
+
+
+def x64_context(precision):
+  """jax's 64-bit mode for float64, as a context only (jax.enable_x64; jax.experimental.enable_x64 before 0.7)."""
+  import jax
+  if precision != "float64":
+    return contextlib.nullcontext()
+  if hasattr(jax, "enable_x64"):
+    return jax.enable_x64(True)
+  from jax.experimental import enable_x64  # older jax
+  return enable_x64()
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted():
+  import jax
+  diag = jax.jit(loo._diag_block, static_argnames=("shared", "offline", "sign", "floor", "offline_shift"))
+  oas = jax.jit(gram._sorted_llr, static_argnames=("k", "shared", "offline", "floor", "offline_shift"))
+  return diag, oas
+
+
+def _pad(a, size, axis):
+  """Pad axis to `size` by repeating the last entry (padded canaries are valid inputs whose scores are dropped)."""
+  extra = size - a.shape[axis]
+  if extra == 0:
+    return a
+  width = [(0, 0)] * a.ndim
+  width[axis] = (0, extra)
+  return np.pad(a, width, mode="edge")
+
+
+class _Placer:
+  """Puts [.., B, ..] blocks on the local devices, sharded along the canary axis when there are several."""
+
+  def __init__(self):
+    import jax
+    self.jax = jax
+    self.devices = jax.local_devices()
+    self.mesh = jax.sharding.Mesh(np.array(self.devices), ("canary",)) if len(self.devices) > 1 else None
+
+  def put(self, a, canary_axis):
+    if self.mesh is None:
+      return self.jax.device_put(a, self.devices[0])
+    spec = [None] * a.ndim
+    spec[canary_axis] = "canary"
+    sharding = self.jax.sharding.NamedSharding(self.mesh, self.jax.sharding.PartitionSpec(*spec))
+    return self.jax.device_put(a, sharding)
+
+
+def _process_slice(idx_N):
+  """This process's contiguous share of the canaries idx_N, and every process's (lo, hi) into idx_N."""
+  import jax
+  bounds = np.linspace(0, len(idx_N), jax.process_count() + 1).astype(int)
+  lo, hi = bounds[jax.process_index()], bounds[jax.process_index() + 1]
+  return idx_N[lo:hi], list(zip(bounds[:-1], bounds[1:]))
+
+
+def score_canaries(features, keep_MxN, idx_N, *, covariance, shared, offline, sign, floor, offline_shift, global_var,
+                   block_size, precision, progress=False, desc="LOO"):
+  """Leave-one-out scores [M, len(idx_N)] (numpy float64) of canaries idx_N; features(cols) -> (x_MxBxD, valid_BxD).
+
+  Over several processes each scores its slice and every process gets all of them (process_allgather).
+  """
+  import jax
+  from tqdm.auto import tqdm
+  mine, bounds = _process_slice(np.asarray(idx_N))
+  placer = _Placer()
+  ndev = len(placer.devices)
+  bs = max(1, min(block_size, len(mine)))
+  bs = -(-bs // ndev) * ndev  # a multiple of the local device count, so every device gets an equal share
+  diag, oas = _jitted()
+  dtype = np.float64 if precision == "float64" else np.float32
+  M = keep_MxN.shape[0]
+  llr_MxL = np.empty((M, len(mine)))
+  with x64_context(precision):
+    gv = None if global_var is None else tuple(placer.jax.device_put(np.asarray(v, dtype), placer.devices[0])
+                                               for v in global_var)
+    if gv is not None and placer.mesh is not None:  # replicated over the mesh
+      rep = jax.sharding.NamedSharding(placer.mesh, jax.sharding.PartitionSpec())
+      gv = tuple(jax.device_put(v, rep) for v in gv)
+    for lo in tqdm(range(0, len(mine), bs), disable=not progress, leave=False, desc=desc):
+      cols = mine[lo:lo + bs]
+      x_MxBxD, valid_BxD = features(cols)
+      x_MxBxD = x_MxBxD.astype(dtype, copy=False)
+      keep_MxB = keep_MxN[:, cols]
+      B = len(cols)
+      if covariance == "oas" and x_MxBxD.shape[2] > 1:
+        out_MxB = np.empty((M, B))
+        for k, sub, order_BxM in gram.sorted_groups(keep_MxB):
+          x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD[:, sub], 0, 1), order_BxM[:, :, None], axis=1)
+          llr = oas(placer.put(_pad(x_BxMxD, bs, 0), 0), k=k, valid_BxD=placer.put(_pad(valid_BxD[sub], bs, 0), 0),
+                    shared=shared, offline=offline, floor=floor, offline_shift=offline_shift)
+          llr_BxM = np.asarray(llr, np.float64)[:len(sub)]
+          unsorted = np.empty_like(llr_BxM)
+          np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
+          out_MxB[:, sub] = sign * unsorted.T if offline else unsorted.T
+      else:
+        out = diag(placer.put(_pad(x_MxBxD, bs, 1), 1), placer.put(_pad(keep_MxB, bs, 1), 1),
+                   placer.put(_pad(valid_BxD, bs, 0), 0), global_var=gv, shared=shared, offline=offline,
+                   sign=sign, floor=floor, offline_shift=offline_shift)
+        out_MxB = np.asarray(out, np.float64)[:, :B]
+      llr_MxL[:, lo:lo + B] = out_MxB
+  if jax.process_count() == 1:
+    return llr_MxL
+  return _gather(llr_MxL, bounds)
+
+
+def _gather(llr_MxL, bounds):
+  """Every process's [M, share] scores, in canary order, on every process (float64 kept: x64 around the gather)."""
+  import jax
+  from jax.experimental import multihost_utils
+  longest = max(hi - lo for lo, hi in bounds)
+  with x64_context("float64"):
+    all_PxMxL = np.asarray(multihost_utils.process_allgather(_pad_nan(llr_MxL, longest)))
+  return np.concatenate([all_PxMxL[p, :, :hi - lo] for p, (lo, hi) in enumerate(bounds)], axis=1)
+
+
+def _pad_nan(a_MxL, length):
+  out = np.full((a_MxL.shape[0], length), np.nan)
+  out[:, :a_MxL.shape[1]] = a_MxL
+  return out
