@@ -156,3 +156,22 @@ def _pad_nan(a_MxL, length):
   out = np.full((a_MxL.shape[0], length), np.nan)
   out[:, :a_MxL.shape[1]] = a_MxL
   return out
+
+
+def initialize_processes(coordinator_address, num_processes, process_id):
+  """jax.distributed.initialize for a multi-process evaluation; CPU processes exchange scores over Gloo."""
+  import jax
+  try:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  except (AttributeError, KeyError, ValueError):  # older jax without the option: its default
+    pass
+  jax.distributed.initialize(coordinator_address, num_processes, process_id)
+
+
+def is_first_process():
+  """True in process 0 of a jax.distributed run (the one that writes reports), and when jax is not distributed."""
+  import sys
+  if "jax" not in sys.modules:
+    return True
+  import jax
+  return jax.process_index() == 0
