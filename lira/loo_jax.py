@@ -109,6 +109,7 @@ def score_canaries(features, keep_MxN, idx_N, *, covariance, shared, offline, si
   dtype = np.float64 if precision == "float64" else np.float32
   M = keep_MxN.shape[0]
   llr_MxL = np.empty((M, len(mine)))
+  pending = []
   with x64_context(precision):
     gv = None if global_var is None else tuple(placer.jax.device_put(np.asarray(v, dtype), placer.devices[0])
                                                for v in global_var)
@@ -121,22 +122,28 @@ def score_canaries(features, keep_MxN, idx_N, *, covariance, shared, offline, si
       x_MxBxD = x_MxBxD.astype(dtype, copy=False)
       keep_MxB = keep_MxN[:, cols]
       B = len(cols)
+      # Results stay on the device until the loop ends: dispatch is asynchronous, so the host computes the next
+      # block's features while the device scores this one.
       if covariance == "oas" and x_MxBxD.shape[2] > 1:
-        out_MxB = np.empty((M, B))
         for k, sub, order_BxM in gram.sorted_groups(keep_MxB):
           x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD[:, sub], 0, 1), order_BxM[:, :, None], axis=1)
           llr = oas(placer.put(_pad(x_BxMxD, bs, 0), 0), k=k, valid_BxD=placer.put(_pad(valid_BxD[sub], bs, 0), 0),
                     shared=shared, offline=offline, floor=floor, offline_shift=offline_shift)
-          llr_BxM = np.asarray(llr, np.float64)[:len(sub)]
-          unsorted = np.empty_like(llr_BxM)
-          np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
-          out_MxB[:, sub] = sign * unsorted.T if offline else unsorted.T
+          pending.append((lo + sub, order_BxM, llr))
       else:
         out = diag(placer.put(_pad(x_MxBxD, bs, 1), 1), placer.put(_pad(keep_MxB, bs, 1), 1),
                    placer.put(_pad(valid_BxD, bs, 0), 0), global_var=gv, shared=shared, offline=offline,
                    sign=sign, floor=floor, offline_shift=offline_shift)
-        out_MxB = np.asarray(out, np.float64)[:, :B]
-      llr_MxL[:, lo:lo + B] = out_MxB
+        pending.append((np.arange(lo, lo + B), None, out))
+    for at, order_BxM, out in pending:
+      out = np.asarray(out, np.float64)
+      if order_BxM is None:
+        llr_MxL[:, at] = out[:, :len(at)]
+        continue
+      llr_BxM = out[:len(at)]
+      unsorted = np.empty_like(llr_BxM)
+      np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
+      llr_MxL[:, at] = sign * unsorted.T if offline else unsorted.T
   if jax.process_count() == 1:
     return llr_MxL
   return _gather(llr_MxL, bounds)
