@@ -31,13 +31,14 @@ def _swap(a):
 class _Fit:
   """Eigenbasis of the scatter of one class (or the shared pool) for a batch of canaries (array API: numpy or jax)."""
 
-  def __init__(self, z_BxnxD, p_B):
+  def __init__(self, z_BxnxD, p_B, n=None):
+    """n: the class's row count when z_BxnxD carries zero rows beyond it (pair() pads two classes to one shape)."""
     xp = self.xp = array_namespace(z_BxnxD)
-    n, D = z_BxnxD.shape[1:]
+    rows, D = z_BxnxD.shape[1:]
     dtype = z_BxnxD.dtype
     rtol = _RANK_RTOL["float64" if dtype == xp.float64 else "float32"]
     tiny = xp.finfo(dtype).smallest_normal
-    if n < D:  # Gram space: eigh of n x n
+    if rows < D:  # Gram space: eigh of n x n (zero rows add zero eigenvalues, cut as null space below)
       gram = z_BxnxD @ _swap(z_BxnxD)
       lam, u = xp.linalg.eigh(gram)
       kept = lam > rtol * xp.maximum(lam[:, -1:], tiny)
@@ -52,8 +53,33 @@ class _Fit:
     self.rank_B = xp.sum(self.kept, axis=1)
     self.trace_B = xp.sum(xp.linalg.diagonal(gram), axis=1)
     self.fro2_B = xp.sum(gram**2, axis=(1, 2))
-    self.n = n
+    self.n = rows if n is None else n
     self.p_B = p_B
+
+  @classmethod
+  def pair(cls, za_BxaxD, zb_BxbxD, p_B):
+    """Fits of two classes of one batch of canaries from ONE batched eigh: rows zero-padded to max(a, b), stacked.
+
+    One call instead of two is one kernel launch on an accelerator; on XLA's CPU backend it also keeps two LAPACK
+    eigh calls from running concurrently, which deadlocked jaxlib 0.10.2's small intra-op pool (2 cores).
+    """
+    xp = array_namespace(za_BxaxD)
+    B, a, D = za_BxaxD.shape
+    b = zb_BxbxD.shape[1]
+    rows = max(a, b)
+
+    def padded(z, n):
+      return z if n == rows else xp.concat([z, xp.zeros((B, rows - n, D), dtype=z.dtype)], axis=1)
+
+    both = cls(xp.concat([padded(za_BxaxD, a), padded(zb_BxbxD, b)], axis=0), xp.concat([p_B, p_B]))
+    return both._half(slice(0, B), a), both._half(slice(B, 2 * B), b)
+
+  def _half(self, batch, n):
+    half = object.__new__(type(self))
+    half.xp, half.n = self.xp, n
+    for name in ("v", "lam", "kept", "rank_B", "trace_B", "fro2_B", "p_B"):
+      setattr(half, name, getattr(self, name)[batch])
+    return half
 
   def project(self, vectors_BxJxD):
     """V^T v for J vectors per canary: [B, J, R]."""
@@ -154,9 +180,8 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="st
     # Shared covariance: the log-determinants cancel.
     return -0.5 * s_M * (quad_own - quad_oth)
 
-  def class_terms(cls, oth, sign_oth):
+  def class_terms(fit, cls, oth, sign_oth):
     """(own quadratic, own logdet) of this class's targets and (quadratic, logdet) of the other class's targets."""
-    fit = _Fit(z_BxMxD[:, cls], p_B)
     n = fit.n
     c = n / (n - 1.0)
     # Targets of this class: their own row is removed (downdate), residual c * z.
@@ -172,8 +197,9 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="st
     other = fit.bilinear(pr, pr, oth_dot_oth[:, oth], alpha_f, beta_f) + fit.logdet(alpha_f, beta_f)
     return own, other
 
-  own_in, oth_out = class_terms(slice(0, k), slice(k, M), 1.0)  # the IN fit: IN targets' own, OUT targets' other
-  own_out, oth_in = class_terms(slice(k, M), slice(0, k), -1.0)
+  fit_in, fit_out = _Fit.pair(z_BxMxD[:, :k], z_BxMxD[:, k:], p_B)
+  own_in, oth_out = class_terms(fit_in, slice(0, k), slice(k, M), 1.0)  # IN fit: IN targets' own, OUT targets' other
+  own_out, oth_in = class_terms(fit_out, slice(k, M), slice(0, k), -1.0)
   own = xp.concat([own_in, own_out], axis=1)
   other = xp.concat([oth_in, oth_out], axis=1)
   return -0.5 * s_M * (own - other)

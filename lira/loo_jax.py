@@ -83,6 +83,11 @@ class _Placer:
     sharding = self.jax.sharding.NamedSharding(self.mesh, self.jax.sharding.PartitionSpec(*spec))
     return self.jax.device_put(a, sharding)
 
+  def put_replicated(self, a):
+    if self.mesh is None:
+      return self.jax.device_put(a, self.devices[0])
+    return self.jax.device_put(a, self.jax.sharding.NamedSharding(self.mesh, self.jax.sharding.PartitionSpec()))
+
 
 def _process_slice(idx_N):
   """This process's contiguous share of the canaries idx_N, and every process's (lo, hi) into idx_N."""
@@ -109,44 +114,67 @@ def score_canaries(features, keep_MxN, idx_N, *, covariance, shared, offline, si
   dtype = np.float64 if precision == "float64" else np.float32
   M = keep_MxN.shape[0]
   llr_MxL = np.empty((M, len(mine)))
-  pending = []
+  blocks = _blocks(keep_MxN[:, mine], bs, by_in_count=covariance == "oas")
+  previous = None
   with x64_context(precision):
-    gv = None if global_var is None else tuple(placer.jax.device_put(np.asarray(v, dtype), placer.devices[0])
-                                               for v in global_var)
-    if gv is not None and placer.mesh is not None:  # replicated over the mesh
-      rep = jax.sharding.NamedSharding(placer.mesh, jax.sharding.PartitionSpec())
-      gv = tuple(jax.device_put(v, rep) for v in gv)
-    for lo in tqdm(range(0, len(mine), bs), disable=not progress, leave=False, desc=desc):
-      cols = mine[lo:lo + bs]
-      x_MxBxD, valid_BxD = features(cols)
+    gv = None if global_var is None else tuple(placer.put_replicated(np.asarray(v, dtype)) for v in global_var)
+    for at in tqdm(blocks, disable=not progress, leave=False, desc=desc):
+      cols = mine[at]
+      x_MxBxD, valid_BxD = features(cols)  # host work, overlapping the device's previous block
       x_MxBxD = x_MxBxD.astype(dtype, copy=False)
       keep_MxB = keep_MxN[:, cols]
-      B = len(cols)
-      # Results stay on the device until the loop ends: dispatch is asynchronous, so the host computes the next
-      # block's features while the device scores this one.
       if covariance == "oas" and x_MxBxD.shape[2] > 1:
-        for k, sub, order_BxM in gram.sorted_groups(keep_MxB):
-          x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD[:, sub], 0, 1), order_BxM[:, :, None], axis=1)
-          llr = oas(placer.put(_pad(x_BxMxD, bs, 0), 0), k=k, valid_BxD=placer.put(_pad(valid_BxD[sub], bs, 0), 0),
-                    shared=shared, offline=offline, floor=floor, offline_shift=offline_shift)
-          pending.append((lo + sub, order_BxM, llr))
+        (k, _, order_BxM), = gram.sorted_groups(keep_MxB)  # blocks share one IN count
+        x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD, 0, 1), order_BxM[:, :, None], axis=1)
+        x_dev, valid_dev = placer.put(_pad(x_BxMxD, bs, 0), 0), placer.put(_pad(valid_BxD, bs, 0), 0)
+        _collect(previous, llr_MxL, sign, offline)
+        out = oas(x_dev, k=k, valid_BxD=valid_dev, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift)
       else:
-        out = diag(placer.put(_pad(x_MxBxD, bs, 1), 1), placer.put(_pad(keep_MxB, bs, 1), 1),
-                   placer.put(_pad(valid_BxD, bs, 0), 0), global_var=gv, shared=shared, offline=offline,
-                   sign=sign, floor=floor, offline_shift=offline_shift)
-        pending.append((np.arange(lo, lo + B), None, out))
-    for at, order_BxM, out in pending:
-      out = np.asarray(out, np.float64)
-      if order_BxM is None:
-        llr_MxL[:, at] = out[:, :len(at)]
-        continue
-      llr_BxM = out[:len(at)]
-      unsorted = np.empty_like(llr_BxM)
-      np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
-      llr_MxL[:, at] = sign * unsorted.T if offline else unsorted.T
+        order_BxM = None
+        args = (placer.put(_pad(x_MxBxD, bs, 1), 1), placer.put(_pad(keep_MxB, bs, 1), 1),
+                placer.put(_pad(valid_BxD, bs, 0), 0))
+        _collect(previous, llr_MxL, sign, offline)
+        out = diag(*args, global_var=gv, shared=shared, offline=offline, sign=sign, floor=floor,
+                   offline_shift=offline_shift)
+      previous = (at, order_BxM, out)
+    _collect(previous, llr_MxL, sign, offline)
   if jax.process_count() == 1:
     return llr_MxL
   return _gather(llr_MxL, bounds)
+
+
+def _blocks(keep_MxL, bs, by_in_count):
+  """Blocks of at most bs canary positions; by_in_count: each block's canaries share one IN count (OAS's static k).
+
+  Canaries are stably sorted by IN count, so runs where every canary has the same count (LiRA's usual half/half
+  split) keep contiguous, memory-map-friendly blocks; each count's last block is padded, at most one per count.
+  """
+  L = keep_MxL.shape[1]
+  if not by_in_count:
+    return [np.arange(lo, min(lo + bs, L)) for lo in range(0, L, bs)]
+  n_in_L = keep_MxL.sum(axis=0)
+  order = np.argsort(n_in_L, kind="stable")
+  starts = np.flatnonzero(np.r_[True, np.diff(n_in_L[order]) != 0, True])
+  return [order[lo:min(lo + bs, hi)] for lo_g, hi in zip(starts[:-1], starts[1:]) for lo in range(lo_g, hi, bs)]
+
+
+def _collect(block, llr_MxL, sign, offline):
+  """Wait for a dispatched block and copy its scores into llr_MxL (the next block is dispatched only after this).
+
+  One block in flight at a time: the host still prepares the next block while the device scores this one, and XLA's
+  CPU backend never runs two blocks' eigh calls at once (jaxlib 0.10.2 deadlocked in LAPACK's batch thread pool).
+  """
+  if block is None:
+    return
+  at, order_BxM, out = block
+  out = np.asarray(out, np.float64)
+  if order_BxM is None:
+    llr_MxL[:, at] = out[:, :len(at)]
+    return
+  llr_BxM = out[:len(at)]
+  unsorted = np.empty_like(llr_BxM)
+  np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
+  llr_MxL[:, at] = sign * unsorted.T if offline else unsorted.T
 
 
 def _gather(llr_MxL, bounds):
