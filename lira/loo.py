@@ -220,6 +220,11 @@ def _columns(loss_MxNxT, cols):
   return loss_MxNxT[:, cols]
 
 
+def _with_keep(features, keep_MxB):
+  """(x_MxBxD, valid_BxD) -> (x_MxBxD, keep_MxB, valid_BxD), balanced_llr's argument order."""
+  return features[0], keep_MxB, features[1]
+
+
 def _block_size(M, D, covariance):
   per_canary = 8 * (12 * M * D + (8 * M * M if covariance == "oas" else 0))
   return int(max(1, min(4096, 128 * 2**20 // per_canary)))
@@ -282,6 +287,13 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
         features, keep_MxN, idx_N, covariance=covariance, shared=shared, offline=offline, sign=sign, floor=var_floor,
         offline_shift=offline_shift, global_var=global_var, block_size=bs, precision=precision, progress=progress,
         desc=f"LOO {covariance}{' shared' if shared else ''}")
+    blocks = []
+  elif backend == "jax":  # balanced: numpy on the host (per-target refits), this process's share of the canaries
+    idx_N = np.flatnonzero(~undefined_N)
+    llr_MxN[:, idx_N] = loo_jax.host_scores(
+        lambda cols: balanced.balanced_llr(*_with_keep(features(cols), keep_MxN[:, cols]), covariance=covariance,
+                                           shared=shared, offline=offline, sign=sign, floor=var_floor,
+                                           offline_shift=offline_shift), M, idx_N, bs, num_threads)
     blocks = []
 
   def score(blk):

@@ -4,7 +4,8 @@ The maths is not copied here: lira/loo.py (_diag_block) and lira/gram.py (_sorte
 Python array API and run on jax.numpy arrays under jax.jit. What stays on the host, in numpy float64, is what
 has data-dependent shapes: the per-token statistic and the length reduction (argsort, array_split), grouping
 canaries by IN count and sorting their models IN-first (lira.gram.sorted_groups), LiRA's pooled variance, and
-balanced leave-one-out's per-target rows. Canaries go to the device in blocks of one fixed size (the last block
+balanced leave-one-out (lira/balanced.py: per-target refits on gathered rows; numpy threads, but split over the
+processes like the rest, host_scores). Canaries go to the device in blocks of one fixed size (the last block
 padded by repeating its last canary, whose scores are dropped), so each (estimator, IN count) compiles once.
 
 Precision: "float64" runs the jitted scoring inside jax.enable_x64(True), a context, so 64-bit mode leaks into
@@ -175,6 +176,31 @@ def _collect(block, llr_MxL, sign, offline):
   unsorted = np.empty_like(llr_BxM)
   np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
   llr_MxL[:, at] = sign * unsorted.T if offline else unsorted.T
+
+
+def host_scores(score_cols, M, idx_N, block_size, num_threads=None):
+  """Scores [M, len(idx_N)] from score_cols(cols) -> [M, len(cols)] run on the host (numpy threads over blocks),
+  this process scoring only its slice of idx_N and the slices gathered as in score_canaries (balanced leave-one-out).
+  """
+  import concurrent.futures
+  import os
+  import jax
+  import threadpoolctl
+  mine, bounds = _process_slice(np.asarray(idx_N))
+  llr_MxL = np.empty((M, len(mine)))
+  starts = range(0, len(mine), max(1, block_size))
+
+  def score(lo):
+    llr_MxL[:, lo:lo + block_size] = score_cols(mine[lo:lo + block_size])
+
+  workers = max(1, min(num_threads or os.cpu_count() or 1, len(starts) or 1))
+  with threadpoolctl.threadpool_limits(1 if workers > 1 else None, user_api="blas"), \
+       concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    for f in [pool.submit(score, lo) for lo in starts]:
+      f.result()
+  if jax.process_count() == 1:
+    return llr_MxL
+  return _gather(llr_MxL, bounds)
 
 
 def _gather(llr_MxL, bounds):
