@@ -117,7 +117,7 @@ def score_canaries(features, keep_MxN, idx_N, *, covariance, shared, offline, si
   llr_MxL = np.empty((M, len(mine)))
   blocks = _blocks(keep_MxN[:, mine], bs, by_in_count=covariance == "oas")
   previous = None
-  with x64_context(precision):
+  with x64_context(precision), _one_blas_thread():
     gv = None if global_var is None else tuple(placer.put_replicated(np.asarray(v, dtype)) for v in global_var)
     for at in tqdm(blocks, disable=not progress, leave=False, desc=desc):
       cols = mine[at]
@@ -142,6 +142,19 @@ def score_canaries(features, keep_MxN, idx_N, *, covariance, shared, offline, si
   if jax.process_count() == 1:
     return llr_MxL
   return _gather(llr_MxL, bounds)
+
+
+def _one_blas_thread():
+  """One BLAS thread while blocks run: XLA's CPU backend calls LAPACK (scipy's OpenBLAS) from its own thread pool,
+  one thread per batch chunk, and OpenBLAS's threads on top oversubscribe the cores (a [128, 64, 64] float64 eigh
+  took 1.3 s with OpenBLAS's 2 threads, 0.19 s with 1, on the 2-core development machine). No effect on GPUs/TPUs.
+  """
+  import threadpoolctl
+  try:
+    import scipy.linalg.cython_lapack  # noqa: F401  loads the OpenBLAS that jaxlib's CPU LAPACK calls, so it is limited
+  except ImportError:
+    pass
+  return threadpoolctl.threadpool_limits(1, user_api="blas")
 
 
 def _blocks(keep_MxL, bs, by_in_count):
