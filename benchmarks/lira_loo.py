@@ -2,6 +2,10 @@
 
   python benchmarks/lira_loo.py --M 64 --N 10000 --T 128
   python benchmarks/lira_loo.py --M 8 --N 200 --T 16 --out /tmp/lira_loo.json   # smoke test
+  python benchmarks/lira_loo.py --backends numpy jax --ref_targets 0   # numpy against the jax backend, same inputs
+
+With several --backends each variant is timed on each, one after the other on the same arrays; a row's
+"ratio_to_numpy" is its time over the numpy backend's (the jax time includes its compiles, one per block shape).
 
 The reference (tests/bruteforce.py) runs on --ref_targets x --ref_canaries (target, canary) pairs and
 its time is extrapolated linearly to all M * N pairs; on that subset the two engines must agree.
@@ -106,17 +110,17 @@ def machine_info():
   return info
 
 
-def run_variant(name, loss_MxNxT, keep_MxN, targets, canaries, summarize):
+def run_variant(name, loss_MxNxT, keep_MxN, targets, canaries, summarize, backend="numpy", precision="float64"):
   """Time one variant on the fast engine and on the reference subset; compare them there."""
   covariance, shared = VARIANTS[name]
   M, N, _ = loss_MxNxT.shape
   start = time.perf_counter()
   llr_MxN = lira.leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared,
-                               reduction=None, statistic="logit")
+                               reduction=None, statistic="logit", backend=backend, precision=precision)
   llr_MxN = np.asarray(llr_MxN)  # a lazy (e.g. jax) result is finished before the clock stops
   fast_s = time.perf_counter() - start
-  row = {"variant": name, "covariance": covariance, "shared": shared, "fast_s": fast_s,
-         "fast_finite": bool(np.isfinite(llr_MxN).all())}
+  row = {"variant": name, "backend": backend, "precision": precision, "covariance": covariance, "shared": shared,
+         "fast_s": fast_s, "fast_finite": bool(np.isfinite(llr_MxN).all()), "llr": llr_MxN}
 
   if summarize is not None:
     start = time.perf_counter()
@@ -146,12 +150,13 @@ def run_variant(name, loss_MxNxT, keep_MxN, targets, canaries, summarize):
 
 def print_table(rows):
   """One line per variant."""
-  head = f"{'variant':<22} {'fast s':>9} {'ref s*':>11} {'speed-up':>9} {'max|diff|':>10} {'summ. s':>8}"
+  head = f"{'variant':<22} {'backend':<13} {'fast s':>9} {'ratio':>6} {'ref s*':>11} {'speed-up':>9} {'max|diff|':>10} {'summ. s':>8}"
   print(head)
   print("-" * len(head))
   for r in rows:
     fmt = lambda key, spec: format(r[key], spec) if key in r else "-"  # noqa: E731
-    print(f"{r['variant']:<22} {fmt('fast_s', '9.3f'):>9} {fmt('ref_extrapolated_s', '11.1f'):>11} "
+    print(f"{r['variant']:<22} {r['backend'] + ' ' + r['precision'][5:]:<13} {fmt('fast_s', '9.3f'):>9} "
+          f"{fmt('ratio_to_numpy', '6.2f'):>6} {fmt('ref_extrapolated_s', '11.1f'):>11} "
           f"{fmt('speedup', '9.1f'):>9} {fmt('max_abs_diff', '10.2e'):>10} {fmt('summarize_s', '8.2f'):>8}")
   print("* reference time extrapolated linearly from its subset to all M * N pairs")
 
@@ -166,6 +171,8 @@ def main(argv=None):
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/lira_loo_M{M}_N{N}_T{T}.json)")
   parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
+  parser.add_argument("--backends", nargs="+", choices=["numpy", "jax", "jax-float32"], default=["numpy"],
+                      help="leave_one_out backends timed on the same arrays (jax-float32: precision float32)")
   args = parser.parse_args(argv)
   if args.M % 2 or args.M < 4:
     parser.error("--M must be even and at least 4 (leave-one-out needs two IN shadow rows)")
@@ -186,10 +193,21 @@ def main(argv=None):
 
   rows = []
   for name in args.variants:
-    rows.append(run_variant(name, loss_MxNxT, keep_MxN, targets, canaries, summarize))
-    r = rows[-1]
-    print(f"  {name}: fast {r['fast_s']:.3f} s" + (f", max|fast - ref| = {r['max_abs_diff']:.2e}"
-                                                    if "max_abs_diff" in r else ""), flush=True)
+    first = None
+    for spec in args.backends:
+      backend, _, precision = spec.partition("-")
+      rows.append(run_variant(name, loss_MxNxT, keep_MxN, targets, canaries, summarize, backend,
+                              precision or "float64"))
+      r = rows[-1]
+      first = first or r
+      if r is not first:  # the same variant on another backend: its time over the first's, its llr error
+        r["ratio_to_" + first["backend"]] = r["fast_s"] / first["fast_s"]
+        scale = np.maximum(1.0, np.abs(first["llr"]))
+        r["max_rel_llr_diff"] = float(np.max(np.abs(r["llr"] - first["llr"]) / scale))
+      print(f"  {name} {spec}: fast {r['fast_s']:.3f} s" + (f", max|fast - ref| = {r['max_abs_diff']:.2e}"
+                                                             if "max_abs_diff" in r else ""), flush=True)
+  for r in rows:
+    r.pop("llr")
 
   machine = machine_info()
   print()

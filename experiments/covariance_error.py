@@ -134,7 +134,7 @@ def main(argv):
   rows = cov_error.covariance_errors(
       run.loss_MxNxT, run.keep_MxN, shadow_counts=counts, draws=FLAGS.draws, statistic=FLAGS.statistic,
       mask_NxT=run.mask_NxT, max_canaries=FLAGS.max_canaries, seed=FLAGS.seed,
-      progress=lambda jobs: tqdm.tqdm(jobs, desc="(m, draw)", unit="subset", disable=not FLAGS.progress))
+      progress=lambda jobs: tqdm.tqdm(jobs, desc="canary blocks", unit="block", disable=not FLAGS.progress))
   aggregated, relative = cov_error.aggregate(rows), cov_error.relative_errors(rows)
   summary = summary_rows(aggregated, relative)
   gold_in, gold_out = cov_error.gold_covariance(

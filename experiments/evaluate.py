@@ -5,6 +5,8 @@ Writes results.json, results.md and roc.png (all variants, log-log) into DIR (or
 the defaults are appended to the names (results_reduction-min2.json), so reports with other settings are kept.
 --attacks adds rows for reference-free attacks (loss, zlib, min_k, min_k_pp), each target model scored from its own
 losses (and mu.npy, sigma.npy; Zlib decodes canaries.npy with tokenizer.json), pooled like the LiRA rows.
+--backend=jax [--precision=float32] runs the leave-one-out jitted on the local devices; several hosts share the
+canaries with --num_processes/--process_id/--coordinator_address (jax.distributed; process 0 writes the report).
 """
 
 import os
@@ -36,12 +38,26 @@ flags.DEFINE_list("attacks", None, f"Reference-free attacks to add as rows: {','
 flags.DEFINE_float("k", 0.2, "Min-K% and Min-K%++: the fraction of each canary's lowest tokens averaged, in (0, 1].")
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the run folder.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
+flags.DEFINE_enum("backend", "numpy", ["numpy", "jax"], "Leave-one-out on the host (numpy, threads) or jitted on the "
+                  "local devices, sharded over them (jax).")
+flags.DEFINE_enum("precision", "float64", ["float64", "float32"], "jax backend: float64 (CPU, GPU) or float32 "
+                  "(TPUs; its error is documented in the README).")
+flags.DEFINE_integer("num_processes", 1, "Processes sharing the canaries (multi-host; needs --backend=jax).")
+flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes).")
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0; calls jax.distributed.initialize.")
 
 
 def main(argv):
   del argv
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
+  if FLAGS.num_processes > 1 and (FLAGS.backend != "jax" or not FLAGS.coordinator_address):
+    raise app.UsageError("--num_processes > 1 needs --backend=jax and --coordinator_address=host:port")
+  if not 0 <= FLAGS.process_id < FLAGS.num_processes:
+    raise app.UsageError(f"--process_id={FLAGS.process_id} is outside [0, --num_processes={FLAGS.num_processes})")
+  if FLAGS.coordinator_address:
+    from lira import loo_jax
+    loo_jax.initialize_processes(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   attack_rows = None
   if FLAGS.attacks:  # before LiRA: a missing mu.npy or tokenizer.json is reported before the long work
     attack_rows = shadow.shadow_rows(FLAGS.run_dir, FLAGS.attacks, k=FLAGS.k, n_boot=FLAGS.n_boot, seed=FLAGS.seed)
@@ -49,7 +65,10 @@ def main(argv):
       FLAGS.run_dir, FLAGS.out_dir, reduction=FLAGS.reduction, statistic=FLAGS.statistic, variants=FLAGS.variants,
       offline=FLAGS.offline, fix_variance=FLAGS.fix_variance, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
       progress=FLAGS.progress, offline_shift=FLAGS.offline_shift, balance_counts=FLAGS.balance_counts,
-      save_scores=FLAGS.save_scores, attack_rows=attack_rows)
+      save_scores=FLAGS.save_scores, attack_rows=attack_rows, backend=FLAGS.backend, precision=FLAGS.precision)
+  if table is None:
+    print(f"process {FLAGS.process_id}: scored its share of the canaries; process 0 writes the report.")
+    return
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   print(table)
   print(f"\n{result['seconds']:.1f} s.")

@@ -29,6 +29,9 @@ flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
 flags.DEFINE_bool("balance_counts", True, "Fit both classes on the same number of models (balanced leave-one-out).")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
+flags.DEFINE_enum("backend", "numpy", ["numpy", "jax"], "Leave-one-out on the host (numpy) or jitted on the local "
+                  "devices (jax).")
+flags.DEFINE_enum("precision", "float64", ["float64", "float32"], "jax backend: float64 (CPU, GPU) or float32 (TPUs).")
 
 DEFAULTS = {"lengths": None, "strategies": ["group", "min", "max"], "covariances": ["independent", "oas"],
             "shared": True, "statistic": "logit", "fpr": 1e-4, "n_boot": 200, "seed": 0, "balance_counts": True}
@@ -62,7 +65,7 @@ def main(argv):
   bad += [c for c in FLAGS.covariances if c not in ("univariate", "independent", "oas")]
   if bad:
     raise app.UsageError(f"unknown strategies/covariances: {bad}")
-  run = rundir.load_run(FLAGS.run_dir)
+  run = rundir.load_run(FLAGS.run_dir, mmap=True)
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
   M, N, T = run.loss_MxNxT.shape
@@ -78,7 +81,8 @@ def main(argv):
   rows = evaluation.length_grid(run.loss_MxNxT, run.keep_MxN, lengths=lengths, strategies=FLAGS.strategies,
                                 covariances=FLAGS.covariances, shared=FLAGS.shared, mask_NxT=run.mask_NxT,
                                 statistic=FLAGS.statistic, fpr=FLAGS.fpr, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
-                                progress=FLAGS.progress, balance_counts=FLAGS.balance_counts)
+                                progress=FLAGS.progress, balance_counts=FLAGS.balance_counts,
+                                backend=FLAGS.backend, precision=FLAGS.precision)
   paths = [provenance.report_path(out_dir, "length_grid", ext, settings, DEFAULTS) for ext in ("json", "csv", "png")]
   recorded = {**settings, "lengths": lengths, "level": 0.95}
   rundir.save_json(paths[0], {**provenance.header("length_grid", FLAGS.run_dir, run, recorded, "seqlira.length_grid"),

@@ -30,6 +30,9 @@ flags.DEFINE_integer("seed", 0, "Seed for the model subsets.")
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
 flags.DEFINE_bool("balance_counts", True, "Fit both classes on the same number of models (balanced leave-one-out).")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
+flags.DEFINE_enum("backend", "numpy", ["numpy", "jax"], "Leave-one-out on the host (numpy) or jitted on the local "
+                  "devices (jax).")
+flags.DEFINE_enum("precision", "float64", ["float64", "float32"], "jax backend: float64 (CPU, GPU) or float32 (TPUs).")
 
 DEFAULTS = {"counts": None, "draws": 3, "variants": None, "reduction": None, "statistic": "logit", "fpr": 1e-4,
             "seed": 0, "balance_counts": True}
@@ -70,7 +73,7 @@ def main(argv):
     raise app.UsageError("--run_dir is required")
   variants = evaluation.select_variants(FLAGS.variants)
   transforms.parse_reduction(FLAGS.reduction)
-  run = rundir.load_run(FLAGS.run_dir)
+  run = rundir.load_run(FLAGS.run_dir, mmap=True)
   M, N, T = run.loss_MxNxT.shape
   try:
     counts = [int(c) for c in FLAGS.counts] if FLAGS.counts else evaluation.default_shadow_counts(M)
@@ -92,7 +95,8 @@ def main(argv):
   rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=counts, draws=FLAGS.draws,
                                        variants=variants, mask_NxT=run.mask_NxT, reduction=FLAGS.reduction,
                                        statistic=FLAGS.statistic, fpr=FLAGS.fpr, seed=FLAGS.seed,
-                                       progress=FLAGS.progress, balance_counts=FLAGS.balance_counts)
+                                       progress=FLAGS.progress, balance_counts=FLAGS.balance_counts,
+                                       backend=FLAGS.backend, precision=FLAGS.precision)
   paths = [provenance.report_path(out_dir, "shadow_sweep", ext, settings, DEFAULTS) for ext in ("json", "csv", "png")]
   recorded = {**settings, "counts": counts, "variants": keys, "dropped_counts_note": note}
   rundir.save_json(paths[0], {**provenance.header("shadow_sweep", FLAGS.run_dir, run, recorded,

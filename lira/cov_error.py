@@ -93,12 +93,13 @@ def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic
   The statistic (default logit) is taken in float64. Inputs are checked as leave_one_out checks them
   (lira.loo.check_arrays): a loss that is not finite and >= 0 at a scored position raises InputError naming
   model, canary and position. With a mask, only canaries whose mask is all True are used (InputError if none).
-  At most max_canaries canaries (random, with the seed) are analysed; memory is about 2 x N x T x T float64
-  for the gold standards. For each m, `draws` random subsets of m of the M models are
+  At most max_canaries canaries (random, with the seed) are analysed, streamed a block at a time (losses may
+  be memory-mapped): memory is about 2 x 64 MiB of T x T gold standards, whatever N. For each m, `draws`
+  random subsets of m of the M models are
   drawn (m == M has a single subset, so it is drawn once). A canary whose subset has fewer than 2 rows of a
   class is skipped for that class, in both modes, and counted in n_skipped. Shared mode estimates one covariance
   from both classes' rows, each centred by its own class mean, and compares it with each class's gold standard.
-  `progress`, if given, wraps the iterable of (m, draw) pairs (e.g. tqdm.tqdm). Returns one dict per
+  `progress`, if given, wraps the iterable of canary blocks (e.g. tqdm.tqdm). Returns one dict per
   (m, draw, class, estimator, mode) with keys m, draw, class, estimator, mode, error, n_canaries, n_skipped.
   """
   keep_MxN = np.asarray(keep_MxN, bool)
@@ -116,16 +117,27 @@ def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic
   n_in_N = keep_MxN.sum(axis=0)
   if (n_in_N < 2).any() or (M - n_in_N < 2).any():
     raise InputError("every analysed canary needs at least 2 IN and 2 OUT models for the gold standard")
-  stat_MxNxT = transforms.to_statistic(np.asarray(loss_MxNxT)[:, index_N], statistic)
-  gold_in, gold_out = _gold(stat_MxNxT, keep_MxN)
-
   rng = np.random.default_rng(seed)
   jobs = [(m, d, np.sort(rng.choice(M, size=m, replace=False))) for m in counts for d in range(1 if m == M else draws)]
+  # Streamed over canary blocks: the statistic (float64) and the two [B, T, T] gold standards exist for one block
+  # at a time, about 64 MiB of T x T matrices (8 MB each at T = 1024), whatever N and however losses are stored.
+  T = np.shape(loss_MxNxT)[2]
+  step = max(1, min(len(index_N), 2**23 // (T * T)))
+  errors = [{} for _ in jobs]
   wrap = progress if progress is not None else (lambda it: it)
+  for lo in wrap(range(0, len(index_N), step)):
+    cols = index_N[lo:lo + step]
+    stat_MxBxT = transforms.to_statistic(loo._columns(loss_MxNxT, cols), statistic)
+    gold_in, gold_out = _gold(stat_MxBxT, keep_MxN[:, lo:lo + step])
+    for j, (_, _, models) in enumerate(jobs):
+      for key, error_B in subset_errors(stat_MxBxT[models], keep_MxN[models, lo:lo + step], gold_in,
+                                        gold_out).items():
+        errors[j].setdefault(key, []).append(error_B)
+    del stat_MxBxT, gold_in, gold_out
   rows = []
-  for m, d, models in wrap(jobs):
-    errors = subset_errors(stat_MxNxT[models], keep_MxN[models], gold_in, gold_out)
-    for (c, e, md), error_N in errors.items():
+  for (m, d, _), errs in zip(jobs, errors):
+    for (c, e, md), parts in errs.items():
+      error_N = np.concatenate(parts)
       used = int(np.isfinite(error_N).sum())
       rows.append({"m": m, "draw": d, "class": c, "estimator": e, "mode": md,
                    "error": float(np.nanmean(error_N)) if used else float("nan"),

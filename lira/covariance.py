@@ -1,6 +1,7 @@
 """Batched covariance estimators in float64: MLE, isotropic, diagonal and OAS (Rossi et al. 2025, Sec. 2.4)."""
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from lira.errors import InputError
 
@@ -39,10 +40,12 @@ def oas_shrinkage(mu, sq_mean, n, p):
   not > 0 (0, or below 0 by rounding, where sklearn would divide by it) rho = 1; p == 1 also gives rho = 1,
   whose Sigma is S itself whatever rounding does to den. Arguments broadcast.
   """
+  arrays = [a for a in (mu, sq_mean, p) if not isinstance(a, (bool, int, float))]
+  xp = array_namespace(*arrays) if arrays else np  # numpy or jax.numpy (lira.gram's jax backend)
   num = sq_mean + mu**2
   den = (n + 1.0) * (sq_mean - mu**2 / p)
-  rho = np.where(den > 0, np.minimum(num / np.where(den > 0, den, 1.0), 1.0), 1.0)
-  return np.where(p == 1, 1.0, rho)
+  rho = xp.where(den > 0, xp.minimum(num / xp.where(den > 0, den, 1.0), 1.0), 1.0)
+  return xp.where(p == 1, 1.0, rho)
 
 
 def oas_from_scatter(cov_BxTxT, n_samples):

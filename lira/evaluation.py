@@ -66,16 +66,34 @@ def applicable_variants(variants, *, offline=False, fix_variance=False):
 
 
 def evaluate_variants(loss_MxNxT, keep_MxN, *, mask_NxT=None, reduction=None, statistic="logit",
-                      variants=VARIANTS, fprs=metrics.DEFAULT_FPRS, n_boot=200, seed=0, progress=True, **loo_kwargs):
-  """Leave-one-out scores of each variant pooled into one ROC each; returns [{name, ..., summary}] and scores."""
+                      variants=VARIANTS, fprs=metrics.DEFAULT_FPRS, n_boot=200, seed=0, progress=True, summarize=True,
+                      **loo_kwargs):
+  """Leave-one-out scores of each variant pooled into one ROC each; returns [{name, ..., summary}] and scores.
+
+  summarize=False skips the ROCs (summary None): the processes of a jax.distributed run other than the first.
+  """
   rows, scores = [], {}
   for name, covariance, shared in tqdm(variants, desc="variants", disable=not progress):
     llr_MxN = leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, reduction=reduction,
                             statistic=statistic, mask_NxT=mask_NxT, **loo_kwargs)
-    summary = metrics.summarize(llr_MxN, keep_MxN, fprs=fprs, n_boot=n_boot, seed=seed)
+    summary = metrics.summarize(llr_MxN, keep_MxN, fprs=fprs, n_boot=n_boot, seed=seed) if summarize else None
     rows.append({"name": name, "covariance": covariance, "shared": shared, "summary": summary})
     scores[name] = llr_MxN
   return rows, scores
+
+
+class ModelRows:
+  """loss_MxNxT[models] without the copy: canary blocks are read from the (memory-mapped) array as they are used."""
+
+  def __init__(self, loss_MxNxT, models):
+    self.array, self.models = loss_MxNxT, np.asarray(models)
+    self.shape = (len(self.models),) + tuple(loss_MxNxT.shape[1:])
+    self.ndim, self.dtype = 3, loss_MxNxT.dtype
+
+  def __getitem__(self, key):
+    if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], slice) and key[0] == slice(None)):
+      raise IndexError("ModelRows is indexed as [:, canaries]")
+    return np.asarray(self.array[:, key[1]])[self.models]
 
 
 def _powers_of_two(start, stop):
@@ -92,7 +110,8 @@ def default_shadow_counts(num_models):
 
 
 def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=VARIANTS, mask_NxT=None,
-                       reduction=None, statistic="logit", fpr=1e-4, seed=0, progress=True, balance_counts=False):
+                       reduction=None, statistic="logit", fpr=1e-4, seed=0, progress=True, balance_counts=False,
+                       backend="numpy", precision="float64"):
   """LOO evaluation on random subsets of m models, several draws per m (paper Figure 5).
 
   Within a subset every model is the target in turn and the other m-1 are its shadow models. With few
@@ -110,10 +129,11 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, *, counts=None, draws=3, variants=V
   rows = []
   for m, d in tqdm(jobs, desc="shadow-count sweep", disable=not progress):
     models = np.sort(rng.choice(M, size=m, replace=False))
-    loss, keep = loss_MxNxT[models], keep_MxN[models]
+    loss, keep = ModelRows(loss_MxNxT, models), keep_MxN[models]
     for name, covariance, shared in variants:
       llr = leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask_NxT, reduction=reduction,
-                          statistic=statistic, on_undefined="nan", model_ids=models, balance_counts=balance_counts)
+                          statistic=statistic, on_undefined="nan", model_ids=models, balance_counts=balance_counts,
+                          backend=backend, precision=precision)
       valid = np.isfinite(llr)
       row = {"variant": name, "m": m, "draw": d, "statistic": statistic, "reduction": reduction or "none", "fpr": fpr,
              "n_pairs": int(valid.sum()), "n_neg": int((~keep[valid]).sum()), "n_excluded": int((~valid).sum()),
@@ -133,7 +153,8 @@ def default_lengths(shortest):
 
 def length_grid(loss_MxNxT, keep_MxN, *, lengths=None, strategies=("group", "min", "max"),
                 covariances=("independent", "oas"), shared=True, mask_NxT=None, statistic="logit", fpr=1e-4,
-                n_boot=200, level=0.95, seed=0, progress=True, balance_counts=False):
+                n_boot=200, level=0.95, seed=0, progress=True, balance_counts=False, backend="numpy",
+                precision="float64"):
   """TPR at `fpr` against the reduced length K for each strategy and covariance (paper Figures 11-14).
 
   Baselines (no reduction, all positions) come as rows with strategy "none" and K = T. Each row carries the
@@ -150,7 +171,8 @@ def length_grid(loss_MxNxT, keep_MxN, *, lengths=None, strategies=("group", "min
   for strategy, k, covariance in tqdm(jobs, desc="length grid", disable=not progress):
     reduction = None if strategy is None else f"{strategy}:{k}"
     llr_MxN = leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, reduction=reduction,
-                            statistic=statistic, mask_NxT=mask_NxT, balance_counts=balance_counts)
+                            statistic=statistic, mask_NxT=mask_NxT, balance_counts=balance_counts, backend=backend,
+                            precision=precision)
     tpr_ci, auc_ci, n_undefined = (None, None), (None, None), 0
     if n_boot > 0:
       tpr_ci_1x2, auc_ci_2, n_undefined = metrics.bootstrap_ci(llr_MxN, keep_MxN, fprs=(fpr,), n_boot=n_boot,

@@ -13,35 +13,73 @@ lemma, so one eigendecomposition per canary and class serves all M targets.
 """
 
 import numpy as np
+from array_api_compat import array_namespace
 
 from lira.covariance import oas_shrinkage
 
-# Eigenvalues below this fraction of the largest are the null space of the centred rows.
-_RANK_RTOL = 1e-10
+# Eigenvalues below this fraction of the largest are the null space of the centred rows. In float64 the
+# centring's exact zero comes out near 1e-16 of the largest; in float32 near 1e-7 times a few (n eps), so the
+# float32 cut sits well above that noise and still keeps directions a thousandth of the largest.
+_RANK_RTOL = {"float64": 1e-10, "float32": 1e-5}
+
+
+def _swap(a):
+  xp = array_namespace(a)
+  return xp.permute_dims(a, tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2))
 
 
 class _Fit:
-  """Eigenbasis of the scatter of one class (or the shared pool) for a batch of canaries."""
+  """Eigenbasis of the scatter of one class (or the shared pool) for a batch of canaries (array API: numpy or jax)."""
 
-  def __init__(self, z_BxnxD, p_B):
-    n, D = z_BxnxD.shape[1:]
-    if n < D:  # Gram space: eigh of n x n
-      gram = z_BxnxD @ np.swapaxes(z_BxnxD, 1, 2)
-      lam, u = np.linalg.eigh(gram)
-      kept = lam > _RANK_RTOL * np.maximum(lam[:, -1:], np.finfo(np.float64).tiny)
-      isqrt = np.where(kept, 1.0 / np.sqrt(np.where(kept, lam, 1.0)), 0.0)
-      self.v = np.swapaxes(z_BxnxD, 1, 2) @ (u * isqrt[:, None, :])  # [B, D, n]
+  def __init__(self, z_BxnxD, p_B, n=None):
+    """n: the class's row count when z_BxnxD carries zero rows beyond it (pair() pads two classes to one shape)."""
+    xp = self.xp = array_namespace(z_BxnxD)
+    rows, D = z_BxnxD.shape[1:]
+    dtype = z_BxnxD.dtype
+    rtol = _RANK_RTOL["float64" if dtype == xp.float64 else "float32"]
+    tiny = xp.finfo(dtype).smallest_normal
+    if rows < D:  # Gram space: eigh of n x n (zero rows add zero eigenvalues, cut as null space below)
+      gram = z_BxnxD @ _swap(z_BxnxD)
+      lam, u = xp.linalg.eigh(gram)
+      kept = lam > rtol * xp.maximum(lam[:, -1:], tiny)
+      isqrt = xp.where(kept, 1.0 / xp.sqrt(xp.where(kept, lam, 1.0)), 0.0)
+      self.v = _swap(z_BxnxD) @ (u * isqrt[:, None, :])  # [B, D, n]
     else:  # position space: eigh of D x D
-      gram = np.swapaxes(z_BxnxD, 1, 2) @ z_BxnxD
-      lam, self.v = np.linalg.eigh(gram)
-      kept = lam > _RANK_RTOL * np.maximum(lam[:, -1:], np.finfo(np.float64).tiny)
-    self.lam = np.where(kept, lam, 0.0)
-    self.kept = kept
-    self.rank_B = kept.sum(axis=1)
-    self.trace_B = np.trace(gram, axis1=1, axis2=2)
-    self.fro2_B = (gram**2).sum(axis=(1, 2))
-    self.n = n
+      gram = _swap(z_BxnxD) @ z_BxnxD
+      lam, self.v = xp.linalg.eigh(gram)
+      kept = lam > rtol * xp.maximum(lam[:, -1:], tiny)
+    self.lam = xp.where(kept, lam, 0.0)
+    self.kept = xp.astype(kept, dtype)
+    self.rank_B = xp.sum(self.kept, axis=1)
+    self.trace_B = xp.sum(xp.linalg.diagonal(gram), axis=1)
+    self.fro2_B = xp.sum(gram**2, axis=(1, 2))
+    self.n = rows if n is None else n
     self.p_B = p_B
+
+  @classmethod
+  def pair(cls, za_BxaxD, zb_BxbxD, p_B):
+    """Fits of two classes of one batch of canaries from ONE batched eigh: rows zero-padded to max(a, b), stacked.
+
+    One call instead of two is one kernel launch on an accelerator; on XLA's CPU backend it also keeps two LAPACK
+    eigh calls from running concurrently, which deadlocked jaxlib 0.10.2's small intra-op pool (2 cores).
+    """
+    xp = array_namespace(za_BxaxD)
+    B, a, D = za_BxaxD.shape
+    b = zb_BxbxD.shape[1]
+    rows = max(a, b)
+
+    def padded(z, n):
+      return z if n == rows else xp.concat([z, xp.zeros((B, rows - n, D), dtype=z.dtype)], axis=1)
+
+    both = cls(xp.concat([padded(za_BxaxD, a), padded(zb_BxbxD, b)], axis=0), xp.concat([p_B, p_B]))
+    return both._half(slice(0, B), a), both._half(slice(B, 2 * B), b)
+
+  def _half(self, batch, n):
+    half = object.__new__(type(self))
+    half.xp, half.n = self.xp, n
+    for name in ("v", "lam", "kept", "rank_B", "trace_B", "fro2_B", "p_B"):
+      setattr(half, name, getattr(self, name)[batch])
+    return half
 
   def project(self, vectors_BxJxD):
     """V^T v for J vectors per canary: [B, J, R]."""
@@ -49,44 +87,52 @@ class _Fit:
 
   def params(self, n, trace, fro2, floor):
     """OAS (alpha, beta) exactly as sklearn's formula, from n rows, trace(W) and ||W||_F^2; ridge floored."""
-    p = self.p_B[:, None] if np.ndim(trace) == 2 else self.p_B
+    p = self.p_B[:, None] if trace.ndim == 2 else self.p_B
     # S = W / n: mu = trace(S) / p = trace(W) / (n p) and mean(S**2) = ||W||_F^2 / (n^2 p^2).
     mu = trace / (n * p)
     rho = oas_shrinkage(mu, fro2 / (n * n * p * p), n, p)
-    return np.maximum(rho * mu, floor), (1.0 - rho) / n
+    return self.xp.maximum(rho * mu, floor), (1.0 - rho) / n
 
   def loo_params(self, pz_BxJxR, zz_BxJ, c, n_after, floor):
     """OAS (alpha, beta) after removing row z_j (W' = W - c z z^T): trace and ||W||_F^2 downdated."""
-    zwz = (pz_BxJxR**2 * self.lam[:, None, :]).sum(axis=-1)  # z^T W z (z lies in the span of the rows)
+    zwz = self.xp.sum(pz_BxJxR**2 * self.lam[:, None, :], axis=-1)  # z^T W z (z lies in the span of the rows)
     trace = self.trace_B[:, None] - c * zz_BxJ
     fro2 = self.fro2_B[:, None] - 2 * c * zwz + c**2 * zz_BxJ**2
     return self.params(n_after, trace, fro2, floor)
 
   def bilinear(self, pu, pv, uv, alpha, beta):
     """u^T (alpha I + beta W)^-1 v for projections pu, pv [B, J, R], dot products uv and alpha, beta [B, J]."""
+    xp = self.xp
     w = self.kept[:, None, :] / (alpha[..., None] + beta[..., None] * self.lam[:, None, :])
-    inspan = (pu * pv * w).sum(axis=-1)
-    resid = uv - (pu * pv).sum(axis=-1)
-    resid = np.where((self.rank_B >= self.p_B)[:, None], 0.0, resid)
+    inspan = xp.sum(pu * pv * w, axis=-1)
+    resid = uv - xp.sum(pu * pv, axis=-1)
+    resid = xp.where((self.rank_B >= self.p_B)[:, None], 0.0, resid)
     return inspan + resid / alpha
 
   def logdet(self, alpha, beta):
     """logdet(alpha I + beta W) on the p scored dimensions, for alpha, beta [B, J]."""
-    terms = np.log(alpha[..., None] + beta[..., None] * self.lam[:, None, :]) * self.kept[:, None, :]
-    return terms.sum(axis=-1) + (self.p_B - self.rank_B)[:, None] * np.log(alpha)
+    xp = self.xp
+    terms = xp.log(alpha[..., None] + beta[..., None] * self.lam[:, None, :]) * self.kept[:, None, :]
+    return xp.sum(terms, axis=-1) + (self.p_B - self.rank_B)[:, None] * xp.log(alpha)
+
+
+def sorted_groups(keep_MxB):
+  """Canaries grouped by IN count k: [(k, cols, order_BxM)], order putting each canary's IN models first (host)."""
+  n_in_B = keep_MxB.sum(axis=0)
+  groups = []
+  for k in np.unique(n_in_B):
+    cols = np.flatnonzero(n_in_B == k)
+    groups.append((int(k), cols, np.argsort(~keep_MxB[:, cols].T, axis=1, kind="stable")))
+  return groups
 
 
 def oas_llr(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor, offline_shift="std"):
   """Leave-one-out OAS log-likelihood ratios (or offline z-scores) for a block of canaries, [M, B]."""
   M, B, D = x_MxBxD.shape
   out_MxB = np.empty((M, B))
-  n_in_B = keep_MxB.sum(axis=0)
-  for k in np.unique(n_in_B):
-    cols = np.flatnonzero(n_in_B == k)
-    # Sort each canary's models so that its k IN models come first.
-    order_BxM = np.argsort(~keep_MxB[:, cols].T, axis=1, kind="stable")
+  for k, cols, order_BxM in sorted_groups(keep_MxB):
     x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD[:, cols], 0, 1), order_BxM[:, :, None], axis=1)
-    llr_BxM = _sorted_llr(x_BxMxD, int(k), valid_BxD[cols], shared, offline, floor, offline_shift)
+    llr_BxM = _sorted_llr(x_BxMxD, k, valid_BxD[cols], shared, offline, floor, offline_shift)
     unsorted = np.empty_like(llr_BxM)
     np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
     out_MxB[:, cols] = sign * unsorted.T if offline else unsorted.T
@@ -94,21 +140,26 @@ def oas_llr(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor, offli
 
 
 def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std"):
-  """Scores for canaries whose first k models are IN and the rest OUT; [B, M] in that order."""
+  """Scores for canaries whose first k models are IN and the rest OUT; [B, M] in that order.
+
+  Array API (numpy or jax.numpy, no in-place updates): the jax backend jits this one copy (k static).
+  """
+  xp = array_namespace(x_BxMxD)
+  dt = x_BxMxD.dtype
   B, M, D = x_BxMxD.shape
-  p_B = valid_BxD.sum(axis=1).astype(np.float64)
-  is_in = np.arange(M) < k
-  mean_in = x_BxMxD[:, :k].mean(axis=1)
-  mean_out = x_BxMxD[:, k:].mean(axis=1)
-  z_BxMxD = x_BxMxD - np.where(is_in[None, :, None], mean_in[:, None], mean_out[:, None])
+  p_B = xp.sum(xp.astype(valid_BxD, dt), axis=1)
+  is_in = xp.asarray(np.arange(M) < k)
+  mean_in = xp.mean(x_BxMxD[:, :k], axis=1)
+  mean_out = xp.mean(x_BxMxD[:, k:], axis=1)
+  z_BxMxD = x_BxMxD - xp.where(is_in[None, :, None], mean_in[:, None], mean_out[:, None])
   delta_BxD = mean_in - mean_out
-  zz_BxM = (z_BxMxD**2).sum(axis=2)
-  zd_BxM = np.einsum("bmd,bd->bm", z_BxMxD, delta_BxD)
-  dd_B = (delta_BxD**2).sum(axis=1)
-  n_own = np.where(is_in, k, M - k).astype(np.float64)
-  c_M = n_own / (n_own - 1.0)
+  zz_BxM = xp.sum(z_BxMxD**2, axis=2)
+  zd_BxM = xp.sum(z_BxMxD * delta_BxD[:, None, :], axis=2)
+  dd_B = xp.sum(delta_BxD**2, axis=1)
+  n_own = np.where(np.arange(M) < k, k, M - k).astype(np.float64)
+  c_M = xp.asarray(n_own / (n_own - 1.0), dtype=dt)
   # Residual of each target to the OTHER class mean: x - mean_other = z + s * delta (s = +1 for IN).
-  s_M = np.where(is_in, 1.0, -1.0)
+  s_M = xp.asarray(np.where(np.arange(M) < k, 1.0, -1.0), dtype=dt)
   oth_dot_oth = zz_BxM + 2 * s_M * zd_BxM + dd_B[:, None]
 
   if offline:
@@ -129,9 +180,8 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="st
     # Shared covariance: the log-determinants cancel.
     return -0.5 * s_M * (quad_own - quad_oth)
 
-  own_q, own_ld, oth_q, oth_ld = (np.empty((B, M)) for _ in range(4))
-  for cls, oth, sign_oth in ((slice(0, k), slice(k, M), 1.0), (slice(k, M), slice(0, k), -1.0)):
-    fit = _Fit(z_BxMxD[:, cls], p_B)
+  def class_terms(fit, cls, oth, sign_oth):
+    """(own quadratic, own logdet) of this class's targets and (quadratic, logdet) of the other class's targets."""
     n = fit.n
     c = n / (n - 1.0)
     # Targets of this class: their own row is removed (downdate), residual c * z.
@@ -140,14 +190,19 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="st
     alpha, beta = fit.loo_params(pz, zz, c, n - 1.0, floor)
     dad = fit.bilinear(pz, pz, zz, alpha, beta)
     s = 1.0 - beta * c * dad
-    own_q[:, cls] = c**2 * dad / s
-    own_ld[:, cls] = fit.logdet(alpha, beta) + np.log(s)
+    own = c**2 * dad / s + fit.logdet(alpha, beta) + xp.log(s)
     # Targets of the other class: the full fit, residual x - mean_this = z_target - sign_oth * delta.
     alpha_f, beta_f = (v[:, None] for v in fit.params(float(n), fit.trace_B, fit.fro2_B, floor))
     pr = fit.project(z_BxMxD[:, oth]) - sign_oth * fit.project(delta_BxD[:, None, :])
-    oth_q[:, oth] = fit.bilinear(pr, pr, oth_dot_oth[:, oth], alpha_f, beta_f)
-    oth_ld[:, oth] = fit.logdet(alpha_f, beta_f)
-  return -0.5 * s_M * ((own_q + own_ld) - (oth_q + oth_ld))
+    other = fit.bilinear(pr, pr, oth_dot_oth[:, oth], alpha_f, beta_f) + fit.logdet(alpha_f, beta_f)
+    return own, other
+
+  fit_in, fit_out = _Fit.pair(z_BxMxD[:, :k], z_BxMxD[:, k:], p_B)
+  own_in, oth_out = class_terms(fit_in, slice(0, k), slice(k, M), 1.0)  # IN fit: IN targets' own, OUT targets' other
+  own_out, oth_in = class_terms(fit_out, slice(k, M), slice(0, k), -1.0)
+  own = xp.concat([own_in, own_out], axis=1)
+  other = xp.concat([oth_in, oth_out], axis=1)
+  return -0.5 * s_M * (own - other)
 
 
 def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift):
@@ -156,22 +211,22 @@ def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift):
   u = 1 on the scored positions (shift "uniform") or u = sqrt(diag S) (shift "std", scale-free); for an OUT target
   S is its leave-one-out OUT fit, so u depends on the target: diag(W') = diag(W) - c z^2.
   """
+  xp = array_namespace(z_BxMxD)
   B, M, D = z_BxMxD.shape
-  valid = valid_BxD.astype(np.float64)
-  p_B = valid.sum(axis=1)
+  valid = xp.astype(valid_BxD, z_BxMxD.dtype)
+  p_B = xp.sum(valid, axis=1)
   out = slice(k, M)
   z_out = z_BxMxD[:, out]
   fit = _Fit(z_out, p_B)
   n = fit.n
   c = n / (n - 1.0)
-  score = np.empty((B, M))
 
   def direction(alpha, beta, diag_w):  # [B, J, D]
     if shift == "uniform":
-      return np.broadcast_to(valid[:, None, :], diag_w.shape[:1] + alpha.shape[1:] + valid.shape[1:])
-    return np.sqrt(alpha[..., None] + beta[..., None] * np.maximum(diag_w, 0.0)) * valid[:, None, :]
+      return xp.broadcast_to(valid[:, None, :], diag_w.shape[:1] + alpha.shape[1:] + valid.shape[1:])
+    return xp.sqrt(alpha[..., None] + beta[..., None] * xp.maximum(diag_w, 0.0)) * valid[:, None, :]
 
-  diag_w_BxD = (z_out**2).sum(axis=1)
+  diag_w_BxD = xp.sum(z_out**2, axis=1)
   # OUT targets: own row removed; residual c * z.
   pz = fit.project(z_out)
   zz = zz_BxM[:, out]
@@ -181,16 +236,15 @@ def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift):
   p_u = fit.project(u)
   dad = fit.bilinear(pz, pz, zz, alpha, beta)
   s = 1.0 - gamma * dad
-  u_d = fit.bilinear(p_u, pz, (u * z_out).sum(axis=2), alpha, beta)
-  u_u = fit.bilinear(p_u, p_u, (u * u).sum(axis=2), alpha, beta) + gamma * u_d**2 / s
-  score[:, out] = c * (u_d + gamma * u_d * dad / s) / np.sqrt(u_u)
+  u_d = fit.bilinear(p_u, pz, xp.sum(u * z_out, axis=2), alpha, beta)
+  u_u = fit.bilinear(p_u, p_u, xp.sum(u * u, axis=2), alpha, beta) + gamma * u_d**2 / s
+  score_out = c * (u_d + gamma * u_d * dad / s) / xp.sqrt(u_u)
   # IN targets: the full OUT fit; residual z + delta.
   alpha_f, beta_f = (v[:, None] for v in fit.params(float(n), fit.trace_B, fit.fro2_B, floor))
   u = direction(alpha_f, beta_f, diag_w_BxD[:, None, :])
   p_u = fit.project(u)
   r = z_BxMxD[:, :k] + delta_BxD[:, None, :]
   pr = fit.project(r)
-  u_r = fit.bilinear(p_u, pr, (u * r).sum(axis=2), alpha_f, beta_f)
-  u_u = fit.bilinear(p_u, p_u, (u * u).sum(axis=2), alpha_f, beta_f)
-  score[:, :k] = u_r / np.sqrt(u_u)
-  return score
+  u_r = fit.bilinear(p_u, pr, xp.sum(u * r, axis=2), alpha_f, beta_f)
+  u_u = fit.bilinear(p_u, p_u, xp.sum(u * u, axis=2), alpha_f, beta_f)
+  return xp.concat([u_r / xp.sqrt(u_u), score_out], axis=1)

@@ -15,6 +15,7 @@ import os
 
 import numpy as np
 import threadpoolctl
+from array_api_compat import array_namespace
 from tqdm.auto import tqdm
 
 from lira import balanced
@@ -25,9 +26,18 @@ from lira.errors import InputError
 
 COVARIANCES = ESTIMATORS
 OFFLINE_SHIFTS = ("uniform", "std")
+BACKENDS = ("numpy", "jax")
+PRECISIONS = ("float64", "float32")
 
 
-def _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift="std"):
+def _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift="std", backend="numpy",
+                    precision="float64"):
+  if backend not in BACKENDS:
+    raise InputError(f"backend must be one of {BACKENDS}, got {backend!r}")
+  if precision not in PRECISIONS:
+    raise InputError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+  if precision != "float64" and backend != "jax":
+    raise InputError(f"precision={precision!r} is the jax backend's (for TPUs); the numpy backend runs in float64")
   if offline_shift not in OFFLINE_SHIFTS:
     raise InputError(f"offline_shift must be one of {OFFLINE_SHIFTS}, got {offline_shift!r}")
   if covariance not in COVARIANCES:
@@ -101,13 +111,14 @@ def _features(loss_MxBxT, mask_BxT, covariance, reduction, statistic):
 
 def _class_stats(x_MxBxD, keep_MxB):
   """Per canary: counts, class means, target-centred rows z (by the target's own class), and scatters."""
-  w_in = keep_MxB.astype(np.float64)
-  n_in_B = w_in.sum(axis=0)
+  xp = array_namespace(x_MxBxD)
+  w_in = xp.astype(keep_MxB, x_MxBxD.dtype)
+  n_in_B = xp.sum(w_in, axis=0)
   n_out_B = keep_MxB.shape[0] - n_in_B
-  sum_in_BxD = np.einsum("mb,mbd->bd", w_in, x_MxBxD)
-  mean_in_BxD = sum_in_BxD / np.maximum(n_in_B, 1)[:, None]
-  mean_out_BxD = (x_MxBxD.sum(axis=0) - sum_in_BxD) / np.maximum(n_out_B, 1)[:, None]
-  z_MxBxD = x_MxBxD - np.where(keep_MxB[:, :, None], mean_in_BxD, mean_out_BxD)
+  sum_in_BxD = xp.sum(w_in[:, :, None] * x_MxBxD, axis=0)
+  mean_in_BxD = sum_in_BxD / xp.maximum(n_in_B, 1)[:, None]
+  mean_out_BxD = (xp.sum(x_MxBxD, axis=0) - sum_in_BxD) / xp.maximum(n_out_B, 1)[:, None]
+  z_MxBxD = x_MxBxD - xp.where(keep_MxB[:, :, None], mean_in_BxD, mean_out_BxD)
   return n_in_B, n_out_B, mean_in_BxD, mean_out_BxD, z_MxBxD
 
 
@@ -117,58 +128,58 @@ def _offline_diag(r_MxBxD, var_MxBxD, valid_BxD, sign, shift):
   uniform (u = 1): sum(r / var) / sqrt(sum(1 / var)); std (u = sqrt(var)): sum(r / sqrt(var)) / sqrt(p), the
   per-position z-scores summed and scaled to unit variance, which no rescaling of a position changes.
   """
+  xp = array_namespace(r_MxBxD)
+  p_B = xp.sum(xp.astype(valid_BxD, r_MxBxD.dtype), axis=1)
   if shift == "std":
-    return sign * (r_MxBxD / np.sqrt(var_MxBxD)).sum(axis=2) / np.sqrt(valid_BxD.sum(axis=1))
-  one = np.broadcast_to(valid_BxD, r_MxBxD.shape)
-  return sign * (r_MxBxD / var_MxBxD).sum(axis=2) / np.sqrt((one / var_MxBxD).sum(axis=2))
+    return sign * xp.sum(r_MxBxD / xp.sqrt(var_MxBxD), axis=2) / xp.sqrt(p_B)
+  one = xp.astype(valid_BxD, r_MxBxD.dtype)[None]
+  return sign * xp.sum(r_MxBxD / var_MxBxD, axis=2) / xp.sqrt(xp.sum(one / var_MxBxD, axis=2))
 
 
 def _diag_block(x_MxBxD, keep_MxB, valid_BxD, shared, offline, sign, floor, global_var, offline_shift="std"):
-  """Univariate / independent LOO scores for one block of canaries ([M, B]); few passes over [M, B, D]."""
+  """Univariate / independent LOO scores for one block of canaries ([M, B]); few passes over [M, B, D].
+
+  Written against the array API (numpy or jax.numpy; no in-place updates) so both backends run this one copy.
+  """
+  xp = array_namespace(x_MxBxD)
   n_in_B, n_out_B, mean_in, mean_out, z = _class_stats(x_MxBxD, keep_MxB)
   kin = keep_MxB[:, :, None]
   z2 = z * z
-  scat_in_BxD = np.einsum("mb,mbd->bd", keep_MxB.astype(np.float64), z2)
-  scat_out_BxD = z2.sum(axis=0) - scat_in_BxD
+  scat_in_BxD = xp.sum(xp.astype(kin, z.dtype) * z2, axis=0)
+  scat_out_BxD = xp.sum(z2, axis=0) - scat_in_BxD
   del z2
-  n_own_MxB = np.where(keep_MxB, n_in_B, n_out_B)
+  n_own_MxB = xp.where(keep_MxB, n_in_B, n_out_B)
   c = (n_own_MxB / (n_own_MxB - 1.0))[:, :, None]
-  s = np.where(keep_MxB, 1.0, -1.0)[:, :, None]  # +1 for IN targets
+  s = xp.where(kin, 1.0, -1.0)  # +1 for IN targets
   r_oth = z + s * (mean_in - mean_out)  # target minus the OTHER class mean
   r_own = c * z  # target minus its own class mean without it
-  q_own_num, p_B = r_own * r_own, valid_BxD.sum(axis=1)
-  unscored = None if valid_BxD.all() else ~valid_BxD
+  q_own_num, p_B = r_own * r_own, xp.sum(xp.astype(valid_BxD, z.dtype), axis=1)
 
   def floored(var):  # floor; unscored positions (zero residuals) get variance 1 so they add nothing
-    var = np.maximum(var, floor)
-    if unscored is not None:
-      var[..., unscored] = 1.0
-    return var
+    return xp.where(valid_BxD, xp.maximum(var, floor), 1.0)
 
   if global_var is not None:  # LiRA's fixed variance: one pooled scalar per class (already leave-one-out).
     var_in, var_out = (v[:, None, None] for v in global_var)
-    var_own, var_oth = np.where(kin, var_in, var_out), np.where(kin, var_out, var_in)
-    logdet_own, logdet_oth = p_B * np.log(var_own[:, :, 0]), p_B * np.log(var_oth[:, :, 0])
+    var_own, var_oth = xp.where(kin, var_in, var_out), xp.where(kin, var_out, var_in)
+    logdet_own, logdet_oth = p_B * xp.log(var_own[:, :, 0]), p_B * xp.log(var_oth[:, :, 0])
   elif shared:
     var_own = (scat_in_BxD + scat_out_BxD) - q_own_num / c
-    var_own /= (n_in_B + n_out_B - 1.0)[:, None]
+    var_own = var_own / (n_in_B + n_out_B - 1.0)[:, None]
     var_own = var_oth = floored(var_own)
     logdet_own = logdet_oth = 0.0  # the same covariance for both classes: cancels
   else:
-    var_own = np.where(kin, scat_in_BxD, scat_out_BxD) - q_own_num / c
-    var_own /= (n_own_MxB - 1.0)[:, :, None]
-    var_own = floored(var_own)
+    var_own = xp.where(kin, scat_in_BxD, scat_out_BxD) - q_own_num / c
+    var_own = floored(var_own / (n_own_MxB - 1.0)[:, :, None])
     var_in_BxD, var_out_BxD = floored(scat_in_BxD / n_in_B[:, None]), floored(scat_out_BxD / n_out_B[:, None])
-    var_oth = np.where(kin, var_out_BxD, var_in_BxD)
-    logdet_own = np.log(var_own).sum(axis=2)
-    logdet_oth = np.where(keep_MxB, np.log(var_out_BxD).sum(axis=1), np.log(var_in_BxD).sum(axis=1))
+    var_oth = xp.where(kin, var_out_BxD, var_in_BxD)
+    logdet_own = xp.sum(xp.log(var_own), axis=2)
+    logdet_oth = xp.where(keep_MxB, xp.sum(xp.log(var_out_BxD), axis=1), xp.sum(xp.log(var_in_BxD), axis=1))
   if offline:  # the OUT fit is the own fit for OUT targets and the other fit for IN targets
-    var = np.where(kin, var_oth, var_own)
-    r = np.where(kin, r_oth, r_own)
-    return _offline_diag(r, np.broadcast_to(var, r.shape), valid_BxD, sign, offline_shift)
-  r_oth *= r_oth
-  q_own = (q_own_num / var_own).sum(axis=2)
-  q_oth = (r_oth / var_oth).sum(axis=2)
+    var = xp.where(kin, var_oth, var_own)
+    r = xp.where(kin, r_oth, r_own)
+    return _offline_diag(r, xp.broadcast_to(var, r.shape), valid_BxD, sign, offline_shift)
+  q_own = xp.sum(q_own_num / var_own, axis=2)
+  q_oth = xp.sum(r_oth * r_oth / var_oth, axis=2)
   return -0.5 * s[:, :, 0] * ((q_own + logdet_own) - (q_oth + logdet_oth))
 
 
@@ -199,6 +210,21 @@ def _global_variance(totals, shared):
   return s_in / c_in, s_out / c_out
 
 
+def _columns(loss_MxNxT, cols):
+  """loss_MxNxT[:, cols] for a slice or sorted canary indices, read as a slice when they are contiguous (memmaps)."""
+  if isinstance(cols, slice):
+    return loss_MxNxT[:, cols]
+  cols = np.asarray(cols)
+  if len(cols) and cols[-1] - cols[0] + 1 == len(cols):
+    return loss_MxNxT[:, int(cols[0]):int(cols[-1]) + 1]
+  return loss_MxNxT[:, cols]
+
+
+def _with_keep(features, keep_MxB):
+  """(x_MxBxD, valid_BxD) -> (x_MxBxD, keep_MxB, valid_BxD), balanced_llr's argument order."""
+  return features[0], keep_MxB, features[1]
+
+
 def _block_size(M, D, covariance):
   per_canary = 8 * (12 * M * D + (8 * M * M if covariance == "oas" else 0))
   return int(max(1, min(4096, 128 * 2**20 // per_canary)))
@@ -207,7 +233,7 @@ def _block_size(M, D, covariance):
 def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, statistic="logit",
                   mask_NxT=None, offline=False, offline_shift="std", fix_variance=False, balance_counts=False,
                   var_floor=VAR_FLOOR, on_undefined="raise", block_size=None, num_threads=None, progress=False,
-                  model_ids=None):
+                  model_ids=None, backend="numpy", precision="float64"):
   """Leave-one-out LiRA log-likelihood ratios llr_MxN (float64, higher = member).
 
   covariance: "univariate" | "independent" | "oas"; shared: one covariance from IN and OUT rows
@@ -220,9 +246,15 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   larger class dropping the models that follow the target in cyclic order (lira/balanced.py; refits per target, so
   slower). Pairs whose fit is undefined (too few models of a class) raise, or give NaN with
   on_undefined="nan". model_ids name the models in messages when loss_MxNxT holds a subset of a run's models.
+  backend: "numpy" (threads over canary blocks) or "jax" (the same block scoring jitted, sharded over the local
+  devices and split over jax.distributed processes; lira/loo_jax.py), with precision "float64" or "float32" (jax).
   Bad inputs (a loss not finite and >= 0 at a scored position, ...) raise InputError before any scoring.
+  loss_MxNxT may be memory-mapped: it is read one block of canaries at a time.
   """
-  _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift)
+  _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift, backend, precision)
+  if backend == "jax":
+    from lira import loo_jax
+    loo_jax.check_available()
   check_arrays(loss_MxNxT, keep_MxN, mask_NxT, reduction, model_ids)
   keep_MxN = np.asarray(keep_MxN, bool)
   M, N, T = loss_MxNxT.shape
@@ -236,7 +268,7 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
 
   def features(blk):
     mask = None if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
-    return _features(loss_MxNxT[:, blk], mask, covariance, reduction, statistic)
+    return _features(_columns(loss_MxNxT, blk), mask, covariance, reduction, statistic)
 
   global_var = None
   if fix_variance:
@@ -249,6 +281,20 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
     global_var = tuple(np.maximum(v, var_floor) for v in _global_variance(totals, shared))
 
   llr_MxN = np.full((M, N), np.nan)
+  if backend == "jax" and not balance_counts:
+    idx_N = np.flatnonzero(~undefined_N)
+    llr_MxN[:, idx_N] = loo_jax.score_canaries(
+        features, keep_MxN, idx_N, covariance=covariance, shared=shared, offline=offline, sign=sign, floor=var_floor,
+        offline_shift=offline_shift, global_var=global_var, block_size=bs, precision=precision, progress=progress,
+        desc=f"LOO {covariance}{' shared' if shared else ''}")
+    blocks = []
+  elif backend == "jax":  # balanced: numpy on the host (per-target refits), this process's share of the canaries
+    idx_N = np.flatnonzero(~undefined_N)
+    llr_MxN[:, idx_N] = loo_jax.host_scores(
+        lambda cols: balanced.balanced_llr(*_with_keep(features(cols), keep_MxN[:, cols]), covariance=covariance,
+                                           shared=shared, offline=offline, sign=sign, floor=var_floor,
+                                           offline_shift=offline_shift), M, idx_N, bs, num_threads)
+    blocks = []
 
   def score(blk):
     x_MxBxD, valid_BxD = features(blk)
@@ -265,7 +311,7 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
       llr_MxN[:, idx] = _diag_block(x, keep, valid, shared, offline, sign, var_floor, global_var, offline_shift)
 
   # numpy releases the GIL in its kernels (ufuncs, matmul, eigh), so blocks run in parallel threads.
-  workers = max(1, min(num_threads or os.cpu_count() or 1, len(blocks)))
+  workers = max(1, min(num_threads or os.cpu_count() or 1, len(blocks) or 1))
   # One BLAS thread per worker: otherwise BLAS's own threads and ours oversubscribe the cores.
   with threadpoolctl.threadpool_limits(1 if workers > 1 else None, user_api="blas"), \
        concurrent.futures.ThreadPoolExecutor(workers) as pool:

@@ -80,14 +80,22 @@ def scores_path(out_dir, variant, settings):
   return provenance.report_path(out_dir, f"scores_{evaluation.variant_key(variant)}", "npy", score_settings, DEFAULTS)
 
 
+def _first_process():
+  from lira import loo_jax
+  return loo_jax.is_first_process()
+
+
 def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", variants=None, offline=False,
                  fix_variance=False, n_boot=200, seed=0, progress=True, offline_shift="std", balance_counts=True,
-                 save_scores=True, attack_rows=None):
+                 save_scores=True, attack_rows=None, backend="numpy", precision="float64"):
   """Evaluate a run folder, write the reports (named by their settings), and return (table text, result dict).
 
   With save_scores, each variant's leave-one-out scores llr_MxN (float64, higher = member) are written as
   scores_<variant>[_settings].npy beside the report, for analyses of one's own. attack_rows (attacks.shadow.AttackRows,
-  computed beforehand) adds reference-free attack rows to the same table, results.json and roc.png.
+  computed beforehand) adds reference-free attack rows to the same table, results.json and roc.png. losses.npy is
+  memory-mapped and read a block of canaries at a time. backend / precision: lira.leave_one_out's; in a
+  jax.distributed run every process scores its share, and only the first pools the ROCs and writes (the others
+  return (None, None)).
   """
   balance_note = None
   if balance_counts and fix_variance:  # LiRA's pooled variance is a plain leave-one-out quantity
@@ -96,8 +104,9 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
                     "to; plain leave-one-out was used (--nobalance_counts)")
   transforms.parse_reduction(reduction)
   requested, chosen, dropped = choose_variants(variants, offline, fix_variance)
-  run = rundir.load_run(run_dir)
+  run = rundir.load_run(run_dir, mmap=True)
   out_dir = out_dir or run_dir
+  first = backend != "jax" or _first_process()
   rundir.check_writable(out_dir, "choose another folder with --out_dir")
   settings = report_settings(requested, reduction, statistic, offline, fix_variance, n_boot, seed, offline_shift,
                              balance_counts)
@@ -108,8 +117,11 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   rows, scores = evaluation.evaluate_variants(
       run.loss_MxNxT, run.keep_MxN, mask_NxT=run.mask_NxT, reduction=reduction, statistic=statistic,
       variants=chosen, n_boot=n_boot, seed=seed, progress=progress, offline=offline, fix_variance=fix_variance,
-      offline_shift=offline_shift, balance_counts=balance_counts)
+      offline_shift=offline_shift, balance_counts=balance_counts, backend=backend, precision=precision,
+      summarize=first)
   seconds = time.perf_counter() - start
+  if not first:
+    return None, None
   M, N, T = run.loss_MxNxT.shape
   shape = {"M": M, "N": N, "T": T}
   setting = (f"{provenance.shape_line(shape)}; {scoring_words(settings)}; leave-one-out; "

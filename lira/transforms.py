@@ -55,7 +55,7 @@ def check_reduction(reduction, length_N):
   return kind, k
 
 
-def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chunk_elements=2**24):
+def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chunk_elements=2**22):
   """Raise InputError naming model, canary and position of the first loss not finite and >= 0 at a scored position.
 
   Every command checks its losses with this (through lira.loo.check_arrays, which checks the shapes first)

@@ -1,0 +1,251 @@
+"""The jax backend of lira.leave_one_out: the same block scoring, jitted, sharded over devices and split over processes.
+
+The maths is not copied here: lira/loo.py (_diag_block) and lira/gram.py (_sorted_llr) are written against the
+Python array API and run on jax.numpy arrays under jax.jit. What stays on the host, in numpy float64, is what
+has data-dependent shapes: the per-token statistic and the length reduction (argsort, array_split), grouping
+canaries by IN count and sorting their models IN-first (lira.gram.sorted_groups), LiRA's pooled variance, and
+balanced leave-one-out (lira/balanced.py: per-target refits on gathered rows; numpy threads, but split over the
+processes like the rest, host_scores). Canaries go to the device in blocks of one fixed size (the last block
+padded by repeating its last canary, whose scores are dropped), so each (estimator, IN count) compiles once.
+
+Precision: "float64" runs the jitted scoring inside jax.enable_x64(True), a context, so 64-bit mode leaks into
+nothing else; "float32" (TPUs) runs it in float32. The formulation is float32-safe as it stands: rows are centred
+by their class means before any scatter is formed, variances are sums of squared centred values (never E[x^2] -
+E[x]^2), and OAS solves in the eigenbasis of the Gram matrix (lira/gram.py), with a rank cut above float32 noise.
+
+Devices and processes: a block's canaries are sharded over all local devices (jax.sharding.Mesh, axis "canary");
+with jax.distributed initialised, process p scores the p-th of P contiguous slices of the canaries and the [M, N]
+scores are gathered to every process (multihost_utils.process_allgather), so each returns the whole array.
+"""
+
+import contextlib
+import functools
+
+import numpy as np
+
+from lira import gram
+from lira import loo
+from lira.errors import MissingPackageError
+
+PRECISIONS = ("float64", "float32")
+
+
+def check_available():
+  """Raise MissingPackageError if jax cannot be imported."""
+  try:
+    import jax  # noqa: F401
+  except ImportError as e:
+    raise MissingPackageError(f"backend='jax' needs jax ({e}); pip install jax, or use backend='numpy'") from e
+
+
+def x64_context(precision):
+  """jax's 64-bit mode for float64, as a context only (jax.enable_x64; jax.experimental.enable_x64 before 0.7)."""
+  import jax
+  if precision != "float64":
+    return contextlib.nullcontext()
+  if hasattr(jax, "enable_x64"):
+    return jax.enable_x64(True)
+  from jax.experimental import enable_x64  # older jax
+  return enable_x64()
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted():
+  import jax
+  diag = jax.jit(loo._diag_block, static_argnames=("shared", "offline", "sign", "floor", "offline_shift"))
+  oas = jax.jit(gram._sorted_llr, static_argnames=("k", "shared", "offline", "floor", "offline_shift"))
+  return diag, oas
+
+
+def _pad(a, size, axis):
+  """Pad axis to `size` by repeating the last entry (padded canaries are valid inputs whose scores are dropped)."""
+  extra = size - a.shape[axis]
+  if extra == 0:
+    return a
+  width = [(0, 0)] * a.ndim
+  width[axis] = (0, extra)
+  return np.pad(a, width, mode="edge")
+
+
+class _Placer:
+  """Puts [.., B, ..] blocks on the local devices, sharded along the canary axis when there are several."""
+
+  def __init__(self):
+    import jax
+    self.jax = jax
+    self.devices = jax.local_devices()
+    self.mesh = jax.sharding.Mesh(np.array(self.devices), ("canary",)) if len(self.devices) > 1 else None
+
+  def put(self, a, canary_axis):
+    if self.mesh is None:
+      return self.jax.device_put(a, self.devices[0])
+    spec = [None] * a.ndim
+    spec[canary_axis] = "canary"
+    sharding = self.jax.sharding.NamedSharding(self.mesh, self.jax.sharding.PartitionSpec(*spec))
+    return self.jax.device_put(a, sharding)
+
+  def put_replicated(self, a):
+    if self.mesh is None:
+      return self.jax.device_put(a, self.devices[0])
+    return self.jax.device_put(a, self.jax.sharding.NamedSharding(self.mesh, self.jax.sharding.PartitionSpec()))
+
+
+def _process_slice(idx_N):
+  """This process's contiguous share of the canaries idx_N, and every process's (lo, hi) into idx_N."""
+  import jax
+  bounds = np.linspace(0, len(idx_N), jax.process_count() + 1).astype(int)
+  lo, hi = bounds[jax.process_index()], bounds[jax.process_index() + 1]
+  return idx_N[lo:hi], list(zip(bounds[:-1], bounds[1:]))
+
+
+def score_canaries(features, keep_MxN, idx_N, *, covariance, shared, offline, sign, floor, offline_shift, global_var,
+                   block_size, precision, progress=False, desc="LOO"):
+  """Leave-one-out scores [M, len(idx_N)] (numpy float64) of canaries idx_N; features(cols) -> (x_MxBxD, valid_BxD).
+
+  Over several processes each scores its slice and every process gets all of them (process_allgather).
+  """
+  import jax
+  from tqdm.auto import tqdm
+  mine, bounds = _process_slice(np.asarray(idx_N))
+  placer = _Placer()
+  ndev = len(placer.devices)
+  bs = max(1, min(block_size, len(mine)))
+  bs = -(-bs // ndev) * ndev  # a multiple of the local device count, so every device gets an equal share
+  diag, oas = _jitted()
+  dtype = np.float64 if precision == "float64" else np.float32
+  M = keep_MxN.shape[0]
+  llr_MxL = np.empty((M, len(mine)))
+  blocks = _blocks(keep_MxN[:, mine], bs, by_in_count=covariance == "oas")
+  previous = None
+  with x64_context(precision), _one_blas_thread():
+    gv = None if global_var is None else tuple(placer.put_replicated(np.asarray(v, dtype)) for v in global_var)
+    for at in tqdm(blocks, disable=not progress, leave=False, desc=desc):
+      cols = mine[at]
+      x_MxBxD, valid_BxD = features(cols)  # host work, overlapping the device's previous block
+      x_MxBxD = x_MxBxD.astype(dtype, copy=False)
+      keep_MxB = keep_MxN[:, cols]
+      if covariance == "oas" and x_MxBxD.shape[2] > 1:
+        (k, _, order_BxM), = gram.sorted_groups(keep_MxB)  # blocks share one IN count
+        x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD, 0, 1), order_BxM[:, :, None], axis=1)
+        x_dev, valid_dev = placer.put(_pad(x_BxMxD, bs, 0), 0), placer.put(_pad(valid_BxD, bs, 0), 0)
+        _collect(previous, llr_MxL, sign, offline)
+        out = oas(x_dev, k=k, valid_BxD=valid_dev, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift)
+      else:
+        order_BxM = None
+        args = (placer.put(_pad(x_MxBxD, bs, 1), 1), placer.put(_pad(keep_MxB, bs, 1), 1),
+                placer.put(_pad(valid_BxD, bs, 0), 0))
+        _collect(previous, llr_MxL, sign, offline)
+        out = diag(*args, global_var=gv, shared=shared, offline=offline, sign=sign, floor=floor,
+                   offline_shift=offline_shift)
+      previous = (at, order_BxM, out)
+    _collect(previous, llr_MxL, sign, offline)
+  if jax.process_count() == 1:
+    return llr_MxL
+  return _gather(llr_MxL, bounds)
+
+
+def _one_blas_thread():
+  """One BLAS thread while blocks run: XLA's CPU backend calls LAPACK (scipy's OpenBLAS) from its own thread pool,
+  one thread per batch chunk, and OpenBLAS's threads on top oversubscribe the cores (a [128, 64, 64] float64 eigh
+  took 1.3 s with OpenBLAS's 2 threads, 0.19 s with 1, on the 2-core development machine). No effect on GPUs/TPUs.
+  """
+  import threadpoolctl
+  try:
+    import scipy.linalg.cython_lapack  # noqa: F401  loads the OpenBLAS that jaxlib's CPU LAPACK calls, so it is limited
+  except ImportError:
+    pass
+  return threadpoolctl.threadpool_limits(1, user_api="blas")
+
+
+def _blocks(keep_MxL, bs, by_in_count):
+  """Blocks of at most bs canary positions; by_in_count: each block's canaries share one IN count (OAS's static k).
+
+  Canaries are stably sorted by IN count, so runs where every canary has the same count (LiRA's usual half/half
+  split) keep contiguous, memory-map-friendly blocks; each count's last block is padded, at most one per count.
+  """
+  L = keep_MxL.shape[1]
+  if not by_in_count:
+    return [np.arange(lo, min(lo + bs, L)) for lo in range(0, L, bs)]
+  n_in_L = keep_MxL.sum(axis=0)
+  order = np.argsort(n_in_L, kind="stable")
+  starts = np.flatnonzero(np.r_[True, np.diff(n_in_L[order]) != 0, True])
+  return [order[lo:min(lo + bs, hi)] for lo_g, hi in zip(starts[:-1], starts[1:]) for lo in range(lo_g, hi, bs)]
+
+
+def _collect(block, llr_MxL, sign, offline):
+  """Wait for a dispatched block and copy its scores into llr_MxL (the next block is dispatched only after this).
+
+  One block in flight at a time: the host still prepares the next block while the device scores this one, and XLA's
+  CPU backend never runs two blocks' eigh calls at once (jaxlib 0.10.2 deadlocked in LAPACK's batch thread pool).
+  """
+  if block is None:
+    return
+  at, order_BxM, out = block
+  out = np.asarray(out, np.float64)
+  if order_BxM is None:
+    llr_MxL[:, at] = out[:, :len(at)]
+    return
+  llr_BxM = out[:len(at)]
+  unsorted = np.empty_like(llr_BxM)
+  np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
+  llr_MxL[:, at] = sign * unsorted.T if offline else unsorted.T
+
+
+def host_scores(score_cols, M, idx_N, block_size, num_threads=None):
+  """Scores [M, len(idx_N)] from score_cols(cols) -> [M, len(cols)] run on the host (numpy threads over blocks),
+  this process scoring only its slice of idx_N and the slices gathered as in score_canaries (balanced leave-one-out).
+  """
+  import concurrent.futures
+  import os
+  import jax
+  import threadpoolctl
+  mine, bounds = _process_slice(np.asarray(idx_N))
+  llr_MxL = np.empty((M, len(mine)))
+  starts = range(0, len(mine), max(1, block_size))
+
+  def score(lo):
+    llr_MxL[:, lo:lo + block_size] = score_cols(mine[lo:lo + block_size])
+
+  workers = max(1, min(num_threads or os.cpu_count() or 1, len(starts) or 1))
+  with threadpoolctl.threadpool_limits(1 if workers > 1 else None, user_api="blas"), \
+       concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    for f in [pool.submit(score, lo) for lo in starts]:
+      f.result()
+  if jax.process_count() == 1:
+    return llr_MxL
+  return _gather(llr_MxL, bounds)
+
+
+def _gather(llr_MxL, bounds):
+  """Every process's [M, share] scores, in canary order, on every process (float64 kept: x64 around the gather)."""
+  import jax
+  from jax.experimental import multihost_utils
+  longest = max(hi - lo for lo, hi in bounds)
+  with x64_context("float64"):
+    all_PxMxL = np.asarray(multihost_utils.process_allgather(_pad_nan(llr_MxL, longest)))
+  return np.concatenate([all_PxMxL[p, :, :hi - lo] for p, (lo, hi) in enumerate(bounds)], axis=1)
+
+
+def _pad_nan(a_MxL, length):
+  out = np.full((a_MxL.shape[0], length), np.nan)
+  out[:, :a_MxL.shape[1]] = a_MxL
+  return out
+
+
+def initialize_processes(coordinator_address, num_processes, process_id):
+  """jax.distributed.initialize for a multi-process evaluation; CPU processes exchange scores over Gloo."""
+  import jax
+  try:
+    jax.config.update("jax_cpu_collectives_implementation", "gloo")
+  except (AttributeError, KeyError, ValueError):  # older jax without the option: its default
+    pass
+  jax.distributed.initialize(coordinator_address, num_processes, process_id)
+
+
+def is_first_process():
+  """True in process 0 of a jax.distributed run (the one that writes reports), and when jax is not distributed."""
+  import sys
+  if "jax" not in sys.modules:
+    return True
+  import jax
+  return jax.process_index() == 0
