@@ -6,7 +6,7 @@ from array_api_compat import array_namespace
 from lira.errors import InputError
 
 # Variances below this (in squared statistic units) are raised to it, so that positions every
-# model predicts identically give finite densities instead of inf/NaN (reference.md).
+# model predicts identically give finite densities instead of inf/NaN (docs/conventions.md, "Gaussian fits").
 VAR_FLOOR = 1e-8
 
 # The three covariance models of the paper, in Table II's order.

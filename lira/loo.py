@@ -1,4 +1,4 @@
-"""Leave-one-out sequence-aware LiRA scores (Rossi et al. 2025, Sec. 3.2; reference.md, "Leave-one-out").
+"""Leave-one-out sequence-aware LiRA scores (Rossi et al. 2025, Sec. 3.2; docs/conventions.md, "Leave-one-out evaluation").
 
 Every model is the target in turn and every canary's Gaussians are fitted on the other M-1 models.
 Nothing is refitted: per canary, the class statistics of all M models are computed once and the

@@ -35,7 +35,7 @@ def curve_tpr_at_fpr(fpr_G, tpr_G, fpr):
 
 
 def tpr_at_fpr(scores, labels, fpr, sample_weight=None):
-  """TPR at a target FPR: max TPR over ROC points with FPR <= target (reference.md, no interpolation)."""
+  """TPR at a target FPR: max TPR over ROC points with FPR <= target (docs/conventions.md, "Leave-one-out evaluation": no interpolation)."""
   fpr_G, tpr_G, _ = roc(scores, labels, sample_weight)
   return curve_tpr_at_fpr(fpr_G, tpr_G, fpr)
 
@@ -55,7 +55,7 @@ def min_negatives(fpr):
 
 
 def is_resolved(n_negatives, fpr):
-  """A target FPR is resolved when there are at least 1/FPR negatives (reference.md)."""
+  """A target FPR is resolved when there are at least 1/FPR negatives (docs/conventions.md, "Leave-one-out evaluation")."""
   return bool(n_negatives * float(fpr) >= 1.0 - 1e-9)
 
 

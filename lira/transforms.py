@@ -98,7 +98,7 @@ def _group_index(valid_NxT, k):
 
 
 def reduce_length(stat_MxNxT, loss_MxNxT, reduction, mask_NxT=None):
-  """Apply a length reduction to every model's vector (reference.md, "Length reduction").
+  """Apply a length reduction to every model's vector (docs/conventions.md, "Length reductions").
 
   group:K averages the statistic over K contiguous chunks of the valid positions; min:K / max:K keep
   the statistic at the K smallest / largest LOSSES of each model's own vector, as sorted order

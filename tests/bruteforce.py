@@ -1,7 +1,7 @@
 """Brute-force leave-one-out LiRA: a plain loop that refits every Gaussian from scratch (reference for tests).
 
 Independent of the `lira` package on purpose (numpy, scipy and sklearn only). It is slow and meant to be
-read: every formula of reference.md ("Gaussian fits", "Length reduction", "Leave-one-out evaluation")
+read: every formula of docs/conventions.md ("Gaussian fits", "Length reductions", "Leave-one-out evaluation")
 appears once, in the most direct form.
 """
 

@@ -62,10 +62,10 @@ def test_univariate_shared_pools_centred_variances():
   np.testing.assert_allclose(llr_MxN[m, n], want, rtol=1e-10)
 
 
-def test_oas_check_vector_of_reference_md():
+def test_oas_check_vector():
   x_SxP = np.random.RandomState(0).multivariate_normal([0, 0], [[.8, .3], [.3, .4]], size=500)
   oas = sklearn.covariance.OAS().fit(x_SxP)
-  # reference.md prints the covariance to 8 decimals and the shrinkage to 16 significant digits.
+  # A fixed check vector for the OAS convention: the covariance known to 8 decimals, the shrinkage to 16 digits.
   np.testing.assert_allclose(oas.covariance_, [[0.75337235, 0.27634855], [0.27634855, 0.39644751]], atol=1e-8)
   np.testing.assert_allclose(oas.shrinkage_, 0.01957582121241239, rtol=1e-12)
   # The ridge rho * mu is far above the floor here, so the floored estimate is sklearn's (plus an exact 0 * I).
