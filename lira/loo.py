@@ -276,6 +276,8 @@ def leave_one_out_variants(loss_MxNxT, keep_MxN, *, variants, reduction=None, st
   a large share of the work at M = 484); the jax backend scores the variants one after another.
   """
   variants = [(covariance, bool(shared)) for covariance, shared in variants]
+  if not variants:
+    raise InputError("variants is empty: give at least one (covariance, shared) pair")
   for covariance, shared in variants:
     _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift, backend, precision)
   if backend == "jax":
