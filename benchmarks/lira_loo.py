@@ -3,8 +3,11 @@
   python benchmarks/lira_loo.py --M 64 --N 10000 --T 128
   python benchmarks/lira_loo.py --M 8 --N 200 --T 16 --out /tmp/lira_loo.json   # smoke test
   python benchmarks/lira_loo.py --backends numpy jax --ref_targets 0   # numpy against the jax backend, same inputs
+  python benchmarks/lira_loo.py --M 484 --ref_targets 0 --joint   # also all variants in one pass (numpy)
 
-With several --backends each variant is timed on each, one after the other on the same arrays; a row's
+--joint also times lira.leave_one_out_variants on all the chosen variants at once (one read and one per-token
+statistic per block, as experiments.evaluate runs them), first, on the same arrays; its scores must equal the
+per-variant ones. With several --backends each variant is timed on each, one after the other on the same arrays; a row's
 "ratio_to_numpy" is its time over the numpy backend's (the jax time includes its compiles, one per block shape).
 
 The reference (tests/bruteforce.py) runs on --ref_targets x --ref_canaries (target, canary) pairs and
@@ -114,12 +117,12 @@ def run_variant(name, loss_MxNxT, keep_MxN, targets, canaries, summarize, backen
   """Time one variant on the fast engine and on the reference subset; compare them there."""
   covariance, shared = VARIANTS[name]
   M, N, _ = loss_MxNxT.shape
-  start = time.perf_counter()
+  start, cpu = time.perf_counter(), time.process_time()
   llr_MxN = lira.leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared,
                                reduction=None, statistic="logit", backend=backend, precision=precision)
   llr_MxN = np.asarray(llr_MxN)  # a lazy (e.g. jax) result is finished before the clock stops
-  fast_s = time.perf_counter() - start
-  row = {"variant": name, "backend": backend, "precision": precision, "covariance": covariance, "shared": shared,
+  fast_s, fast_cpu_s = time.perf_counter() - start, time.process_time() - cpu
+  row = {"variant": name, "fast_cpu_s": fast_cpu_s, "backend": backend, "precision": precision, "covariance": covariance, "shared": shared,
          "fast_s": fast_s, "fast_finite": bool(np.isfinite(llr_MxN).all()), "llr": llr_MxN}
 
   if summarize is not None:
@@ -173,6 +176,7 @@ def main(argv=None):
   parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
   parser.add_argument("--backends", nargs="+", choices=["numpy", "jax", "jax-float32"], default=["numpy"],
                       help="leave_one_out backends timed on the same arrays (jax-float32: precision float32)")
+  parser.add_argument("--joint", action="store_true", help="also time all variants in one leave_one_out_variants pass")
   args = parser.parse_args(argv)
   if args.M % 2 or args.M < 4:
     parser.error("--M must be even and at least 4 (leave-one-out needs two IN shadow rows)")
@@ -191,7 +195,14 @@ def main(argv=None):
         f"({loss_MxNxT.nbytes / 2**30:.2f} GiB float32); reference on {len(targets)} x {len(canaries)} pairs; "
         f"lira.metrics.summarize {'timed' if summarize else 'not available, skipped'}")
 
-  rows = []
+  rows, joint = [], None
+  if args.joint:
+    start, cpu = time.perf_counter(), time.process_time()
+    llrs = lira.loo.leave_one_out_variants(loss_MxNxT, keep_MxN, variants=[VARIANTS[v] for v in args.variants],
+                                           reduction=None, statistic="logit")
+    joint = {"variants": args.variants, "seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
+             "loadavg": os.getloadavg()}
+    print(f"  all {len(args.variants)} variants in one pass (numpy): {joint['seconds']:.3f} s", flush=True)
   for name in args.variants:
     first = None
     for spec in args.backends:
@@ -206,6 +217,14 @@ def main(argv=None):
         r["max_rel_llr_diff"] = float(np.max(np.abs(r["llr"] - first["llr"]) / scale))
       print(f"  {name} {spec}: fast {r['fast_s']:.3f} s" + (f", max|fast - ref| = {r['max_abs_diff']:.2e}"
                                                              if "max_abs_diff" in r else ""), flush=True)
+  if joint is not None:
+    numpy_rows = [r for r in rows if r["backend"] == "numpy"]
+    joint["max_abs_diff_to_per_variant"] = float(max(np.max(np.abs(r["llr"] - llr)) for r, llr in zip(numpy_rows, llrs)))
+    joint["per_variant_total_s"] = sum(r["fast_s"] for r in numpy_rows)
+    joint["per_variant_total_cpu_s"] = sum(r["fast_cpu_s"] for r in numpy_rows)
+    print(f"one pass {joint['seconds']:.2f} s against {joint['per_variant_total_s']:.2f} s variant by variant "
+          f"(max |diff| {joint['max_abs_diff_to_per_variant']:.1e}); CPU {joint['cpu_s']:.1f} s against "
+          f"{joint['per_variant_total_cpu_s']:.1f} s")
   for r in rows:
     r.pop("llr")
 
@@ -216,7 +235,8 @@ def main(argv=None):
   shown_out = os.path.relpath(out, ROOT) if out.resolve().is_relative_to(ROOT) else out.name  # no machine paths
   result = {"config": {**vars(args), "out": shown_out, "ref_target_ids": targets, "ref_canary_ids": canaries,
                        "ar_rho": AR_RHO, "in_shift": IN_SHIFT, "in_fraction": IN_FRACTION},
-            "machine": machine, "data_s": data_s, "results": rows}
+            "machine": machine, "data_s": data_s, "results": rows,
+            "joint": joint, "loadavg": os.getloadavg()}
   out.parent.mkdir(parents=True, exist_ok=True)
   out.write_text(json.dumps(result, indent=2) + "\n")
   print(f"wrote {out}")

@@ -5,7 +5,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lira import metrics
-from lira.loo import check_arrays, leave_one_out
+from lira.loo import check_arrays, leave_one_out, leave_one_out_variants
 from lira.errors import InputError
 
 # Table II's rows: (name, covariance, shared).
@@ -72,10 +72,11 @@ def evaluate_variants(loss_MxNxT, keep_MxN, *, mask_NxT=None, reduction=None, st
 
   summarize=False skips the ROCs (summary None): the processes of a jax.distributed run other than the first.
   """
+  # One pass over the losses for all variants (each block's statistic computed once), then one ROC per variant.
+  llrs = leave_one_out_variants(loss_MxNxT, keep_MxN, variants=[(c, s) for _, c, s in variants], reduction=reduction,
+                                statistic=statistic, mask_NxT=mask_NxT, progress=progress, **loo_kwargs)
   rows, scores = [], {}
-  for name, covariance, shared in tqdm(variants, desc="variants", disable=not progress):
-    llr_MxN = leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, reduction=reduction,
-                            statistic=statistic, mask_NxT=mask_NxT, **loo_kwargs)
+  for (name, covariance, shared), llr_MxN in zip(tqdm(variants, desc="variants", disable=not progress), llrs):
     summary = metrics.summarize(llr_MxN, keep_MxN, fprs=fprs, n_boot=n_boot, seed=seed) if summarize else None
     rows.append({"name": name, "covariance": covariance, "shared": shared, "summary": summary})
     scores[name] = llr_MxN

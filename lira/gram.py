@@ -95,25 +95,44 @@ class _Fit:
 
   def loo_params(self, pz_BxJxR, zz_BxJ, c, n_after, floor):
     """OAS (alpha, beta) after removing row z_j (W' = W - c z z^T): trace and ||W||_F^2 downdated."""
-    zwz = self.xp.sum(pz_BxJxR**2 * self.lam[:, None, :], axis=-1)  # z^T W z (z lies in the span of the rows)
+    zwz = _dot_last(pz_BxJxR * pz_BxJxR, self.lam[:, None, :])  # z^T W z (z lies in the span of the rows)
     trace = self.trace_B[:, None] - c * zz_BxJ
     fro2 = self.fro2_B[:, None] - 2 * c * zwz + c**2 * zz_BxJ**2
     return self.params(n_after, trace, fro2, floor)
 
-  def bilinear(self, pu, pv, uv, alpha, beta):
-    """u^T (alpha I + beta W)^-1 v for projections pu, pv [B, J, R], dot products uv and alpha, beta [B, J]."""
+  def denominator(self, alpha, beta):
+    """alpha + beta lam_k [B, J, R] for alpha, beta [B, J]: the eigenvalues of alpha I + beta W, shared by bilinear and
+    logdet calls with the same (alpha, beta) (a division or log over [B, M, R] is a large share of a block's work)."""
+    return alpha[..., None] + beta[..., None] * self.lam[:, None, :]
+
+  def weights(self, denom):
+    """kept / (alpha + beta lam_k): the eigenbasis weights of (alpha I + beta W)^-1, [B, J, R]."""
+    return self.kept[:, None, :] / denom
+
+  def bilinear(self, pu, pv, uv, alpha, beta, w=None):
+    """u^T (alpha I + beta W)^-1 v for projections pu, pv [B, J, R], dot products uv and alpha, beta [B, J];
+    w: weights(denominator(alpha, beta)) when already computed."""
     xp = self.xp
-    w = self.kept[:, None, :] / (alpha[..., None] + beta[..., None] * self.lam[:, None, :])
-    inspan = xp.sum(pu * pv * w, axis=-1)
-    resid = uv - xp.sum(pu * pv, axis=-1)
+    w = self.weights(self.denominator(alpha, beta)) if w is None else w
+    inspan = _dot_last(pu * w, pv)
+    resid = uv - _dot_last(pu, pv)
     resid = xp.where((self.rank_B >= self.p_B)[:, None], 0.0, resid)
     return inspan + resid / alpha
 
-  def logdet(self, alpha, beta):
+  def logdet(self, alpha, beta, denom=None):
     """logdet(alpha I + beta W) on the p scored dimensions, for alpha, beta [B, J]."""
     xp = self.xp
-    terms = xp.log(alpha[..., None] + beta[..., None] * self.lam[:, None, :]) * self.kept[:, None, :]
+    denom = self.denominator(alpha, beta) if denom is None else denom
+    terms = xp.log(denom) * self.kept[:, None, :]
     return xp.sum(terms, axis=-1) + (self.p_B - self.rank_B)[:, None] * xp.log(alpha)
+
+
+def _dot_last(a, b):
+  """sum(a * b, axis=-1): numpy's vecdot reads both once without the product array; XLA fuses the plain form."""
+  if isinstance(a, np.ndarray):
+    return np.vecdot(a, b)
+  xp = array_namespace(a)
+  return xp.sum(a * b, axis=-1)
 
 
 def sorted_groups(keep_MxB):
@@ -153,8 +172,8 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="st
   mean_out = xp.mean(x_BxMxD[:, k:], axis=1)
   z_BxMxD = x_BxMxD - xp.where(is_in[None, :, None], mean_in[:, None], mean_out[:, None])
   delta_BxD = mean_in - mean_out
-  zz_BxM = xp.sum(z_BxMxD**2, axis=2)
-  zd_BxM = xp.sum(z_BxMxD * delta_BxD[:, None, :], axis=2)
+  zz_BxM = _dot_last(z_BxMxD, z_BxMxD)
+  zd_BxM = _dot_last(z_BxMxD, delta_BxD[:, None, :])
   dd_B = xp.sum(delta_BxD**2, axis=1)
   n_own = np.where(np.arange(M) < k, k, M - k).astype(np.float64)
   c_M = xp.asarray(n_own / (n_own - 1.0), dtype=dt)
@@ -171,12 +190,13 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="st
     p_delta = fit.project(delta_BxD[:, None, :])  # [B, 1, R]
     alpha, beta = fit.loo_params(pz, zz_BxM, c_M[None], M - 1.0, floor)
     gamma = beta * c_M
-    dad = fit.bilinear(pz, pz, zz_BxM, alpha, beta)
+    w = fit.weights(fit.denominator(alpha, beta))
+    dad = fit.bilinear(pz, pz, zz_BxM, alpha, beta, w)
     s = 1.0 - gamma * dad
     quad_own = c_M**2 * dad / s
     p_oth = pz + s_M[None, :, None] * p_delta
-    rad = fit.bilinear(p_oth, pz, zz_BxM + s_M * zd_BxM, alpha, beta)
-    quad_oth = fit.bilinear(p_oth, p_oth, oth_dot_oth, alpha, beta) + gamma * rad**2 / s
+    rad = fit.bilinear(p_oth, pz, zz_BxM + s_M * zd_BxM, alpha, beta, w)
+    quad_oth = fit.bilinear(p_oth, p_oth, oth_dot_oth, alpha, beta, w) + gamma * rad**2 / s
     # Shared covariance: the log-determinants cancel.
     return -0.5 * s_M * (quad_own - quad_oth)
 
@@ -188,9 +208,10 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="st
     pz = fit.project(z_BxMxD[:, cls])
     zz = zz_BxM[:, cls]
     alpha, beta = fit.loo_params(pz, zz, c, n - 1.0, floor)
-    dad = fit.bilinear(pz, pz, zz, alpha, beta)
+    denom = fit.denominator(alpha, beta)
+    dad = fit.bilinear(pz, pz, zz, alpha, beta, fit.weights(denom))
     s = 1.0 - beta * c * dad
-    own = c**2 * dad / s + fit.logdet(alpha, beta) + xp.log(s)
+    own = c**2 * dad / s + fit.logdet(alpha, beta, denom) + xp.log(s)
     # Targets of the other class: the full fit, residual x - mean_this = z_target - sign_oth * delta.
     alpha_f, beta_f = (v[:, None] for v in fit.params(float(n), fit.trace_B, fit.fro2_B, floor))
     pr = fit.project(z_BxMxD[:, oth]) - sign_oth * fit.project(delta_BxD[:, None, :])

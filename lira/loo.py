@@ -96,17 +96,25 @@ def _check_counts(keep_MxN, shared, offline, on_undefined, balance_counts=False)
 
 def _features(loss_MxBxT, mask_BxT, covariance, reduction, statistic):
   """Statistic -> reduction -> (univariate: mean) as float64 [M, B, D] with invalid positions zeroed."""
+  x_MxBxD, valid_BxD = _position_features(loss_MxBxT, mask_BxT, reduction, statistic)
+  return _univariate(x_MxBxD, valid_BxD) if covariance == "univariate" else (x_MxBxD, valid_BxD)
+
+
+def _position_features(loss_MxBxT, mask_BxT, reduction, statistic):
+  """Statistic -> reduction as float64 [M, B, D] with invalid positions zeroed, and valid_BxD."""
   loss_MxBxT = np.asarray(loss_MxBxT)
   valid_BxT = np.ones(loss_MxBxT.shape[1:], bool) if mask_BxT is None else np.asarray(mask_BxT, bool)
   loss_MxBxT = np.where(valid_BxT[None], loss_MxBxT, 1.0)
   x_MxBxD, valid_BxD = reduce_length(to_statistic(loss_MxBxT, statistic), loss_MxBxT, reduction, valid_BxT)
   if valid_BxD is None:
     valid_BxD = np.ones(x_MxBxD.shape[1:], bool)
-  x_MxBxD = np.where(valid_BxD[None], x_MxBxD, 0.0)
-  if covariance == "univariate":
-    x_MxBxD = (x_MxBxD.sum(axis=2) / valid_BxD.sum(axis=1))[:, :, None]
-    valid_BxD = np.ones(x_MxBxD.shape[1:], bool)
-  return x_MxBxD, valid_BxD
+  return np.where(valid_BxD[None], x_MxBxD, 0.0), valid_BxD
+
+
+def _univariate(x_MxBxD, valid_BxD):
+  """Univariate features: each model's mean over the valid positions, [M, B, 1]."""
+  x_MxBx1 = (x_MxBxD.sum(axis=2) / valid_BxD.sum(axis=1))[:, :, None]
+  return x_MxBx1, np.ones(x_MxBx1.shape[1:], bool)
 
 
 def _class_stats(x_MxBxD, keep_MxB):
@@ -251,7 +259,27 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   Bad inputs (a loss not finite and >= 0 at a scored position, ...) raise InputError before any scoring.
   loss_MxNxT may be memory-mapped: it is read one block of canaries at a time.
   """
-  _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift, backend, precision)
+  return leave_one_out_variants(
+      loss_MxNxT, keep_MxN, variants=[(covariance, shared)], reduction=reduction, statistic=statistic,
+      mask_NxT=mask_NxT, offline=offline, offline_shift=offline_shift, fix_variance=fix_variance,
+      balance_counts=balance_counts, var_floor=var_floor, on_undefined=on_undefined, block_size=block_size,
+      num_threads=num_threads, progress=progress, model_ids=model_ids, backend=backend, precision=precision)[0]
+
+
+def leave_one_out_variants(loss_MxNxT, keep_MxN, *, variants, reduction=None, statistic="logit", mask_NxT=None,
+                           offline=False, offline_shift="std", fix_variance=False, balance_counts=False,
+                           var_floor=VAR_FLOOR, on_undefined="raise", block_size=None, num_threads=None,
+                           progress=False, model_ids=None, backend="numpy", precision="float64"):
+  """leave_one_out for several (covariance, shared) variants at once: [llr_MxN per variant], the same scores.
+
+  The numpy backend reads and transforms each block of canaries once for all variants (the per-token statistic is
+  a large share of the work at M = 484); the jax backend scores the variants one after another.
+  """
+  variants = [(covariance, bool(shared)) for covariance, shared in variants]
+  if not variants:
+    raise InputError("variants is empty: give at least one (covariance, shared) pair")
+  for covariance, shared in variants:
+    _check_settings(covariance, shared, offline, fix_variance, statistic, offline_shift, backend, precision)
   if backend == "jax":
     from lira import loo_jax
     loo_jax.check_available()
@@ -261,67 +289,82 @@ def leave_one_out(loss_MxNxT, keep_MxN, *, covariance, shared, reduction=None, s
   if balance_counts and fix_variance:
     raise InputError("balance_counts refits each target's classes; it does not combine with fix_variance's pooled "
                      "variance")
-  undefined_N = _check_counts(keep_MxN, shared, offline, on_undefined, balance_counts)
+  undefined_VxN = [_check_counts(keep_MxN, shared, offline, on_undefined, balance_counts) for _, shared in variants]
   sign = member_sign(statistic)
-  bs = block_size or _block_size(M, T, covariance)
+  bs = block_size or min(_block_size(M, T, covariance) for covariance, _ in variants)
   blocks = [slice(i, min(i + bs, N)) for i in range(0, N, bs)]
 
-  def features(blk):
+  def features(blk):  # per-position features, shared by the variants; univariate takes their mean
     mask = None if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
-    return _features(_columns(loss_MxNxT, blk), mask, covariance, reduction, statistic)
+    return _position_features(_columns(loss_MxNxT, blk), mask, reduction, statistic)
 
-  global_var = None
+  def variant_features(full, covariance):
+    return _univariate(*full) if covariance == "univariate" else full
+
+  global_vars = [None] * len(variants)
   if fix_variance:
-    totals = None
+    totals = [None] * len(variants)
     for blk in tqdm(blocks, desc="pooled variance", disable=not progress, leave=False):
-      ok = ~undefined_N[blk]
-      x, valid = features(blk)
-      part = _global_scatter(x[:, ok], keep_MxN[:, blk][:, ok], valid[ok])
-      totals = part if totals is None else {k: totals[k] + part[k] for k in totals}
-    global_var = tuple(np.maximum(v, var_floor) for v in _global_variance(totals, shared))
+      full = features(blk)
+      for v, (covariance, _) in enumerate(variants):
+        ok = ~undefined_VxN[v][blk]
+        x, valid = variant_features(full, covariance)
+        part = _global_scatter(x[:, ok], keep_MxN[:, blk][:, ok], valid[ok])
+        totals[v] = part if totals[v] is None else {k: totals[v][k] + part[k] for k in part}
+    global_vars = [tuple(np.maximum(g, var_floor) for g in _global_variance(t, shared))
+                   for t, (_, shared) in zip(totals, variants)]
 
-  llr_MxN = np.full((M, N), np.nan)
-  if backend == "jax" and not balance_counts:
-    idx_N = np.flatnonzero(~undefined_N)
-    llr_MxN[:, idx_N] = loo_jax.score_canaries(
-        features, keep_MxN, idx_N, covariance=covariance, shared=shared, offline=offline, sign=sign, floor=var_floor,
-        offline_shift=offline_shift, global_var=global_var, block_size=bs, precision=precision, progress=progress,
-        desc=f"LOO {covariance}{' shared' if shared else ''}")
-    blocks = []
-  elif backend == "jax":  # balanced: numpy on the host (per-target refits), this process's share of the canaries
-    idx_N = np.flatnonzero(~undefined_N)
-    llr_MxN[:, idx_N] = loo_jax.host_scores(
-        lambda cols: balanced.balanced_llr(*_with_keep(features(cols), keep_MxN[:, cols]), covariance=covariance,
-                                           shared=shared, offline=offline, sign=sign, floor=var_floor,
-                                           offline_shift=offline_shift), M, idx_N, bs, num_threads)
+  llr_VxMxN = [np.full((M, N), np.nan) for _ in variants]
+  if backend == "jax":
+    for v, (covariance, shared) in enumerate(variants):
+      idx_N = np.flatnonzero(~undefined_VxN[v])
+      cov_features = lambda cols, c=covariance: variant_features(features(cols), c)  # noqa: E731
+      if not balance_counts:
+        llr_VxMxN[v][:, idx_N] = loo_jax.score_canaries(
+            cov_features, keep_MxN, idx_N, covariance=covariance, shared=shared, offline=offline, sign=sign,
+            floor=var_floor, offline_shift=offline_shift, global_var=global_vars[v],
+            block_size=block_size or _block_size(M, T, covariance), precision=precision, progress=progress,
+            desc=f"LOO {covariance}{' shared' if shared else ''}")
+      else:  # balanced: numpy on the host (per-target refits), this process's share of the canaries
+        llr_VxMxN[v][:, idx_N] = loo_jax.host_scores(
+            lambda cols, f=cov_features, c=covariance, s=shared: balanced.balanced_llr(
+                *_with_keep(f(cols), keep_MxN[:, cols]), covariance=c, shared=s, offline=offline, sign=sign,
+                floor=var_floor, offline_shift=offline_shift),
+            M, idx_N, bs, num_threads)
     blocks = []
 
   def score(blk):
-    x_MxBxD, valid_BxD = features(blk)
-    ok = ~undefined_N[blk]
-    idx = np.arange(blk.start, blk.stop)[ok]
-    x, keep, valid = x_MxBxD[:, ok], keep_MxN[:, idx], valid_BxD[ok]
-    if balance_counts:
-      llr_MxN[:, idx] = balanced.balanced_llr(x, keep, valid, covariance=covariance, shared=shared, offline=offline,
-                                              sign=sign, floor=var_floor, offline_shift=offline_shift)
-    elif covariance == "oas" and x.shape[2] > 1:
-      llr_MxN[:, idx] = gram.oas_llr(x, keep, valid, shared=shared, offline=offline, sign=sign, floor=var_floor,
-                                     offline_shift=offline_shift)
-    else:
-      llr_MxN[:, idx] = _diag_block(x, keep, valid, shared, offline, sign, var_floor, global_var, offline_shift)
+    full = features(blk)
+    for v, (covariance, shared) in enumerate(variants):
+      x_MxBxD, valid_BxD = variant_features(full, covariance)
+      ok = ~undefined_VxN[v][blk]
+      idx = np.arange(blk.start, blk.stop)[ok]
+      x, keep, valid = x_MxBxD[:, ok], keep_MxN[:, idx], valid_BxD[ok]
+      if balance_counts:
+        llr_VxMxN[v][:, idx] = balanced.balanced_llr(x, keep, valid, covariance=covariance, shared=shared,
+                                                     offline=offline, sign=sign, floor=var_floor,
+                                                     offline_shift=offline_shift)
+      elif covariance == "oas" and x.shape[2] > 1:
+        llr_VxMxN[v][:, idx] = gram.oas_llr(x, keep, valid, shared=shared, offline=offline, sign=sign,
+                                            floor=var_floor, offline_shift=offline_shift)
+      else:
+        llr_VxMxN[v][:, idx] = _diag_block(x, keep, valid, shared, offline, sign, var_floor, global_vars[v],
+                                           offline_shift)
 
   # numpy releases the GIL in its kernels (ufuncs, matmul, eigh), so blocks run in parallel threads.
   workers = max(1, min(num_threads or os.cpu_count() or 1, len(blocks) or 1))
+  names = ", ".join(f"{c}{' shared' if s else ''}" for c, s in variants)
   # One BLAS thread per worker: otherwise BLAS's own threads and ours oversubscribe the cores.
   with threadpoolctl.threadpool_limits(1 if workers > 1 else None, user_api="blas"), \
        concurrent.futures.ThreadPoolExecutor(workers) as pool:
     futures = [pool.submit(score, blk) for blk in blocks]
     for f in tqdm(concurrent.futures.as_completed(futures), total=len(blocks), disable=not progress, leave=False,
-                  desc=f"LOO {covariance}{' shared' if shared else ''}"):
+                  desc=f"LOO {names}"):
       f.result()
-  bad = ~np.isfinite(llr_MxN) & ~undefined_N[None]
-  if bad.any():
-    m, n = (int(i[0]) for i in np.nonzero(bad))
-    m = m if model_ids is None else int(np.asarray(model_ids)[m])
-    raise FloatingPointError(f"non-finite score for model {m} on canary {n}; please report this with the data")
-  return llr_MxN
+  for llr_MxN, undefined_N in zip(llr_VxMxN, undefined_VxN):
+    bad = ~np.isfinite(llr_MxN) & ~undefined_N[None]
+    if bad.any():
+      m, n = (int(i[0]) for i in np.nonzero(bad))
+      m = m if model_ids is None else int(np.asarray(model_ids)[m])
+      raise FloatingPointError(f"non-finite score for model {m} on canary {n}; please report this with the data")
+  return llr_VxMxN

@@ -334,3 +334,20 @@ def test_fixed_global_variance_matches_pooled_loop(covariance, shared):
       mu = {c: stat[others & (keep[:, n] == c), n].mean(0) for c in (True, False)}
       dens = {c: scipy.stats.norm.logpdf(stat[m, n], mu[c], np.sqrt(var[c])).sum() for c in (True, False)}
       np.testing.assert_allclose(llr[m, n], dens[True] - dens[False], rtol=1e-9)  # pooled sums in another order
+
+
+@pytest.mark.parametrize("options", [dict(), dict(reduction="min:3", block_size=2), dict(offline=True),
+                                     dict(fix_variance=True), dict(balance_counts=True, statistic="loss")])
+def test_variants_in_one_pass_equal_one_call_each(options):
+  loss, keep = make_losses(M=12, N=9, T=6, seed=4)
+  mask = np.ones((9, 6), bool)
+  mask[2, 4:] = False
+  variants = [("univariate", False), ("oas", False), ("independent", False)]
+  if not options.get("offline"):
+    variants.append(("independent", True))
+  if options.get("fix_variance"):
+    variants = [v for v in variants if v[0] != "oas"]
+  together = lira.loo.leave_one_out_variants(loss, keep, variants=variants, mask_NxT=mask, **options)
+  for (covariance, shared), llr in zip(variants, together):
+    alone = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, **options)
+    np.testing.assert_array_equal(llr, alone)  # the same operations on the same block: bit for bit

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import lira
+from lira import synthetic
 from lira.errors import InputError
 from test_loo import make_losses
 
@@ -124,6 +125,22 @@ def test_float32_within_its_error(covariance, shared):
   # difference of two log-densities each about max |llr| + D log(var) in size: 1e-7 x 8 x a few terms x an
   # eigengap amplification of 1e2 stays below 1e-4 of max(1, max |llr|).
   np.testing.assert_allclose(f32, ref, rtol=0, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("covariance,shared", VARIANTS)
+def test_float32_within_its_error_at_paper_shape(covariance, shared):
+  # The paper's shape, M = 64 models and T = 128 correlated positions (lira.synthetic), with N = 64 canaries.
+  loss, keep, _ = synthetic.synthetic_losses(num_models=64, num_canaries=64, seq_len=128, seed=3)
+  ref = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, balance_counts=False)
+  f32 = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, balance_counts=False, backend="jax",
+                           precision="float32")
+  # The README's float32 bound, per pair: |llr32 - llr64| <= 2e-3 max(1, |llr64|). The llr is a difference of two
+  # quadratic forms (and log-determinants) of D = 128 positions, each term about 1 for whitened residuals, so each
+  # form is about D in size whatever the llr; float32 rounds every term to eps = 1.2e-7 relative, and the
+  # leave-one-out downdate (W - c z z^T) cancels up to a factor n = 32 (a class's rows): eps x n x D = 5e-4 of
+  # max(1, |llr|), and 2e-3 leaves a factor 4 for the two forms and the OAS eigenbasis.
+  err = np.abs(f32 - ref) / np.maximum(1.0, np.abs(ref))
+  assert err.max() <= 2e-3, err.max()
 
 
 def _python(code, env_extra, timeout=300):
