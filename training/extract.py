@@ -37,10 +37,34 @@ def _loss_and_sum(z_BxTxV, e_BxTxV, targets_BxT):
   return jnp.log1p(rest_BxT + jnp.expm1(z_t_BxT)) - z_t_BxT, rest_BxT + jnp.exp(z_t_BxT)
 
 
+@jax.custom_vjp
 def token_loss(logits_BxTxV, targets_BxT):
   """-ln p(target) [B, T] float32 from logits, differentiable, with float32 relative precision for tiny losses."""
   z_BxTxV, e_BxTxV = _shifted_exp(logits_BxTxV)
   return _loss_and_sum(z_BxTxV, e_BxTxV, targets_BxT)[0]
+
+
+def _token_loss_fwd(logits_BxTxV, targets_BxT):
+  z_BxTxV, e_BxTxV = _shifted_exp(logits_BxTxV)
+  is_target_BxTxV = jnp.arange(z_BxTxV.shape[-1]) == targets_BxT[..., None]
+  rest_BxT = jnp.sum(jnp.where(is_target_BxTxV, 0.0, e_BxTxV), axis=-1)
+  z_t_BxT = jnp.take_along_axis(z_BxTxV, targets_BxT[..., None], axis=-1)[..., 0]
+  arg_BxT = rest_BxT + jnp.expm1(z_t_BxT)  # the same operations as _loss_and_sum: the same loss, bit for bit
+  return jnp.log1p(arg_BxT) - z_t_BxT, (e_BxTxV, arg_BxT, targets_BxT, jnp.zeros((), logits_BxTxV.dtype))
+
+
+def _token_loss_bwd(saved, g_BxT):
+  """d loss / d z_v = p_v - [v = t] with p_v = e_v / (1 + arg): one pass over the vocabulary (autodiff of the loss
+  made five: the exp's, the masked sum's, expm1's, a scatter for z_t, and their sum), each term rounded as
+  autodiff rounds it."""
+  e_BxTxV, arg_BxT, targets_BxT, like = saved  # like: a scalar of the logits' dtype
+  scale_BxT = g_BxT / (1.0 + arg_BxT)
+  is_target_BxTxV = jnp.arange(e_BxTxV.shape[-1]) == targets_BxT[..., None]
+  dz_BxTxV = e_BxTxV * scale_BxT[..., None] - jnp.where(is_target_BxTxV, g_BxT[..., None], 0.0)
+  return dz_BxTxV.astype(like.dtype), None
+
+
+token_loss.defvjp(_token_loss_fwd, _token_loss_bwd)
 
 
 def token_statistics(logits_BxTxV, targets_BxT):
