@@ -31,18 +31,13 @@ def _cell(xw_Bx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
   return c_BxH, o * jnp.tanh(c_BxH), (i, f, g, o)
 
 
-def _recurrence(xw_TxBx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H, lengths_B=None):
-  """((c, h) after the last step, h_TxBxH, per-step (c, gates)); rows stop updating their carry at their length."""
-  def step(carry, xs):
-    c_BxH, h_BxH = carry
-    xw_Bx4H, t = xs
-    new_c, new_h, gates = _cell(xw_Bx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H)
-    if lengths_B is not None:
-      live_Bx1 = (t < lengths_B)[:, None]
-      new_c, new_h = jnp.where(live_Bx1, new_c, c_BxH), jnp.where(live_Bx1, new_h, h_BxH)
-    return (new_c, new_h), (new_h, new_c, gates)
+def _recurrence(xw_TxBx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
+  """((c, h) after the last step, h_TxBxH, per-step (c_TxBxH, gates))."""
+  def step(carry, xw_Bx4H):
+    c_BxH, h_BxH, gates = _cell(xw_Bx4H, *carry, w_h_Hx4H, b_4H)
+    return (c_BxH, h_BxH), (h_BxH, c_BxH, gates)
 
-  carry, (h_TxBxH, c_TxBxH, gates) = jax.lax.scan(step, (c_BxH, h_BxH), (xw_TxBx4H, jnp.arange(len(xw_TxBx4H))))
+  carry, (h_TxBxH, c_TxBxH, gates) = jax.lax.scan(step, (c_BxH, h_BxH), xw_TxBx4H)
   return carry, h_TxBxH, (c_TxBxH, gates)
 
 
@@ -100,6 +95,12 @@ class LSTMLanguageModel(nnx.Module):
   def __call__(self, tokens_BxT, attention_mask=None, initial_carries=None, return_carries=False):
     """logits_BxTxV; with `return_carries`, also each layer's (c, h) after the last real token of each row (right
     padding: the mask counts the real tokens), which `initial_carries` takes back to continue the rows."""
+    h_TxBxH, carries = self.features(tokens_BxT, attention_mask, initial_carries, return_carries)
+    logits_BxTxV = self.head(jnp.swapaxes(h_TxBxH, 0, 1)).astype(jnp.float32)
+    return (logits_BxTxV, carries) if return_carries else logits_BxTxV
+
+  def features(self, tokens_BxT, attention_mask=None, initial_carries=None, return_carries=False):
+    """(h_TxBxH, the last layer's outputs time-major; each layer's final carry, as __call__ returns them)."""
     x_TxBxD = self.embed(tokens_BxT.T)  # time-major inside: each step reads one contiguous [B, D] slice
     lengths_B = None
     if return_carries and attention_mask is not None:
@@ -115,8 +116,21 @@ class LSTMLanguageModel(nnx.Module):
       weights = (cell.dense_i.kernel[...], cell.dense_h.kernel[...], cell.dense_h.bias[...])
       if lengths_B is None:  # causal by construction; padding only ever follows the scored tokens
         carry, x_TxBxD = lstm_layer(x_TxBxD, c_BxH, h_BxH, *weights)
-      else:
-        carry, x_TxBxD, _ = _recurrence(x_TxBxD @ weights[0], c_BxH, h_BxH, *weights[1:], lengths_B)
+      else:  # the carry after each row's last real token (as nnx.RNN's seq_lengths); outputs as without a mask
+        _, x_TxBxD, (c_TxBxH, _) = _recurrence(x_TxBxD @ weights[0], c_BxH, h_BxH, *weights[1:])
+        last_1xBx1 = (lengths_B - 1)[None, :, None]
+        carry = tuple(jnp.take_along_axis(a, last_1xBx1, axis=0)[0] for a in (c_TxBxH, x_TxBxD))
       carries.append(carry)
-    logits_BxTxV = self.head(jnp.swapaxes(x_TxBxD, 0, 1)).astype(jnp.float32)
-    return (logits_BxTxV, tuple(carries)) if return_carries else logits_BxTxV
+    return x_TxBxD, tuple(carries)
+
+
+def lm_loss(module, tokens_BxT, bos_id, key):
+  """models.lm_loss of the LSTM, -ln p(x_t | BOS, x_<t) [B, T], with the head and loss computed in chunks of positions
+  (training.extract.linear_token_loss), so the [B, T, V] logits and their gradient are never materialised whole."""
+  from training import extract
+  del key
+  h_TxBxH, _ = module.features(extract.with_bos(tokens_BxT, bos_id))
+  T, B, H = h_TxBxH.shape
+  loss_N = extract.linear_token_loss(h_TxBxH.reshape(T * B, H), module.head.kernel[...], module.head.bias[...],
+                                     tokens_BxT.T.reshape(-1))
+  return loss_N.reshape(T, B).T
