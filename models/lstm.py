@@ -5,6 +5,7 @@ computed as cuDNN and oneDNN do it: the input projection x W_i of all T steps is
 so only h W_h stays inside the scan, and the backward pass (a custom VJP) runs the recurrence on the gate gradients
 alone, then forms the weight gradients as three matmuls over all B x T positions instead of accumulating B x 4H
 outer products at every step (BENCHMARKS.md, "Shadow-model trainer"). Gate order i, f, g, o, as OptimizedLSTMCell.
+The family's training loss (`lm_loss`) computes the head and the per-token loss in chunks of positions.
 """
 
 import dataclasses
