@@ -112,7 +112,7 @@ def get_model(name, **kwargs):
   if name == "lstm":
     from models import lstm
     config = lstm.LSTMConfig(**kwargs)
-    return functional(name, config, lambda rngs: lstm.LSTMLanguageModel(config, rngs=rngs))
+    return functional(name, config, lambda rngs: lstm.LSTMLanguageModel(config, rngs=rngs), loss_fn=lstm.lm_loss)
   if name == "gpt_neox":
     from models import gpt_neox
     config = gpt_neox.GPTNeoXConfig(**kwargs)

@@ -1,7 +1,16 @@
-"""LSTM language model in Flax NNX: embedding, stacked LSTM layers, linear head (Rossi et al. 2025, Sec. 4.1)."""
+"""LSTM language model in Flax NNX: embedding, stacked LSTM layers, linear head (Rossi et al. 2025, Sec. 4.1).
+
+The parameters are nnx.RNN + nnx.OptimizedLSTMCell's (the same initialisation and checkpoint paths), but a layer is
+computed as cuDNN and oneDNN do it: the input projection x W_i of all T steps is one matmul before the recurrence,
+so only h W_h stays inside the scan, and the backward pass (a custom VJP) runs the recurrence on the gate gradients
+alone, then forms the weight gradients as three matmuls over all B x T positions instead of accumulating B x 4H
+outer products at every step (BENCHMARKS.md, "Shadow-model trainer"). Gate order i, f, g, o, as OptimizedLSTMCell.
+The family's training loss (`lm_loss`) computes the head and the per-token loss in chunks of positions.
+"""
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 from flax import nnx
 
@@ -12,6 +21,65 @@ class LSTMConfig:
   embed_dim: int = 192
   hidden_dim: int = 192
   num_layers: int = 2
+
+
+def _cell(xw_Bx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
+  """One step from the precomputed input projection: (c, h, gates i, f, g, o), as OptimizedLSTMCell computes it."""
+  z_Bx4H = xw_Bx4H + (h_BxH @ w_h_Hx4H + b_4H)  # dense_i(x) + dense_h(h), in the cell's order of additions
+  i, f, g, o = jnp.split(z_Bx4H, 4, axis=-1)
+  i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+  c_BxH = f * c_BxH + i * g
+  return c_BxH, o * jnp.tanh(c_BxH), (i, f, g, o)
+
+
+def _recurrence(xw_TxBx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
+  """((c, h) after the last step, h_TxBxH, per-step (c_TxBxH, gates))."""
+  def step(carry, xw_Bx4H):
+    c_BxH, h_BxH, gates = _cell(xw_Bx4H, *carry, w_h_Hx4H, b_4H)
+    return (c_BxH, h_BxH), (h_BxH, c_BxH, gates)
+
+  carry, (h_TxBxH, c_TxBxH, gates) = jax.lax.scan(step, (c_BxH, h_BxH), xw_TxBx4H)
+  return carry, h_TxBxH, (c_TxBxH, gates)
+
+
+@jax.custom_vjp
+def lstm_layer(x_TxBxD, c_BxH, h_BxH, w_i_Dx4H, w_h_Hx4H, b_4H):
+  """((c, h) after the last step, h_TxBxH) of one LSTM layer over time-major inputs."""
+  carry, h_TxBxH, _ = _recurrence(x_TxBxD @ w_i_Dx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H)
+  return carry, h_TxBxH
+
+
+def _layer_fwd(x_TxBxD, c_BxH, h_BxH, w_i_Dx4H, w_h_Hx4H, b_4H):
+  carry, h_TxBxH, (c_TxBxH, gates) = _recurrence(x_TxBxD @ w_i_Dx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H)
+  return (carry, h_TxBxH), (x_TxBxD, c_BxH, h_BxH, w_i_Dx4H, w_h_Hx4H, h_TxBxH, c_TxBxH, gates)
+
+
+def _layer_bwd(saved, cotangents):
+  """Backpropagation through time on the gates; weight gradients as matmuls over all T x B positions afterwards."""
+  x_TxBxD, c0_BxH, h0_BxH, w_i_Dx4H, w_h_Hx4H, h_TxBxH, c_TxBxH, gates = saved
+  (dc_last_BxH, dh_last_BxH), dh_out_TxBxH = cotangents
+  c_prev_TxBxH = jnp.concatenate([c0_BxH[None], c_TxBxH[:-1]])
+  h_prev_TxBxH = jnp.concatenate([h0_BxH[None], h_TxBxH[:-1]])
+
+  def step(carry, xs):
+    dc_BxH, dh_BxH = carry
+    dh_out_BxH, c_BxH, c_prev_BxH, (i, f, g, o) = xs
+    dh_BxH = dh_BxH + dh_out_BxH
+    tanh_c_BxH = jnp.tanh(c_BxH)
+    dc_BxH = dc_BxH + dh_BxH * o * (1 - tanh_c_BxH * tanh_c_BxH)
+    dz_Bx4H = jnp.concatenate([dc_BxH * g * i * (1 - i), dc_BxH * c_prev_BxH * f * (1 - f), dc_BxH * i * (1 - g * g),
+                               dh_BxH * tanh_c_BxH * o * (1 - o)], axis=-1)
+    return (dc_BxH * f, dz_Bx4H @ w_h_Hx4H.T), dz_Bx4H
+
+  (dc0_BxH, dh0_BxH), dz_TxBx4H = jax.lax.scan(step, (dc_last_BxH, dh_last_BxH),
+                                               (dh_out_TxBxH, c_TxBxH, c_prev_TxBxH, gates), reverse=True)
+  flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731  (T x B positions as rows)
+  dz_Nx4H = flat(dz_TxBx4H)
+  return (dz_TxBx4H @ w_i_Dx4H.T, dc0_BxH, dh0_BxH, flat(x_TxBxD).T @ dz_Nx4H, flat(h_prev_TxBxH).T @ dz_Nx4H,
+          dz_Nx4H.sum(axis=0))
+
+
+lstm_layer.defvjp(_layer_fwd, _layer_bwd)
 
 
 class LSTMLanguageModel(nnx.Module):
@@ -28,21 +96,42 @@ class LSTMLanguageModel(nnx.Module):
   def __call__(self, tokens_BxT, attention_mask=None, initial_carries=None, return_carries=False):
     """logits_BxTxV; with `return_carries`, also each layer's (c, h) after the last real token of each row (right
     padding: the mask counts the real tokens), which `initial_carries` takes back to continue the rows."""
-    x_BxTxD = self.embed(tokens_BxT)
+    h_TxBxH, carries = self.features(tokens_BxT, attention_mask, initial_carries, return_carries)
+    logits_BxTxV = self.head(jnp.swapaxes(h_TxBxH, 0, 1)).astype(jnp.float32)
+    return (logits_BxTxV, carries) if return_carries else logits_BxTxV
+
+  def features(self, tokens_BxT, attention_mask=None, initial_carries=None, return_carries=False):
+    """(h_TxBxH, the last layer's outputs time-major; each layer's final carry, as __call__ returns them)."""
+    x_TxBxD = self.embed(tokens_BxT.T)  # time-major inside: each step reads one contiguous [B, D] slice
     lengths_B = None
     if return_carries and attention_mask is not None:
       lengths_B = jnp.sum(jnp.asarray(attention_mask) > 0, axis=-1)
     carries = []
     for i, layer in enumerate(self.layers):
       if initial_carries is None:
-        zeros_BxH = jnp.zeros(x_BxTxD.shape[:1] + (self.config.hidden_dim,), x_BxTxD.dtype)
-        carry = (zeros_BxH, zeros_BxH)
+        zeros_BxH = jnp.zeros(x_TxBxD.shape[1:2] + (self.config.hidden_dim,), x_TxBxD.dtype)
+        c_BxH, h_BxH = zeros_BxH, zeros_BxH
       else:
-        carry = initial_carries[i]
-      if return_carries:
-        carry, x_BxTxD = layer(x_BxTxD, initial_carry=carry, seq_lengths=lengths_B, return_carry=True)
-        carries.append(carry)
-      else:  # causal by construction; padding only ever follows the scored tokens
-        x_BxTxD = layer(x_BxTxD, initial_carry=carry)
-    logits_BxTxV = self.head(x_BxTxD).astype(jnp.float32)
-    return (logits_BxTxV, tuple(carries)) if return_carries else logits_BxTxV
+        c_BxH, h_BxH = initial_carries[i]
+      cell = layer.cell
+      weights = (cell.dense_i.kernel[...], cell.dense_h.kernel[...], cell.dense_h.bias[...])
+      if lengths_B is None:  # causal by construction; padding only ever follows the scored tokens
+        carry, x_TxBxD = lstm_layer(x_TxBxD, c_BxH, h_BxH, *weights)
+      else:  # the carry after each row's last real token (as nnx.RNN's seq_lengths); outputs as without a mask
+        _, x_TxBxD, (c_TxBxH, _) = _recurrence(x_TxBxD @ weights[0], c_BxH, h_BxH, *weights[1:])
+        last_1xBx1 = (lengths_B - 1)[None, :, None]
+        carry = tuple(jnp.take_along_axis(a, last_1xBx1, axis=0)[0] for a in (c_TxBxH, x_TxBxD))
+      carries.append(carry)
+    return x_TxBxD, tuple(carries)
+
+
+def lm_loss(module, tokens_BxT, bos_id, key):
+  """models.lm_loss of the LSTM, -ln p(x_t | BOS, x_<t) [B, T], with the head and loss computed in chunks of positions
+  (training.extract.linear_token_loss), so the [B, T, V] logits and their gradient are never materialised whole."""
+  from training import extract
+  del key
+  h_TxBxH, _ = module.features(extract.with_bos(tokens_BxT, bos_id))
+  T, B, H = h_TxBxH.shape
+  loss_N = extract.linear_token_loss(h_TxBxH.reshape(T * B, H), module.head.kernel[...], module.head.bias[...],
+                                     tokens_BxT.T.reshape(-1))
+  return loss_N.reshape(T, B).T

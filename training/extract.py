@@ -37,10 +37,90 @@ def _loss_and_sum(z_BxTxV, e_BxTxV, targets_BxT):
   return jnp.log1p(rest_BxT + jnp.expm1(z_t_BxT)) - z_t_BxT, rest_BxT + jnp.exp(z_t_BxT)
 
 
+@jax.custom_vjp
 def token_loss(logits_BxTxV, targets_BxT):
   """-ln p(target) [B, T] float32 from logits, differentiable, with float32 relative precision for tiny losses."""
   z_BxTxV, e_BxTxV = _shifted_exp(logits_BxTxV)
   return _loss_and_sum(z_BxTxV, e_BxTxV, targets_BxT)[0]
+
+
+def _token_loss_fwd(logits_BxTxV, targets_BxT):
+  z_BxTxV, e_BxTxV = _shifted_exp(logits_BxTxV)
+  is_target_BxTxV = jnp.arange(z_BxTxV.shape[-1]) == targets_BxT[..., None]
+  rest_BxT = jnp.sum(jnp.where(is_target_BxTxV, 0.0, e_BxTxV), axis=-1)
+  z_t_BxT = jnp.take_along_axis(z_BxTxV, targets_BxT[..., None], axis=-1)[..., 0]
+  arg_BxT = rest_BxT + jnp.expm1(z_t_BxT)  # the same operations as _loss_and_sum: the same loss, bit for bit
+  return jnp.log1p(arg_BxT) - z_t_BxT, (e_BxTxV, arg_BxT, targets_BxT, jnp.zeros((), logits_BxTxV.dtype))
+
+
+def _token_loss_bwd(saved, g_BxT):
+  """d loss / d z_v = p_v - [v = t] with p_v = e_v / (1 + arg): one pass over the vocabulary (autodiff of the loss
+  made five: the exp's, the masked sum's, expm1's, a scatter for z_t, and their sum), each term rounded as
+  autodiff rounds it."""
+  e_BxTxV, arg_BxT, targets_BxT, like = saved  # like: a scalar of the logits' dtype
+  scale_BxT = g_BxT / (1.0 + arg_BxT)
+  is_target_BxTxV = jnp.arange(e_BxTxV.shape[-1]) == targets_BxT[..., None]
+  dz_BxTxV = e_BxTxV * scale_BxT[..., None] - jnp.where(is_target_BxTxV, g_BxT[..., None], 0.0)
+  return dz_BxTxV.astype(like.dtype), None
+
+
+token_loss.defvjp(_token_loss_fwd, _token_loss_bwd)
+
+
+def chunk_rows(vocab_size):
+  """Rows per chunk of linear_token_loss: logits of 256 rows stay in a 2-core CPU's caches up to V ~ 8k (measured
+  2.2x faster than whole logits at V = 2,048, N = 2,048); at V = 50,304 no chunk does, and 1,024 rows was fastest."""
+  return 256 if vocab_size <= 8192 else 1024
+
+
+def linear_token_loss(x_NxH, kernel_HxV, bias_V, targets_N, rows=None):
+  """token_loss of the logits x W + b [N] without materialising them whole: chunks of `rows` rows (default
+  chunk_rows(V)) are computed, scored and, in the backward pass, recomputed for their gradient, so a chunk's logits
+  and gradient stay in cache; each row's loss is token_loss's, and its gradient the same p - [v = t]."""
+  rows = min(rows or chunk_rows(kernel_HxV.shape[1]), len(x_NxH))
+  pad = -len(x_NxH) % rows  # padding rows get no cotangent, so nothing of theirs reaches the gradients
+  x_CxRxH = jnp.pad(x_NxH, ((0, pad), (0, 0))).reshape(-1, rows, x_NxH.shape[1])
+  targets_CxR = jnp.pad(targets_N, (0, pad)).reshape(-1, rows)
+  return _chunked_loss(x_CxRxH, kernel_HxV, bias_V, targets_CxR).reshape(-1)[:len(x_NxH)]
+
+
+def _chunk_logits(x_RxH, kernel_HxV, bias_V):
+  return x_RxH @ kernel_HxV + bias_V  # as nnx.Linear computes them
+
+
+@jax.custom_vjp
+def _chunked_loss(x_CxRxH, kernel_HxV, bias_V, targets_CxR):
+  return _chunked_fwd(x_CxRxH, kernel_HxV, bias_V, targets_CxR)[0]
+
+
+def _chunked_fwd(x_CxRxH, kernel_HxV, bias_V, targets_CxR):
+  def chunk(xs):
+    x_RxH, targets_R = xs
+    loss_R, (e_RxV, arg_R, _, _) = _token_loss_fwd(_chunk_logits(x_RxH, kernel_HxV, bias_V), targets_R)
+    return loss_R, arg_R
+
+  loss_CxR, arg_CxR = jax.lax.map(chunk, (x_CxRxH, targets_CxR))
+  return loss_CxR, (x_CxRxH, kernel_HxV, bias_V, targets_CxR, arg_CxR)
+
+
+def _chunked_bwd(saved, g_CxR):
+  """Per chunk: logits recomputed (the same operations, so the same floats), d z = p - [v = t] as token_loss's VJP,
+  then d x = d z W^T, and d W, d b accumulated over chunks."""
+  x_CxRxH, kernel_HxV, bias_V, targets_CxR, arg_CxR = saved
+
+  def chunk(carry, xs):
+    dkernel_HxV, dbias_V = carry
+    x_RxH, targets_R, arg_R, g_R = xs
+    _, e_RxV = _shifted_exp(_chunk_logits(x_RxH, kernel_HxV, bias_V))
+    dz_RxV = _token_loss_bwd((e_RxV, arg_R, targets_R, jnp.zeros((), jnp.float32)), g_R)[0]
+    return (dkernel_HxV + x_RxH.T @ dz_RxV, dbias_V + dz_RxV.sum(axis=0)), dz_RxV @ kernel_HxV.T
+
+  zeros = (jnp.zeros_like(kernel_HxV), jnp.zeros_like(bias_V))
+  (dkernel_HxV, dbias_V), dx_CxRxH = jax.lax.scan(chunk, zeros, (x_CxRxH, targets_CxR, arg_CxR, g_CxR))
+  return dx_CxRxH, dkernel_HxV, dbias_V, None
+
+
+_chunked_loss.defvjp(_chunked_fwd, _chunked_bwd)
 
 
 def token_statistics(logits_BxTxV, targets_BxT):

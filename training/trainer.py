@@ -96,10 +96,19 @@ def make_step(model, learning_rate, weight_decay, bos_id, single=False):
       return (per_example_B * weight_B).sum() / jnp.maximum(weight_B.sum(), 1.0)
 
     loss, grads = jax.value_and_grad(loss_fn)(params)
-    updates, new_opt_state = optimizer.update(grads, opt_state, params)
-    new_params = optax.apply_updates(params, updates)
-    # A batch made only of padding changes nothing (no AdamW moment or weight-decay step either).
+
+    def update(grads, opt_state, params):
+      updates, new_opt_state = optimizer.update(grads, opt_state, params)
+      return optax.apply_updates(params, updates), new_opt_state
+
+    # A batch made only of padding changes nothing (no AdamW moment or weight-decay step either). One model: a
+    # branch, so no select over every leaf (measured ~3% of a PixelCNN++ step); vmapped, lax.cond would become
+    # that select anyway.
     has_data = weight_B.sum() > 0
+    if single:
+      new_params, new_opt_state = jax.lax.cond(has_data, update, lambda g, o, p: (p, o), grads, opt_state, params)
+      return new_params, new_opt_state, loss
+    new_params, new_opt_state = update(grads, opt_state, params)
     keep_new = lambda new, old: jnp.where(has_data, new, old)  # noqa: E731
     return jax.tree.map(keep_new, new_params, params), jax.tree.map(keep_new, new_opt_state, opt_state), loss
 
