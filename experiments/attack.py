@@ -7,7 +7,6 @@ attack.json; with the targets' membership KEEP.npy ([K, N] or [N] bool) also the
 (attack.md) and the log-log ROC (attack_roc.png), as `evaluate` does for leave-one-out.
 """
 
-from absl import app
 from absl import flags
 
 from experiments import cli

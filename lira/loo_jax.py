@@ -218,7 +218,6 @@ def host_scores(score_cols, M, idx_N, block_size, num_threads=None):
 
 def _gather(llr_MxL, bounds):
   """Every process's [M, share] scores, in canary order, on every process (float64 kept: x64 around the gather)."""
-  import jax
   from jax.experimental import multihost_utils
   longest = max(hi - lo for lo, hi in bounds)
   with x64_context("float64"):

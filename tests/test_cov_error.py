@@ -5,7 +5,6 @@ import os
 import subprocess
 import sys
 
-from absl import app
 import numpy as np
 import pytest
 from sklearn.covariance import OAS

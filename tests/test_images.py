@@ -1,7 +1,6 @@
 """Image data for PixelCNN++ runs: digits, IDX folders, CIFAR-10 through tfds (mocked), canaries, bad input."""
 
 import gzip
-import os
 
 import numpy as np
 import pytest
