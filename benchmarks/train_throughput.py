@@ -36,6 +36,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks import neox_forward  # noqa: E402
+from benchmarks.neox_forward import interleaved  # noqa: E402  (untimed call before each timed one)
 from experiments.configs import lstm as lstm_configs  # noqa: E402
 from models import get_model  # noqa: E402
 from training import trainer  # noqa: E402
@@ -76,20 +78,6 @@ def matmul_gflops(sizes=(1024, 2048), repeats=20):
       f(a, b).block_until_ready()
       best_rate = max(best_rate, 2 * n**3 / (time.perf_counter() - t) / 1e9)
   return best_rate
-
-
-def interleaved(fns, reps):
-  """{name: [seconds per call]}: one warm-up call of each, then `reps` rounds of (untimed call, timed call) each."""
-  for fn in fns.values():
-    fn()
-  times = {name: [] for name in fns}
-  for _ in range(reps):
-    for name, fn in fns.items():
-      fn()
-      t = time.perf_counter()
-      fn()
-      times[name].append(time.perf_counter() - t)
-  return times
 
 
 def seqlira_step(model, lr, tokens_GxBxT, seed=0):
@@ -179,7 +167,6 @@ NEOX_SIZES = ("tiny", "160m")
 
 def bench_neox(name, reps):
   """The fine-tuning step of benchmarks/neox_forward.py (G = 1, same weights) with torch at 2 and 1 threads."""
-  from benchmarks import neox_forward
   from models import hf_convert
   fields, _, (batch, T) = neox_forward.SIZES[name]
   model = get_model("gpt_neox", **fields)
