@@ -8,7 +8,8 @@
 --joint also times lira.leave_one_out_variants on all the chosen variants at once (one read and one per-token
 statistic per block, as experiments.evaluate runs them), first, on the same arrays; its scores must equal the
 per-variant ones. With several --backends each variant is timed on each, one after the other on the same arrays; a row's
-"ratio_to_numpy" is its time over the numpy backend's (the jax time includes its compiles, one per block shape).
+"ratio_to_numpy" is its time over the numpy backend's (the jax time includes its compiles, one per block shape; jax's
+client is started once before the first timed row).
 
 The reference (tests/bruteforce.py) runs on --ref_targets x --ref_canaries (target, canary) pairs and
 its time is extrapolated linearly to all M * N pairs; on that subset the two engines must agree.
@@ -196,6 +197,9 @@ def main(argv=None):
         f"lira.metrics.summarize {'timed' if summarize else 'not available, skipped'}")
 
   rows, joint = [], None
+  if any(spec.startswith("jax") for spec in args.backends):  # start jax's CPU client once, outside every timed row
+    tiny_keep = make_keep(6, 2, np.random.default_rng(0))
+    lira.leave_one_out(np.ones((6, 2, 2), np.float32), tiny_keep, covariance="univariate", shared=True, backend="jax")
   if args.joint:
     start, cpu = time.perf_counter(), time.process_time()
     llrs = lira.loo.leave_one_out_variants(loss_MxNxT, keep_MxN, variants=[VARIANTS[v] for v in args.variants],

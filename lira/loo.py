@@ -11,6 +11,7 @@ T x T matrix is ever inverted per target (lira/gram.py).
 """
 
 import concurrent.futures
+import functools
 import os
 
 import numpy as np
@@ -117,20 +118,25 @@ def _univariate(x_MxBxD, valid_BxD):
   return x_MxBx1, np.ones(x_MxBx1.shape[1:], bool)
 
 
-def _class_stats(x_MxBxD, keep_MxB):
-  """Per canary: counts, class means, target-centred rows z (by the target's own class), and scatters."""
+def _class_stats(x_MxBxD, keep_MxB, model_axis=0):
+  """Per canary: counts, class means, target-centred rows z (by the target's own class), and scatters.
+
+  model_axis: 0 for [M, B, D] rows (numpy), 1 for [B, M, D] (the jax backend: XLA's CPU backend reduces over a
+  leading axis several times slower than over a middle one); keep is [M, B] or [B, M] to match.
+  """
   xp = array_namespace(x_MxBxD)
+  e = functools.partial(xp.expand_dims, axis=model_axis)  # per-canary [B, ...] -> broadcastable against the rows
   w_in = xp.astype(keep_MxB, x_MxBxD.dtype)
-  n_in_B = xp.sum(w_in, axis=0)
-  n_out_B = keep_MxB.shape[0] - n_in_B
-  sum_in_BxD = xp.sum(w_in[:, :, None] * x_MxBxD, axis=0)
+  n_in_B = xp.sum(w_in, axis=model_axis)
+  n_out_B = keep_MxB.shape[model_axis] - n_in_B
+  sum_in_BxD = xp.sum(w_in[:, :, None] * x_MxBxD, axis=model_axis)
   mean_in_BxD = sum_in_BxD / xp.maximum(n_in_B, 1)[:, None]
-  mean_out_BxD = (xp.sum(x_MxBxD, axis=0) - sum_in_BxD) / xp.maximum(n_out_B, 1)[:, None]
-  z_MxBxD = x_MxBxD - xp.where(keep_MxB[:, :, None], mean_in_BxD, mean_out_BxD)
+  mean_out_BxD = (xp.sum(x_MxBxD, axis=model_axis) - sum_in_BxD) / xp.maximum(n_out_B, 1)[:, None]
+  z_MxBxD = x_MxBxD - xp.where(keep_MxB[:, :, None], e(mean_in_BxD), e(mean_out_BxD))
   return n_in_B, n_out_B, mean_in_BxD, mean_out_BxD, z_MxBxD
 
 
-def _offline_diag(r_MxBxD, var_MxBxD, valid_BxD, sign, shift):
+def _offline_diag(r_MxBxD, var_MxBxD, valid_BxD, sign, shift, model_axis=0):
   """One-sided OUT-only score with a diagonal covariance: GLS z-score of the shift direction u (docs, "Offline").
 
   uniform (u = 1): sum(r / var) / sqrt(sum(1 / var)); std (u = sqrt(var)): sum(r / sqrt(var)) / sqrt(p), the
@@ -139,53 +145,56 @@ def _offline_diag(r_MxBxD, var_MxBxD, valid_BxD, sign, shift):
   xp = array_namespace(r_MxBxD)
   p_B = xp.sum(xp.astype(valid_BxD, r_MxBxD.dtype), axis=1)
   if shift == "std":
-    return sign * xp.sum(r_MxBxD / xp.sqrt(var_MxBxD), axis=2) / xp.sqrt(p_B)
-  one = xp.astype(valid_BxD, r_MxBxD.dtype)[None]
+    return sign * xp.sum(r_MxBxD / xp.sqrt(var_MxBxD), axis=2) / xp.expand_dims(xp.sqrt(p_B), axis=model_axis)
+  one = xp.expand_dims(xp.astype(valid_BxD, r_MxBxD.dtype), axis=model_axis)
   return sign * xp.sum(r_MxBxD / var_MxBxD, axis=2) / xp.sqrt(xp.sum(one / var_MxBxD, axis=2))
 
 
-def _diag_block(x_MxBxD, keep_MxB, valid_BxD, shared, offline, sign, floor, global_var, offline_shift="std"):
+def _diag_block(x_MxBxD, keep_MxB, valid_BxD, shared, offline, sign, floor, global_var, offline_shift="std",
+                model_axis=0):
   """Univariate / independent LOO scores for one block of canaries ([M, B]); few passes over [M, B, D].
 
   Written against the array API (numpy or jax.numpy; no in-place updates) so both backends run this one copy.
+  model_axis=1 takes [B, M, D] rows and [B, M] keep and returns [B, M] (see _class_stats).
   """
   xp = array_namespace(x_MxBxD)
-  n_in_B, n_out_B, mean_in, mean_out, z = _class_stats(x_MxBxD, keep_MxB)
+  e = functools.partial(xp.expand_dims, axis=model_axis)  # per-canary [B, ...] -> broadcastable against the rows
+  n_in_B, n_out_B, mean_in, mean_out, z = _class_stats(x_MxBxD, keep_MxB, model_axis)
   kin = keep_MxB[:, :, None]
   z2 = z * z
-  scat_in_BxD = xp.sum(xp.astype(kin, z.dtype) * z2, axis=0)
-  scat_out_BxD = xp.sum(z2, axis=0) - scat_in_BxD
+  scat_in_BxD = xp.sum(xp.astype(kin, z.dtype) * z2, axis=model_axis)
+  scat_out_BxD = xp.sum(z2, axis=model_axis) - scat_in_BxD
   del z2
-  n_own_MxB = xp.where(keep_MxB, n_in_B, n_out_B)
+  n_own_MxB = xp.where(keep_MxB, e(n_in_B), e(n_out_B))
   c = (n_own_MxB / (n_own_MxB - 1.0))[:, :, None]
   s = xp.where(kin, 1.0, -1.0)  # +1 for IN targets
-  r_oth = z + s * (mean_in - mean_out)  # target minus the OTHER class mean
+  r_oth = z + s * e(mean_in - mean_out)  # target minus the OTHER class mean
   r_own = c * z  # target minus its own class mean without it
   q_own_num, p_B = r_own * r_own, xp.sum(xp.astype(valid_BxD, z.dtype), axis=1)
 
   def floored(var):  # floor; unscored positions (zero residuals) get variance 1 so they add nothing
-    return xp.where(valid_BxD, xp.maximum(var, floor), 1.0)
+    return xp.where(valid_BxD if var.ndim == 2 else e(valid_BxD), xp.maximum(var, floor), 1.0)
 
   if global_var is not None:  # LiRA's fixed variance: one pooled scalar per class (already leave-one-out).
-    var_in, var_out = (v[:, None, None] for v in global_var)
+    var_in, var_out = (xp.expand_dims(xp.expand_dims(v, axis=1 - model_axis), axis=2) for v in global_var)
     var_own, var_oth = xp.where(kin, var_in, var_out), xp.where(kin, var_out, var_in)
-    logdet_own, logdet_oth = p_B * xp.log(var_own[:, :, 0]), p_B * xp.log(var_oth[:, :, 0])
+    logdet_own, logdet_oth = e(p_B) * xp.log(var_own[:, :, 0]), e(p_B) * xp.log(var_oth[:, :, 0])
   elif shared:
-    var_own = (scat_in_BxD + scat_out_BxD) - q_own_num / c
-    var_own = var_own / (n_in_B + n_out_B - 1.0)[:, None]
+    var_own = e(scat_in_BxD + scat_out_BxD) - q_own_num / c
+    var_own = var_own / e((n_in_B + n_out_B - 1.0)[:, None])
     var_own = var_oth = floored(var_own)
     logdet_own = logdet_oth = 0.0  # the same covariance for both classes: cancels
   else:
-    var_own = xp.where(kin, scat_in_BxD, scat_out_BxD) - q_own_num / c
+    var_own = xp.where(kin, e(scat_in_BxD), e(scat_out_BxD)) - q_own_num / c
     var_own = floored(var_own / (n_own_MxB - 1.0)[:, :, None])
     var_in_BxD, var_out_BxD = floored(scat_in_BxD / n_in_B[:, None]), floored(scat_out_BxD / n_out_B[:, None])
-    var_oth = xp.where(kin, var_out_BxD, var_in_BxD)
+    var_oth = xp.where(kin, e(var_out_BxD), e(var_in_BxD))
     logdet_own = xp.sum(xp.log(var_own), axis=2)
-    logdet_oth = xp.where(keep_MxB, xp.sum(xp.log(var_out_BxD), axis=1), xp.sum(xp.log(var_in_BxD), axis=1))
+    logdet_oth = xp.where(keep_MxB, e(xp.sum(xp.log(var_out_BxD), axis=1)), e(xp.sum(xp.log(var_in_BxD), axis=1)))
   if offline:  # the OUT fit is the own fit for OUT targets and the other fit for IN targets
     var = xp.where(kin, var_oth, var_own)
     r = xp.where(kin, r_oth, r_own)
-    return _offline_diag(r, xp.broadcast_to(var, r.shape), valid_BxD, sign, offline_shift)
+    return _offline_diag(r, xp.broadcast_to(var, r.shape), valid_BxD, sign, offline_shift, model_axis)
   q_own = xp.sum(q_own_num / var_own, axis=2)
   q_oth = xp.sum(r_oth * r_oth / var_oth, axis=2)
   return -0.5 * s[:, :, 0] * ((q_own + logdet_own) - (q_oth + logdet_oth))
@@ -234,6 +243,8 @@ def _with_keep(features, keep_MxB):
 
 
 def _block_size(M, D, covariance):
+  """Canaries per block, about 128 MiB of float64 temporaries. Cache-sized blocks (2 MiB per [M, B, D] temporary)
+  were 1.5-2x faster per block alone but 10-15% slower over a whole M = 484 run (BENCHMARKS.md, "Block size")."""
   per_canary = 8 * (12 * M * D + (8 * M * M if covariance == "oas" else 0))
   return int(max(1, min(4096, 128 * 2**20 // per_canary)))
 
@@ -338,8 +349,11 @@ def leave_one_out_variants(loss_MxNxT, keep_MxN, *, variants, reduction=None, st
     for v, (covariance, shared) in enumerate(variants):
       x_MxBxD, valid_BxD = variant_features(full, covariance)
       ok = ~undefined_VxN[v][blk]
-      idx = np.arange(blk.start, blk.stop)[ok]
-      x, keep, valid = x_MxBxD[:, ok], keep_MxN[:, idx], valid_BxD[ok]
+      if ok.all():  # the usual case: no copy of the block per variant
+        idx, x, keep, valid = blk, x_MxBxD, keep_MxN[:, blk], valid_BxD
+      else:
+        idx = np.arange(blk.start, blk.stop)[ok]
+        x, keep, valid = x_MxBxD[:, ok], keep_MxN[:, idx], valid_BxD[ok]
       if balance_counts:
         llr_VxMxN[v][:, idx] = balanced.balanced_llr(x, keep, valid, covariance=covariance, shared=shared,
                                                      offline=offline, sign=sign, floor=var_floor,
