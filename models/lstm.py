@@ -23,23 +23,28 @@ class LSTMConfig:
   num_layers: int = 2
 
 
+def _activate(z_Bx4H):
+  """Gates i, f, g, o from their pre-activations: sigmoid on i, f, o and tanh on g, as one elementwise op over 4H."""
+  H = z_Bx4H.shape[-1] // 4
+  return jnp.where(jnp.arange(4 * H) // H == 2, jnp.tanh(z_Bx4H), jax.nn.sigmoid(z_Bx4H))
+
+
 def _cell(xw_Bx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
-  """One step from the precomputed input projection: (c, h, gates i, f, g, o), as OptimizedLSTMCell computes it."""
-  z_Bx4H = xw_Bx4H + (h_BxH @ w_h_Hx4H + b_4H)  # dense_i(x) + dense_h(h), in the cell's order of additions
-  i, f, g, o = jnp.split(z_Bx4H, 4, axis=-1)
-  i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+  """One step from the precomputed input projection: (c, h, gates_Bx4H), as OptimizedLSTMCell computes them."""
+  gates_Bx4H = _activate(xw_Bx4H + (h_BxH @ w_h_Hx4H + b_4H))  # dense_i(x) + dense_h(h), the cell's order
+  i, f, g, o = jnp.split(gates_Bx4H, 4, axis=-1)
   c_BxH = f * c_BxH + i * g
-  return c_BxH, o * jnp.tanh(c_BxH), (i, f, g, o)
+  return c_BxH, o * jnp.tanh(c_BxH), gates_Bx4H
 
 
 def _recurrence(xw_TxBx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
-  """((c, h) after the last step, h_TxBxH, per-step (c_TxBxH, gates))."""
+  """((c, h) after the last step, h_TxBxH, per-step (c_TxBxH, gates_TxBx4H))."""
   def step(carry, xw_Bx4H):
-    c_BxH, h_BxH, gates = _cell(xw_Bx4H, *carry, w_h_Hx4H, b_4H)
-    return (c_BxH, h_BxH), (h_BxH, c_BxH, gates)
+    c_BxH, h_BxH, gates_Bx4H = _cell(xw_Bx4H, *carry, w_h_Hx4H, b_4H)
+    return (c_BxH, h_BxH), (h_BxH, c_BxH, gates_Bx4H)
 
-  carry, (h_TxBxH, c_TxBxH, gates) = jax.lax.scan(step, (c_BxH, h_BxH), xw_TxBx4H)
-  return carry, h_TxBxH, (c_TxBxH, gates)
+  carry, (h_TxBxH, c_TxBxH, gates_TxBx4H) = jax.lax.scan(step, (c_BxH, h_BxH), xw_TxBx4H)
+  return carry, h_TxBxH, (c_TxBxH, gates_TxBx4H)
 
 
 @jax.custom_vjp
@@ -54,25 +59,32 @@ def _layer_fwd(x_TxBxD, c_BxH, h_BxH, w_i_Dx4H, w_h_Hx4H, b_4H):
   return (carry, h_TxBxH), (x_TxBxD, c_BxH, h_BxH, w_i_Dx4H, w_h_Hx4H, h_TxBxH, c_TxBxH, gates)
 
 
+def _backward_factors(c_prev_TxBxH, c_TxBxH, gates_TxBx4H):
+  """Per-step factors of the gate gradient, computed for all T steps at once outside the recurrence: d z_i, d z_f,
+  d z_g = dc times the first three, d z_o = dh times the fourth, dc += dh * the fifth, and dc_prev = dc * f."""
+  i, f, g, o = jnp.split(gates_TxBx4H, 4, axis=-1)
+  tanh_c = jnp.tanh(c_TxBxH)
+  return (g * (i * (1 - i)), c_prev_TxBxH * (f * (1 - f)), i * (1 - g * g), tanh_c * (o * (1 - o)),
+          o * (1 - tanh_c * tanh_c), f)
+
+
 def _layer_bwd(saved, cotangents):
   """Backpropagation through time on the gates; weight gradients as matmuls over all T x B positions afterwards."""
-  x_TxBxD, c0_BxH, h0_BxH, w_i_Dx4H, w_h_Hx4H, h_TxBxH, c_TxBxH, gates = saved
+  x_TxBxD, c0_BxH, h0_BxH, w_i_Dx4H, w_h_Hx4H, h_TxBxH, c_TxBxH, gates_TxBx4H = saved
   (dc_last_BxH, dh_last_BxH), dh_out_TxBxH = cotangents
   c_prev_TxBxH = jnp.concatenate([c0_BxH[None], c_TxBxH[:-1]])
   h_prev_TxBxH = jnp.concatenate([h0_BxH[None], h_TxBxH[:-1]])
 
   def step(carry, xs):
     dc_BxH, dh_BxH = carry
-    dh_out_BxH, c_BxH, c_prev_BxH, (i, f, g, o) = xs
+    dh_out_BxH, dz_dc_i, dz_dc_f, dz_dc_g, dz_dh_o, dc_dh_BxH, f_BxH = xs
     dh_BxH = dh_BxH + dh_out_BxH
-    tanh_c_BxH = jnp.tanh(c_BxH)
-    dc_BxH = dc_BxH + dh_BxH * o * (1 - tanh_c_BxH * tanh_c_BxH)
-    dz_Bx4H = jnp.concatenate([dc_BxH * g * i * (1 - i), dc_BxH * c_prev_BxH * f * (1 - f), dc_BxH * i * (1 - g * g),
-                               dh_BxH * tanh_c_BxH * o * (1 - o)], axis=-1)
-    return (dc_BxH * f, dz_Bx4H @ w_h_Hx4H.T), dz_Bx4H
+    dc_BxH = dc_BxH + dh_BxH * dc_dh_BxH
+    dz_Bx4H = jnp.concatenate([dc_BxH * dz_dc_i, dc_BxH * dz_dc_f, dc_BxH * dz_dc_g, dh_BxH * dz_dh_o], axis=-1)
+    return (dc_BxH * f_BxH, dz_Bx4H @ w_h_Hx4H.T), dz_Bx4H
 
-  (dc0_BxH, dh0_BxH), dz_TxBx4H = jax.lax.scan(step, (dc_last_BxH, dh_last_BxH),
-                                               (dh_out_TxBxH, c_TxBxH, c_prev_TxBxH, gates), reverse=True)
+  xs = (dh_out_TxBxH,) + _backward_factors(c_prev_TxBxH, c_TxBxH, gates_TxBx4H)
+  (dc0_BxH, dh0_BxH), dz_TxBx4H = jax.lax.scan(step, (dc_last_BxH, dh_last_BxH), xs, reverse=True)
   flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731  (T x B positions as rows)
   dz_Nx4H = flat(dz_TxBx4H)
   return (dz_TxBx4H @ w_i_Dx4H.T, dc0_BxH, dh0_BxH, flat(x_TxBxD).T @ dz_Nx4H, flat(h_prev_TxBxH).T @ dz_Nx4H,
