@@ -12,7 +12,6 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from flax import nnx
 
 
@@ -38,105 +37,61 @@ def _cell(xw_Bx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
   return c_BxH, o * jnp.tanh(c_BxH), gates_Bx4H
 
 
-def _active_SxL(T, L):
-  """Wavefront schedule: step s runs layer l on time s - l, so layer l is active at steps l <= s < l + T."""
-  s_S, l_L = np.arange(T + L - 1)[:, None], np.arange(L)[None]
-  return (l_L <= s_S) & (s_S < l_L + T)
+def _recurrence(xw_TxBx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
+  """((c, h) after the last step, h_TxBxH, per-step (c_TxBxH, gates_TxBx4H))."""
+  def step(carry, xw_Bx4H):
+    c_BxH, h_BxH, gates_Bx4H = _cell(xw_Bx4H, *carry, w_h_Hx4H, b_4H)
+    return (c_BxH, h_BxH), (h_BxH, c_BxH, gates_Bx4H)
 
-
-def _wavefront(x_TxBxD, c_LxBxH, h_LxBxH, weights):
-  """All L layers in one scan over T + L - 1 steps: at step s layer l computes time s - l from layer l - 1's output
-  of the step before, with the layer-0 input projection x W_i done for all T steps first. A layer's state stays put
-  on the steps where it is idle. Returns ((c, h) after the last step, per-step c_SxLxBxH, h_SxLxBxH, gates_SxLxBx4H)."""
-  L, T = len(weights), x_TxBxD.shape[0]
-  xw_SxBx4H = jnp.pad(x_TxBxD @ weights[0][0], ((0, L - 1), (0, 0), (0, 0)))
-  active_SxLx1x1 = jnp.asarray(_active_SxL(T, L))[:, :, None, None]
-
-  def step(carry, xs):
-    c_LxBxH, h_LxBxH = carry
-    xw_Bx4H, active_Lx1x1 = xs
-    z = [xw_Bx4H + (h_LxBxH[0] @ weights[0][1] + weights[0][2])]  # dense_i(x) + dense_h(h), the cell's order
-    z += [h_LxBxH[l - 1] @ w_i + (h_LxBxH[l] @ w_h + b) for l, (w_i, w_h, b) in enumerate(weights) if l > 0]
-    gates_LxBx4H = _activate(jnp.stack(z))
-    i, f, g, o = jnp.split(gates_LxBx4H, 4, axis=-1)
-    c_LxBxH = jnp.where(active_Lx1x1, f * c_LxBxH + i * g, c_LxBxH)
-    h_LxBxH = jnp.where(active_Lx1x1, o * jnp.tanh(c_LxBxH), h_LxBxH)
-    return (c_LxBxH, h_LxBxH), (c_LxBxH, h_LxBxH, gates_LxBx4H)
-
-  carry, per_step = jax.lax.scan(step, (c_LxBxH, h_LxBxH), (xw_SxBx4H, active_SxLx1x1))
-  return carry, per_step
+  carry, (h_TxBxH, c_TxBxH, gates_TxBx4H) = jax.lax.scan(step, (c_BxH, h_BxH), xw_TxBx4H)
+  return carry, h_TxBxH, (c_TxBxH, gates_TxBx4H)
 
 
 @jax.custom_vjp
-def lstm_stack(x_TxBxD, c_LxBxH, h_LxBxH, weights):
-  """((c_LxBxH, h_LxBxH) after the last step, the last layer's h_TxBxH) of L stacked LSTM layers over time-major
-  inputs; `weights` holds each layer's (w_i, w_h, b)."""
-  carry, (_, h_SxLxBxH, _) = _wavefront(x_TxBxD, c_LxBxH, h_LxBxH, weights)
-  return carry, h_SxLxBxH[len(weights) - 1:, -1]
+def lstm_layer(x_TxBxD, c_BxH, h_BxH, w_i_Dx4H, w_h_Hx4H, b_4H):
+  """((c, h) after the last step, h_TxBxH) of one LSTM layer over time-major inputs."""
+  carry, h_TxBxH, _ = _recurrence(x_TxBxD @ w_i_Dx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H)
+  return carry, h_TxBxH
 
 
-def _stack_fwd(x_TxBxD, c_LxBxH, h_LxBxH, weights):
-  carry, (c_SxLxBxH, h_SxLxBxH, gates) = _wavefront(x_TxBxD, c_LxBxH, h_LxBxH, weights)
-  saved = (x_TxBxD, c_LxBxH, h_LxBxH, weights, c_SxLxBxH, h_SxLxBxH, gates)
-  return (carry, h_SxLxBxH[len(weights) - 1:, -1]), saved
+def _layer_fwd(x_TxBxD, c_BxH, h_BxH, w_i_Dx4H, w_h_Hx4H, b_4H):
+  carry, h_TxBxH, (c_TxBxH, gates) = _recurrence(x_TxBxD @ w_i_Dx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H)
+  return (carry, h_TxBxH), (x_TxBxD, c_BxH, h_BxH, w_i_Dx4H, w_h_Hx4H, h_TxBxH, c_TxBxH, gates)
 
 
-def _backward_factors(active_SxLx1x1, c_prev_SxLxBxH, c_SxLxBxH, gates_SxLxBx4H):
-  """Per-step factors of the gate gradient, computed for all steps at once outside the recurrence: d z_i, d z_f,
-  d z_g = dc times the first three, d z_o = dh times the fourth, dc += dh * the fifth, and dc_prev = dc * the sixth.
-  On a layer's idle steps they are 0, 0, 0, 0, 0, 1: no gate gradient, and dc passes through unchanged."""
-  i, f, g, o = jnp.split(gates_SxLxBx4H, 4, axis=-1)
-  tanh_c = jnp.tanh(c_SxLxBxH)
-  zero_when_idle = lambda a: jnp.where(active_SxLx1x1, a, 0.0)  # noqa: E731
-  return (zero_when_idle(g * (i * (1 - i))), zero_when_idle(c_prev_SxLxBxH * (f * (1 - f))),
-          zero_when_idle(i * (1 - g * g)), zero_when_idle(tanh_c * (o * (1 - o))),
-          zero_when_idle(o * (1 - tanh_c * tanh_c)), jnp.where(active_SxLx1x1, f, 1.0))
+def _backward_factors(c_prev_TxBxH, c_TxBxH, gates_TxBx4H):
+  """Per-step factors of the gate gradient, computed for all T steps at once outside the recurrence: d z_i, d z_f,
+  d z_g = dc times the first three, d z_o = dh times the fourth, dc += dh * the fifth, and dc_prev = dc * f."""
+  i, f, g, o = jnp.split(gates_TxBx4H, 4, axis=-1)
+  tanh_c = jnp.tanh(c_TxBxH)
+  return (g * (i * (1 - i)), c_prev_TxBxH * (f * (1 - f)), i * (1 - g * g), tanh_c * (o * (1 - o)),
+          o * (1 - tanh_c * tanh_c), f)
 
 
-def _stack_bwd(saved, cotangents):
-  """Backpropagation through time as one reverse wavefront on the gates (layer l's d h at time t needs layer l + 1's
-  d z at time t and its own at t + 1, both from the step before); weight gradients as matmuls over all steps after."""
-  x_TxBxD, c0_LxBxH, h0_LxBxH, weights, c_SxLxBxH, h_SxLxBxH, gates_SxLxBx4H = saved
-  (dc_last_LxBxH, dh_last_LxBxH), dh_out_TxBxH = cotangents
-  L, T, H = len(weights), x_TxBxD.shape[0], c0_LxBxH.shape[-1]
-  active_SxL = _active_SxL(T, L)
-  c_prev_SxLxBxH = jnp.concatenate([c0_LxBxH[None], c_SxLxBxH[:-1]])
-  h_prev_SxLxBxH = jnp.concatenate([h0_LxBxH[None], h_SxLxBxH[:-1]])
-  # What reaches each layer's d h from outside the stack: the loss's d h_out on the last layer, the final carry's
-  # cotangent on each layer's last time step.
-  dh_in_SxLxBxH = jnp.zeros_like(h_SxLxBxH).at[L - 1:, L - 1].set(dh_out_TxBxH)
-  dh_in_SxLxBxH = dh_in_SxLxBxH.at[np.arange(L) + T - 1, np.arange(L)].add(dh_last_LxBxH)
-  factors = _backward_factors(jnp.asarray(active_SxL)[:, :, None, None], c_prev_SxLxBxH, c_SxLxBxH, gates_SxLxBx4H)
-  w_hT_4HxH = weights[0][1].T
-  w_catT = [jnp.concatenate([w_i, w_h], axis=0).T for w_i, w_h, _ in weights[1:]]  # [4H, H + H]: d x, d h at once
+def _layer_bwd(saved, cotangents):
+  """Backpropagation through time on the gates; weight gradients as matmuls over all T x B positions afterwards."""
+  x_TxBxD, c0_BxH, h0_BxH, w_i_Dx4H, w_h_Hx4H, h_TxBxH, c_TxBxH, gates_TxBx4H = saved
+  (dc_last_BxH, dh_last_BxH), dh_out_TxBxH = cotangents
+  c_prev_TxBxH = jnp.concatenate([c0_BxH[None], c_TxBxH[:-1]])
+  h_prev_TxBxH = jnp.concatenate([h0_BxH[None], h_TxBxH[:-1]])
 
   def step(carry, xs):
-    dc_LxBxH, dh0_rec_BxH, back = carry  # back[l - 1] = d z_l [W_i; W_h]^T of the step before, for l >= 1
-    dh_in_LxBxH, dz_dc_i, dz_dc_f, dz_dc_g, dz_dh_o, dc_dh, f_LxBxH = xs
-    dh_rec = [dh0_rec_BxH] + [b[:, H:] for b in back]  # from the layer's own next time step
-    from_above = [b[:, :H] for b in back] + [jnp.zeros_like(dh0_rec_BxH)]  # from layer l + 1 at the same time
-    dh_LxBxH = jnp.stack([r + a for r, a in zip(dh_rec, from_above)]) + dh_in_LxBxH
-    dc_LxBxH = dc_LxBxH + dh_LxBxH * dc_dh
-    dz_LxBx4H = jnp.concatenate([dc_LxBxH * dz_dc_i, dc_LxBxH * dz_dc_f, dc_LxBxH * dz_dc_g, dh_LxBxH * dz_dh_o], -1)
-    back = tuple(dz_LxBx4H[l] @ w for l, w in enumerate(w_catT, start=1))
-    return (dc_LxBxH * f_LxBxH, dz_LxBx4H[0] @ w_hT_4HxH, back), dz_LxBx4H
+    dc_BxH, dh_BxH = carry
+    dh_out_BxH, dz_dc_i, dz_dc_f, dz_dc_g, dz_dh_o, dc_dh_BxH, f_BxH = xs
+    dh_BxH = dh_BxH + dh_out_BxH
+    dc_BxH = dc_BxH + dh_BxH * dc_dh_BxH
+    dz_Bx4H = jnp.concatenate([dc_BxH * dz_dc_i, dc_BxH * dz_dc_f, dc_BxH * dz_dc_g, dh_BxH * dz_dh_o], axis=-1)
+    return (dc_BxH * f_BxH, dz_Bx4H @ w_h_Hx4H.T), dz_Bx4H
 
-  B = h0_LxBxH.shape[1]
-  back0 = tuple(jnp.zeros((B, 2 * H), h0_LxBxH.dtype) for _ in weights[1:])
-  (dc0_LxBxH, dh0_rec_BxH, _), dz_SxLxBx4H = jax.lax.scan(
-      step, (dc_last_LxBxH, jnp.zeros_like(h0_LxBxH[0]), back0), (dh_in_SxLxBxH,) + factors, reverse=True)
-  flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731  (steps x B positions as rows; idle steps have d z = 0)
-  dh0_LxBxH = jnp.stack([dh0_rec_BxH] + [dz_SxLxBx4H[l, l] @ w_h.T for l, (_, w_h, _) in enumerate(weights) if l])
-  dz0_TxBx4H = dz_SxLxBx4H[:T, 0]
-  d_weights = []
-  for l in range(L):
-    dz_Nx4H = flat(dz_SxLxBx4H[:, l])
-    d_w_i = flat(x_TxBxD).T @ flat(dz0_TxBx4H) if l == 0 else flat(h_prev_SxLxBxH[:, l - 1]).T @ dz_Nx4H
-    d_weights.append((d_w_i, flat(h_prev_SxLxBxH[:, l]).T @ dz_Nx4H, dz_Nx4H.sum(axis=0)))
-  return dz0_TxBx4H @ weights[0][0].T, dc0_LxBxH, dh0_LxBxH, tuple(d_weights)
+  xs = (dh_out_TxBxH,) + _backward_factors(c_prev_TxBxH, c_TxBxH, gates_TxBx4H)
+  (dc0_BxH, dh0_BxH), dz_TxBx4H = jax.lax.scan(step, (dc_last_BxH, dh_last_BxH), xs, reverse=True)
+  flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731  (T x B positions as rows)
+  dz_Nx4H = flat(dz_TxBx4H)
+  return (dz_TxBx4H @ w_i_Dx4H.T, dc0_BxH, dh0_BxH, flat(x_TxBxD).T @ dz_Nx4H, flat(h_prev_TxBxH).T @ dz_Nx4H,
+          dz_Nx4H.sum(axis=0))
 
 
-lstm_stack.defvjp(_stack_fwd, _stack_bwd)
+lstm_layer.defvjp(_layer_fwd, _layer_bwd)
 
 
 class LSTMLanguageModel(nnx.Module):
@@ -163,22 +118,22 @@ class LSTMLanguageModel(nnx.Module):
     lengths_B = None
     if return_carries and attention_mask is not None:
       lengths_B = jnp.sum(jnp.asarray(attention_mask) > 0, axis=-1)
-    L, B = len(self.layers), x_TxBxD.shape[1]
-    if initial_carries is None:
-      c_LxBxH = h_LxBxH = jnp.zeros((L, B, self.config.hidden_dim), x_TxBxD.dtype)
-    else:
-      c_LxBxH, h_LxBxH = (jnp.stack([carry[k] for carry in initial_carries]) for k in (0, 1))
-    weights = tuple((layer.cell.dense_i.kernel[...], layer.cell.dense_h.kernel[...], layer.cell.dense_h.bias[...])
-                    for layer in self.layers)
-    if lengths_B is None:  # causal by construction; padding only ever follows the scored tokens
-      (c_LxBxH, h_LxBxH), x_TxBxD = lstm_stack(x_TxBxD, c_LxBxH, h_LxBxH, weights)
-    else:  # the carry after each row's last real token (as nnx.RNN's seq_lengths); outputs as without a mask
-      _, (c_SxLxBxH, h_SxLxBxH, _) = _wavefront(x_TxBxD, c_LxBxH, h_LxBxH, weights)
-      x_TxBxD = h_SxLxBxH[L - 1:, L - 1]
-      step_LxB = (lengths_B - 1)[None, :] + jnp.arange(L)[:, None]  # layer l computed time t at step t + l
-      at_last = lambda a_SxLxBxH: a_SxLxBxH[step_LxB, jnp.arange(L)[:, None], jnp.arange(B)[None]]  # noqa: E731
-      c_LxBxH, h_LxBxH = at_last(c_SxLxBxH), at_last(h_SxLxBxH)
-    carries = [(c_LxBxH[l], h_LxBxH[l]) for l in range(L)]
+    carries = []
+    for i, layer in enumerate(self.layers):
+      if initial_carries is None:
+        zeros_BxH = jnp.zeros(x_TxBxD.shape[1:2] + (self.config.hidden_dim,), x_TxBxD.dtype)
+        c_BxH, h_BxH = zeros_BxH, zeros_BxH
+      else:
+        c_BxH, h_BxH = initial_carries[i]
+      cell = layer.cell
+      weights = (cell.dense_i.kernel[...], cell.dense_h.kernel[...], cell.dense_h.bias[...])
+      if lengths_B is None:  # causal by construction; padding only ever follows the scored tokens
+        carry, x_TxBxD = lstm_layer(x_TxBxD, c_BxH, h_BxH, *weights)
+      else:  # the carry after each row's last real token (as nnx.RNN's seq_lengths); outputs as without a mask
+        _, x_TxBxD, (c_TxBxH, _) = _recurrence(x_TxBxD @ weights[0], c_BxH, h_BxH, *weights[1:])
+        last_1xBx1 = (lengths_B - 1)[None, :, None]
+        carry = tuple(jnp.take_along_axis(a, last_1xBx1, axis=0)[0] for a in (c_TxBxH, x_TxBxD))
+      carries.append(carry)
     return x_TxBxD, tuple(carries)
 
 
@@ -190,7 +145,5 @@ def lm_loss(module, tokens_BxT, bos_id, key):
   h_TxBxH, _ = module.features(extract.with_bos(tokens_BxT, bos_id))
   T, B, H = h_TxBxH.shape
   loss_N = extract.linear_token_loss(h_TxBxH.reshape(T * B, H), module.head.kernel[...], module.head.bias[...],
-                                     tokens_BxT.T.reshape(-1), ROWS)
+                                     tokens_BxT.T.reshape(-1))
   return loss_N.reshape(T, B).T
-
-ROWS = None
