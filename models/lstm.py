@@ -3,8 +3,9 @@
 The parameters are nnx.RNN + nnx.OptimizedLSTMCell's (the same initialisation and checkpoint paths), but a layer is
 computed as cuDNN and oneDNN do it: the input projection x W_i of all T steps is one matmul before the recurrence,
 so only h W_h stays inside the scan, and the backward pass (a custom VJP) runs the recurrence on the gate gradients
-alone, then forms the weight gradients as three matmuls over all B x T positions instead of accumulating B x 4H
-outer products at every step (BENCHMARKS.md, "Shadow-model trainer"). Gate order i, f, g, o, as OptimizedLSTMCell.
+alone (the gates' derivative factors computed for all T steps before it), then forms the weight gradients as three
+matmuls over all B x T positions instead of accumulating B x 4H outer products at every step (BENCHMARKS.md,
+"Shadow-model trainer"). Gate order i, f, g, o, as OptimizedLSTMCell.
 The family's training loss (`lm_loss`) computes the head and the per-token loss in chunks of positions.
 """
 
@@ -24,9 +25,9 @@ class LSTMConfig:
 
 
 def _activate(z_Bx4H):
-  """Gates i, f, g, o from their pre-activations: sigmoid on i, f, o and tanh on g, as one elementwise op over 4H."""
-  H = z_Bx4H.shape[-1] // 4
-  return jnp.where(jnp.arange(4 * H) // H == 2, jnp.tanh(z_Bx4H), jax.nn.sigmoid(z_Bx4H))
+  """Gates i, f, g, o from their pre-activations (sigmoid on i, f, o, tanh on g) as one [B, 4H] array."""
+  i, f, g, o = jnp.split(z_Bx4H, 4, axis=-1)
+  return jnp.concatenate([jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)], axis=-1)
 
 
 def _cell(xw_Bx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
@@ -144,6 +145,10 @@ def lm_loss(module, tokens_BxT, bos_id, key):
   del key
   h_TxBxH, _ = module.features(extract.with_bos(tokens_BxT, bos_id))
   T, B, H = h_TxBxH.shape
-  loss_N = extract.linear_token_loss(h_TxBxH.reshape(T * B, H), module.head.kernel[...], module.head.bias[...],
-                                     tokens_BxT.T.reshape(-1))
+  kernel_HxV = module.head.kernel[...]
+  # One chunk when all logits fit in 1 MiB (the CPU default's N = V = 512): two chunks of 256 rows cost a loop and
+  # the backward's accumulators for no cache gain (/work/notes/bench14_results.md); larger ones as chunk_rows says.
+  rows = T * B if T * B * kernel_HxV.shape[1] <= 2**18 else None
+  loss_N = extract.linear_token_loss(h_TxBxH.reshape(T * B, H), kernel_HxV, module.head.bias[...],
+                                     tokens_BxT.T.reshape(-1), rows)
   return loss_N.reshape(T, B).T
