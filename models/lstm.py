@@ -39,13 +39,16 @@ def _cell(xw_Bx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
 
 
 def _recurrence(xw_TxBx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
-  """((c, h) after the last step, h_TxBxH, per-step (c_TxBxH, gates_TxBx4H))."""
-  def step(carry, xw_Bx4H):
-    c_BxH, h_BxH, gates_Bx4H = _cell(xw_Bx4H, *carry, w_h_Hx4H, b_4H)
-    return (c_BxH, h_BxH), (h_BxH, c_BxH, gates_Bx4H)
+  """((c, h) after the last step, h_TxBxH, per-step (c_TxBxH, gates_TxBx4H)). Step t overwrites row t of the input
+  projection, read only there, with its gates: the gates need no zero-filled buffer of their own."""
+  def step(carry, t):
+    c_BxH, h_BxH, xw_or_gates_TxBx4H = carry
+    c_BxH, h_BxH, gates_Bx4H = _cell(xw_or_gates_TxBx4H[t], c_BxH, h_BxH, w_h_Hx4H, b_4H)
+    return (c_BxH, h_BxH, xw_or_gates_TxBx4H.at[t].set(gates_Bx4H)), (h_BxH, c_BxH)
 
-  carry, (h_TxBxH, c_TxBxH, gates_TxBx4H) = jax.lax.scan(step, (c_BxH, h_BxH), xw_TxBx4H)
-  return carry, h_TxBxH, (c_TxBxH, gates_TxBx4H)
+  (c_BxH, h_BxH, gates_TxBx4H), (h_TxBxH, c_TxBxH) = jax.lax.scan(
+      step, (c_BxH, h_BxH, xw_TxBx4H), jnp.arange(xw_TxBx4H.shape[0]))
+  return (c_BxH, h_BxH), h_TxBxH, (c_TxBxH, gates_TxBx4H)
 
 
 @jax.custom_vjp
