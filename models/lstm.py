@@ -3,8 +3,9 @@
 The parameters are nnx.RNN + nnx.OptimizedLSTMCell's (the same initialisation and checkpoint paths), but a layer is
 computed as cuDNN and oneDNN do it: the input projection x W_i of all T steps is one matmul before the recurrence,
 so only h W_h stays inside the scan, and the backward pass (a custom VJP) runs the recurrence on the gate gradients
-alone, then forms the weight gradients as three matmuls over all B x T positions instead of accumulating B x 4H
-outer products at every step (BENCHMARKS.md, "Shadow-model trainer"). Gate order i, f, g, o, as OptimizedLSTMCell.
+alone (the gates' derivative factors computed for all T steps before it), then forms the weight gradients as three
+matmuls over all B x T positions instead of accumulating B x 4H outer products at every step (BENCHMARKS.md,
+"Shadow-model trainer"). Gate order i, f, g, o, as OptimizedLSTMCell.
 The family's training loss (`lm_loss`) computes the head and the per-token loss in chunks of positions.
 """
 
@@ -23,23 +24,31 @@ class LSTMConfig:
   num_layers: int = 2
 
 
-def _cell(xw_Bx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
-  """One step from the precomputed input projection: (c, h, gates i, f, g, o), as OptimizedLSTMCell computes it."""
-  z_Bx4H = xw_Bx4H + (h_BxH @ w_h_Hx4H + b_4H)  # dense_i(x) + dense_h(h), in the cell's order of additions
+def _activate(z_Bx4H):
+  """Gates i, f, g, o from their pre-activations (sigmoid on i, f, o, tanh on g) as one [B, 4H] array."""
   i, f, g, o = jnp.split(z_Bx4H, 4, axis=-1)
-  i, f, g, o = jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)
+  return jnp.concatenate([jax.nn.sigmoid(i), jax.nn.sigmoid(f), jnp.tanh(g), jax.nn.sigmoid(o)], axis=-1)
+
+
+def _cell(xw_Bx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
+  """One step from the precomputed input projection: (c, h, gates_Bx4H), as OptimizedLSTMCell computes them."""
+  gates_Bx4H = _activate(xw_Bx4H + (h_BxH @ w_h_Hx4H + b_4H))  # dense_i(x) + dense_h(h), the cell's order
+  i, f, g, o = jnp.split(gates_Bx4H, 4, axis=-1)
   c_BxH = f * c_BxH + i * g
-  return c_BxH, o * jnp.tanh(c_BxH), (i, f, g, o)
+  return c_BxH, o * jnp.tanh(c_BxH), gates_Bx4H
 
 
 def _recurrence(xw_TxBx4H, c_BxH, h_BxH, w_h_Hx4H, b_4H):
-  """((c, h) after the last step, h_TxBxH, per-step (c_TxBxH, gates))."""
-  def step(carry, xw_Bx4H):
-    c_BxH, h_BxH, gates = _cell(xw_Bx4H, *carry, w_h_Hx4H, b_4H)
-    return (c_BxH, h_BxH), (h_BxH, c_BxH, gates)
+  """((c, h) after the last step, h_TxBxH, per-step (c_TxBxH, gates_TxBx4H)). Step t overwrites row t of the input
+  projection, read only there, with its gates: the gates need no zero-filled buffer of their own."""
+  def step(carry, t):
+    c_BxH, h_BxH, xw_or_gates_TxBx4H = carry
+    c_BxH, h_BxH, gates_Bx4H = _cell(xw_or_gates_TxBx4H[t], c_BxH, h_BxH, w_h_Hx4H, b_4H)
+    return (c_BxH, h_BxH, xw_or_gates_TxBx4H.at[t].set(gates_Bx4H)), (h_BxH, c_BxH)
 
-  carry, (h_TxBxH, c_TxBxH, gates) = jax.lax.scan(step, (c_BxH, h_BxH), xw_TxBx4H)
-  return carry, h_TxBxH, (c_TxBxH, gates)
+  (c_BxH, h_BxH, gates_TxBx4H), (h_TxBxH, c_TxBxH) = jax.lax.scan(
+      step, (c_BxH, h_BxH, xw_TxBx4H), jnp.arange(xw_TxBx4H.shape[0]))
+  return (c_BxH, h_BxH), h_TxBxH, (c_TxBxH, gates_TxBx4H)
 
 
 @jax.custom_vjp
@@ -54,25 +63,32 @@ def _layer_fwd(x_TxBxD, c_BxH, h_BxH, w_i_Dx4H, w_h_Hx4H, b_4H):
   return (carry, h_TxBxH), (x_TxBxD, c_BxH, h_BxH, w_i_Dx4H, w_h_Hx4H, h_TxBxH, c_TxBxH, gates)
 
 
+def _backward_factors(c_prev_TxBxH, c_TxBxH, gates_TxBx4H):
+  """Per-step factors of the gate gradient, computed for all T steps at once outside the recurrence: d z_i, d z_f,
+  d z_g = dc times the first three, d z_o = dh times the fourth, dc += dh * the fifth, and dc_prev = dc * f."""
+  i, f, g, o = jnp.split(gates_TxBx4H, 4, axis=-1)
+  tanh_c = jnp.tanh(c_TxBxH)
+  return (g * (i * (1 - i)), c_prev_TxBxH * (f * (1 - f)), i * (1 - g * g), tanh_c * (o * (1 - o)),
+          o * (1 - tanh_c * tanh_c), f)
+
+
 def _layer_bwd(saved, cotangents):
   """Backpropagation through time on the gates; weight gradients as matmuls over all T x B positions afterwards."""
-  x_TxBxD, c0_BxH, h0_BxH, w_i_Dx4H, w_h_Hx4H, h_TxBxH, c_TxBxH, gates = saved
+  x_TxBxD, c0_BxH, h0_BxH, w_i_Dx4H, w_h_Hx4H, h_TxBxH, c_TxBxH, gates_TxBx4H = saved
   (dc_last_BxH, dh_last_BxH), dh_out_TxBxH = cotangents
   c_prev_TxBxH = jnp.concatenate([c0_BxH[None], c_TxBxH[:-1]])
   h_prev_TxBxH = jnp.concatenate([h0_BxH[None], h_TxBxH[:-1]])
 
   def step(carry, xs):
     dc_BxH, dh_BxH = carry
-    dh_out_BxH, c_BxH, c_prev_BxH, (i, f, g, o) = xs
+    dh_out_BxH, dz_dc_i, dz_dc_f, dz_dc_g, dz_dh_o, dc_dh_BxH, f_BxH = xs
     dh_BxH = dh_BxH + dh_out_BxH
-    tanh_c_BxH = jnp.tanh(c_BxH)
-    dc_BxH = dc_BxH + dh_BxH * o * (1 - tanh_c_BxH * tanh_c_BxH)
-    dz_Bx4H = jnp.concatenate([dc_BxH * g * i * (1 - i), dc_BxH * c_prev_BxH * f * (1 - f), dc_BxH * i * (1 - g * g),
-                               dh_BxH * tanh_c_BxH * o * (1 - o)], axis=-1)
-    return (dc_BxH * f, dz_Bx4H @ w_h_Hx4H.T), dz_Bx4H
+    dc_BxH = dc_BxH + dh_BxH * dc_dh_BxH
+    dz_Bx4H = jnp.concatenate([dc_BxH * dz_dc_i, dc_BxH * dz_dc_f, dc_BxH * dz_dc_g, dh_BxH * dz_dh_o], axis=-1)
+    return (dc_BxH * f_BxH, dz_Bx4H @ w_h_Hx4H.T), dz_Bx4H
 
-  (dc0_BxH, dh0_BxH), dz_TxBx4H = jax.lax.scan(step, (dc_last_BxH, dh_last_BxH),
-                                               (dh_out_TxBxH, c_TxBxH, c_prev_TxBxH, gates), reverse=True)
+  xs = (dh_out_TxBxH,) + _backward_factors(c_prev_TxBxH, c_TxBxH, gates_TxBx4H)
+  (dc0_BxH, dh0_BxH), dz_TxBx4H = jax.lax.scan(step, (dc_last_BxH, dh_last_BxH), xs, reverse=True)
   flat = lambda a: a.reshape(-1, a.shape[-1])  # noqa: E731  (T x B positions as rows)
   dz_Nx4H = flat(dz_TxBx4H)
   return (dz_TxBx4H @ w_i_Dx4H.T, dc0_BxH, dh0_BxH, flat(x_TxBxD).T @ dz_Nx4H, flat(h_prev_TxBxH).T @ dz_Nx4H,
@@ -132,6 +148,10 @@ def lm_loss(module, tokens_BxT, bos_id, key):
   del key
   h_TxBxH, _ = module.features(extract.with_bos(tokens_BxT, bos_id))
   T, B, H = h_TxBxH.shape
-  loss_N = extract.linear_token_loss(h_TxBxH.reshape(T * B, H), module.head.kernel[...], module.head.bias[...],
-                                     tokens_BxT.T.reshape(-1))
+  kernel_HxV = module.head.kernel[...]
+  # One chunk when all logits fit in 1 MiB (the CPU default's N = V = 512): two chunks of 256 rows cost a loop and
+  # the backward's accumulators for no cache gain (measured, issue 14); larger ones take chunk_rows.
+  rows = T * B if T * B * kernel_HxV.shape[1] <= 2**18 else None
+  loss_N = extract.linear_token_loss(h_TxBxH.reshape(T * B, H), kernel_HxV, module.head.bias[...],
+                                     tokens_BxT.T.reshape(-1), rows)
   return loss_N.reshape(T, B).T
