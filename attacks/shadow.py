@@ -1,4 +1,4 @@
-"""Reference-free attacks on a shadow run's canaries, target by target, pooled like the LiRA rows (issue 11, item 5).
+"""Reference-free attacks on a shadow run's canaries, target by target, pooled like the LiRA rows.
 
 For target model m the attack sees only that model's arrays: lp = -losses[m] (NaN where mask.npy is False), mu[m] and
 sigma[m]; it scores the N canaries with Loss, Zlib, Min-K% or Min-K%++ (attacks/), giving scores [M, N]. These are

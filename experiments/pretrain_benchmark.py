@@ -1,4 +1,4 @@
-"""The offline pretraining-data MIA benchmark (issue 11, item 4): nothing downloaded, runs on a fresh clone.
+"""The offline pretraining-data MIA benchmark: nothing downloaded, runs on a fresh clone.
 
 python -m experiments.pretrain_benchmark [--config=experiments/configs/pretrain_benchmark.py:cpu] --out_dir=DIR
 Stages, each skipped when its files are already in DIR (a killed run resumes): splits, tokenizer and JSONL text sets;

@@ -150,7 +150,7 @@ def lm_loss(module, tokens_BxT, bos_id, key):
   T, B, H = h_TxBxH.shape
   kernel_HxV = module.head.kernel[...]
   # One chunk when all logits fit in 1 MiB (the CPU default's N = V = 512): two chunks of 256 rows cost a loop and
-  # the backward's accumulators for no cache gain (measured, issue 14); larger ones take chunk_rows.
+  # the backward's accumulators for no cache gain (BENCHMARKS.md); larger ones take chunk_rows.
   rows = T * B if T * B * kernel_HxV.shape[1] <= 2**18 else None
   loss_N = extract.linear_token_loss(h_TxBxH.reshape(T * B, H), kernel_HxV, module.head.bias[...],
                                      tokens_BxT.T.reshape(-1), rows)

@@ -1,4 +1,4 @@
-"""The offline pretraining-data MIA benchmark (issue 11, item 4): python -m experiments.pretrain_benchmark.
+"""The offline pretraining-data MIA benchmark: python -m experiments.pretrain_benchmark.
 
 --config=experiments/configs/pretrain_benchmark.py:cpu    default: the whole benchmark in about 11 minutes on 2 shared
                                                           CPU cores (5-7 idle; measurements below)
