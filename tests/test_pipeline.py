@@ -11,6 +11,7 @@ import pytest
 from experiments.configs import lstm as lstm_configs
 from experiments.configs import pythia as pythia_configs
 from lira import rundir
+from resume_check import assert_killed_run_resumes
 from training import data as data_lib
 from training import pipeline
 from training import trainer
@@ -134,44 +135,9 @@ def test_assemble_names_groups_without_mu_or_sigma(tmp_path, finished_run):
                                   np.load(os.path.join(finished_run, f"{name}.npy")), err_msg=name)
 
 
-class Killed(BaseException):
-  """Stands in for SIGKILL/KeyboardInterrupt: not an Exception, so nothing catches it on the way."""
-
-
 @pytest.mark.slow
 def test_a_killed_run_resumes_to_identical_arrays(tmp_path, monkeypatch, finished_run):
-  run_dir = str(tmp_path / "run")
-  real_train = trainer.train_group
-  calls = []
-
-  def killed_in_second_group(*args, **kwargs):
-    calls.append(kwargs.get("progress"))
-    if len(calls) == 2:
-      raise Killed()
-    return real_train(*args, **kwargs)
-
-  monkeypatch.setattr(trainer, "train_group", killed_in_second_group)
-  with pytest.raises(Killed):
-    pipeline.run(tiny_cfg(), run_dir, progress=False)
-  assert os.path.exists(os.path.join(run_dir, "losses", "group_0000.npy"))
-  assert not os.path.exists(os.path.join(run_dir, "losses", "group_0001.npy"))
-  assert not os.path.exists(os.path.join(run_dir, "losses.npy"))
-
-  calls.clear()
-  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: (calls.append(1), real_train(*a, **k))[1])
-  assert pipeline.run(tiny_cfg(), run_dir, progress=False)
-  assert len(calls) == 1  # the finished group was skipped
-  for name in ("losses", "keep", "canaries"):
-    np.testing.assert_array_equal(np.load(os.path.join(run_dir, f"{name}.npy")),
-                                  np.load(os.path.join(finished_run, f"{name}.npy")), err_msg=name)
-
-  # Killed after the checkpoint was written but before its losses: restored, not retrained.
-  os.remove(os.path.join(run_dir, "losses", "group_0001.npy"))
-  os.remove(os.path.join(run_dir, "losses.npy"))
-  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("retrained a checkpointed group"))
-  assert pipeline.run(tiny_cfg(), run_dir, progress=False)
-  np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")),
-                                np.load(os.path.join(finished_run, "losses.npy")))
+  assert_killed_run_resumes(tiny_cfg(), str(tmp_path / "run"), finished_run, monkeypatch)
 
 
 @pytest.mark.slow

@@ -17,6 +17,7 @@ import pytest
 import models
 from experiments.configs import pixelcnn as pixelcnn_configs
 from lira import rundir
+from resume_check import assert_killed_run_resumes
 from test_trainer import LOSS_TOL, assert_trained_alike
 from training import canaries as canaries_lib
 from training import images
@@ -117,38 +118,9 @@ def test_in_worst_case_canaries_have_lower_loss_than_out(finished_run):
   assert (per_canary_gap_N > 0).mean() >= 0.75, per_canary_gap_N
 
 
-class Killed(BaseException):
-  """Stands in for SIGKILL: not an Exception, so nothing catches it on the way."""
-
-
 @pytest.mark.slow
 def test_a_killed_run_resumes_to_identical_arrays(tmp_path, monkeypatch, finished_run):
-  run_dir = str(tmp_path / "run")
-  real_train = trainer.train_group
-  calls = []
-
-  def killed_in_second_group(*args, **kwargs):
-    calls.append(1)
-    if len(calls) == 2:
-      raise Killed()
-    return real_train(*args, **kwargs)
-
-  monkeypatch.setattr(trainer, "train_group", killed_in_second_group)
-  with pytest.raises(Killed):
-    pipeline.run(tiny_cfg(), run_dir, progress=False)
-  assert not os.path.exists(os.path.join(run_dir, "losses.npy"))
-  monkeypatch.setattr(trainer, "train_group", real_train)
-  assert pipeline.run(tiny_cfg(), run_dir, progress=False)
-  for name in ("losses", "keep", "canaries"):
-    np.testing.assert_array_equal(np.load(os.path.join(run_dir, f"{name}.npy")),
-                                  np.load(os.path.join(finished_run, f"{name}.npy")), err_msg=name)
-  # killed after the checkpoint but before the losses: restored, not retrained
-  os.remove(os.path.join(run_dir, "losses", "group_0001.npy"))
-  os.remove(os.path.join(run_dir, "losses.npy"))
-  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("retrained a checkpointed group"))
-  assert pipeline.run(tiny_cfg(), run_dir, progress=False)
-  np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")),
-                                np.load(os.path.join(finished_run, "losses.npy")))
+  assert_killed_run_resumes(tiny_cfg(), str(tmp_path / "run"), finished_run, monkeypatch)
 
 
 @pytest.mark.parametrize("overrides, error, message", [
