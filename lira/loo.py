@@ -244,7 +244,8 @@ def _with_keep(features, keep_MxB):
 
 def _block_size(M, D, covariance):
   """Canaries per block, about 128 MiB of float64 temporaries. Cache-sized blocks (2 MiB per [M, B, D] temporary)
-  were 1.5-2x faster per block alone but 10-15% slower over a whole M = 484 run (BENCHMARKS.md, "Block size")."""
+  were 1.5-2x faster per block alone but 12-20% slower over a whole M = 484 run (BENCHMARKS.md, M = 484 "on a
+  quieter machine")."""
   per_canary = 8 * (12 * M * D + (8 * M * M if covariance == "oas" else 0))
   return int(max(1, min(4096, 128 * 2**20 // per_canary)))
 
