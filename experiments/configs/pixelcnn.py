@@ -3,6 +3,8 @@
 --config=experiments/configs/pixelcnn.py:cpu     sklearn digits (8 x 8, 17 levels), worst-case canaries, 2 CPU cores
 --config=experiments/configs/pixelcnn.py:paper   Table I: CIFAR-10, 64 models, 50 epochs, average-case canaries (GPU)
 --config=experiments/configs/pixelcnn.py:tiny    seconds of training, for tests
+--config=experiments/configs/pixelcnn.py:reproduce_average  REPRODUCTION.md's image runs: 64 models on digits, the
+--config=experiments/configs/pixelcnn.py:reproduce_worst    largest setting a 2-core CPU trains in about 90 minutes
 model.image_shape and model.num_levels must match the data (checked before training); config.json carries them,
 so later tools lay a canary's T = H * W losses out on the image grid.
 
@@ -41,6 +43,12 @@ def get_config(arg="cpu"):
     c.model.update(image_shape=(32, 32, 3), num_levels=256, nr_resnet=5, nr_filters=192, nr_logistic_mix=10,
                    dropout_p=0.5)
     c.train.update(epochs=50, batch_size=192, learning_rate=1e-3, weight_decay=0.0)
+  elif arg in ("reproduce_average", "reproduce_worst"):
+    # SIZING
+    c.data.update(heldout_fraction=0.4, max_train_images=0)
+    c.canaries.update(kind=arg.split("_")[1], num_canaries=700)
+    c.shadow.update(num_models=64, group_size=1)
+    c.train.update(epochs=50, learning_rate=1e-3)
   elif arg == "tiny":
     c.data.update(max_train_images=48)
     c.canaries.update(num_canaries=16)
@@ -48,5 +56,6 @@ def get_config(arg="cpu"):
     c.model.update(nr_filters=8, nr_logistic_mix=2, dropout_p=0.5)
     c.train.update(epochs=8, batch_size=16, learning_rate=1e-2)
   elif arg != "cpu":
-    raise InputError(f"unknown PixelCNN++ config {arg!r}: use cpu (default), paper or tiny")
+    raise InputError(f"unknown PixelCNN++ config {arg!r}: use cpu (default), paper, tiny, "
+                     "reproduce_average or reproduce_worst")
   return c

@@ -4,6 +4,8 @@
 --config=experiments/configs/pythia.py:pythia_tiny   CPU default (minutes): a small GPT-NeoX that the run pretrains
                                                      on the corpus first, saved as a Hugging Face folder
 --config=experiments/configs/pythia.py:tiny          seconds, for tests
+--config=experiments/configs/pythia.py:reproduce_worst    REPRODUCTION.md's GPT-NeoX runs: the largest fine-tuning
+--config=experiments/configs/pythia.py:reproduce_average  setting a 2-core CPU finishes in about 90 minutes (64 copies, T = 128)
 model.base is a Hugging Face folder, a hub id, or "pretrain" (pretrain model.arch on the train-split sequences
 that fine-tuning does not use, into RUN_DIR/base_model).
 """
@@ -33,6 +35,14 @@ def get_config(arg="pythia_tiny"):
     c.shadow.update(num_models=64, group_size=2)  # ~44 GB on one GPU in float32; see the README for FSDP
     c.model.update(base="EleutherAI/pythia-1b-deduped")
     c.train.update(epochs=7, batch_size=16, learning_rate=1e-4, weight_decay=1e-4, eval_batch_size=16)
+  elif arg in ("reproduce_worst", "reproduce_average"):
+    # The paper's 64 copies, T = 128 and 7 epochs; pythia_tiny's base model and fine-tuning optimiser (a base trained
+    # from scratch on a few MB, not Pythia-1b). SIZING
+    c.data.update(seq_len=128, max_train_sequences=750, heldout_fraction=0.1)
+    c.canaries.update(kind=arg.split("_")[1], num_canaries=2500)
+    c.shadow.update(num_models=64, group_size=2)
+    c.pretrain.update(max_sequences=12_000)
+    c.train.update(epochs=7)
   elif arg == "tiny":
     c.data.update(seq_len=12, max_train_sequences=64)
     c.tokenizer.update(vocab_size=300)
@@ -42,5 +52,6 @@ def get_config(arg="pythia_tiny"):
     c.pretrain.update(epochs=1, batch_size=16, max_sequences=128)
     c.train.update(epochs=2, batch_size=16, learning_rate=3e-3)
   elif arg != "pythia_tiny":
-    raise InputError(f"unknown Pythia config {arg!r}: use pythia_tiny (default), pythia or tiny")
+    raise InputError(f"unknown Pythia config {arg!r}: use pythia_tiny (default), pythia, tiny, "
+                     "reproduce_worst or reproduce_average")
   return c

@@ -1,0 +1,51 @@
+"""experiments.paper_table: the run's column equals its results.json, each test's A and B equal the pooled TPRs."""
+
+import json
+
+import numpy as np
+import pytest
+
+from experiments import paper_table
+from lira import metrics, report, synthetic
+from lira.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("run"))
+  synthetic.write_synthetic_run(path, num_models=8, num_canaries=300, seq_len=5, seed=2, shift=1.5)
+  report.evaluate_run(path, progress=False)  # default settings: results.json
+  return path
+
+
+def test_table_rows_and_paired_tests_agree_with_the_report_and_scores(run_dir):
+  table = paper_table.build(run_dir, setting="lstm_worst", n_boot=50)
+  with open(f"{run_dir}/results.json") as f:
+    results = json.load(f)
+  keep = np.load(f"{run_dir}/keep.npy")
+  for row, variant, paper in zip(table["rows"], results["variants"], paper_table.PAPER_TABLE_II["lstm_worst"]):
+    assert row["name"] == variant["name"] and row["paper"] == list(paper)
+    assert row["tpr"] == [variant["summary"]["tpr"][metrics.fpr_key(f)]["tpr"] for f in paper_table.FPRS]
+  assert [(t["a"], t["b"]) for t in table["tests"]] == [(a, b) for a, b, _ in paper_table.COMPARISONS]
+  for t in table["tests"]:
+    sa, sb = (np.load(f"{run_dir}/scores_{k}.npy") for k in (t["a"], t["b"]))
+    for e, fpr in zip(t["fprs"], paper_table.FPRS):
+      assert e["a"] == pytest.approx(metrics.tpr_at_fpr(sa, keep, fpr), abs=1e-12)
+      assert e["b"] == pytest.approx(metrics.tpr_at_fpr(sb, keep, fpr), abs=1e-12)
+      # 1,200 non-members resolve 0.1% but not 0.01%: the latter can never be called.
+      assert e["resolved"] == (fpr == 0.001)
+      assert e["verdict"] in ("holds", "reversed", "not resolved") and (e["resolved"] or e["verdict"] == "not resolved")
+  assert "| Univariate Class-Wise | 92.51 |" in paper_table.markdown(table)
+
+
+def test_verdict_reads_the_interval():
+  assert paper_table.verdict(np.array([0.01, 0.2]), True) == "holds"
+  assert paper_table.verdict(np.array([-0.2, -0.01]), True) == "reversed"
+  assert paper_table.verdict(np.array([-0.1, 0.2]), True) == "not resolved"
+  assert paper_table.verdict(np.array([0.01, 0.2]), False) == "not resolved"
+
+
+def test_a_run_without_a_report_is_a_one_line_error(tmp_path):
+  synthetic.write_synthetic_run(str(tmp_path), num_models=4, num_canaries=10, seq_len=3)
+  with pytest.raises(InputError, match="results.json: not found"):
+    paper_table.build(str(tmp_path))
