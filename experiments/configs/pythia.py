@@ -37,7 +37,11 @@ def get_config(arg="pythia_tiny"):
     c.train.update(epochs=7, batch_size=16, learning_rate=1e-4, weight_decay=1e-4, eval_batch_size=16)
   elif arg in ("reproduce_worst", "reproduce_average"):
     # The paper's 64 copies, T = 128 and 7 epochs; pythia_tiny's base model and fine-tuning optimiser (a base trained
-    # from scratch on a few MB, not Pythia-1b). SIZING
+    # from scratch on 12,000 sequences (1.5M tokens) of the corpus, not Pythia-1b). 750 fine-tuning sequences and
+    # 2,500 canaries (1,250 IN per copy) for 7 epochs: 875 steps of 16 x 128 tokens per copy. Measured: one group of
+    # two copies took 245 s while an LSTM run shared the 2 cores (which slowed that run 1.45x), so ~85 s per copy
+    # alone: about 90 minutes for 64 copies plus ~100 s of pretraining. Groups of 2 as pythia_tiny (faster than
+    # one copy per group at T = 32 on this CPU).
     c.data.update(seq_len=128, max_train_sequences=750, heldout_fraction=0.1)
     c.canaries.update(kind=arg.split("_")[1], num_canaries=2500)
     c.shadow.update(num_models=64, group_size=2)
