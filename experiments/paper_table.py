@@ -5,9 +5,11 @@ Reads an evaluated run folder (results.json and the scores_<variant>.npy that ev
 writes paper_table_<setting>.{md,json}: each variant's TPR at 0.1% and 0.01% FPR with its bootstrap interval next to
 the paper's, then the orderings the paper reads off its table, each as a paired-bootstrap difference over canaries
 (lira.compare): shared minus class-wise for every covariance, the sequence-aware shared variants minus univariate
-shared, and OAS class-wise minus univariate class-wise. A difference "holds" when its 95% interval is above 0,
-"reversed" when below, and is "not resolved" otherwise or when the FPR needs more non-members than the run has.
---setting=none leaves the paper's columns out.
+shared, and OAS class-wise minus univariate class-wise. The expected sign of a difference is the paper's at that FPR
+(positive where the paper's difference is 0 or there is no paper column: A beats B, the paper's general claim). The
+verdict "holds" when the 95% interval lies on the expected side of 0, "opposite" when it lies on the other side, and
+"not resolved" when it contains 0 or the FPR needs more non-members than the run has. --setting=none leaves the
+paper's columns out.
 """
 
 import json
@@ -42,7 +44,7 @@ COMPARISONS = (  # (A, B, what the paper says about A - B)
     ("oas-shared", "oas-classwise", "shared beats class-wise (OAS)"),
     ("independent-shared", "univariate-shared", "sequence-aware beats univariate (independent, shared)"),
     ("oas-shared", "univariate-shared", "sequence-aware beats univariate (OAS, shared)"),
-    ("oas-classwise", "univariate-classwise", "OAS class-wise vs univariate class-wise (far below on LSTM worst)"),
+    ("oas-classwise", "univariate-classwise", "OAS class-wise against univariate class-wise (far below on LSTM worst)"),
 )
 
 FLAGS = flags.FLAGS
@@ -55,10 +57,12 @@ flags.DEFINE_string("out_dir", None, "Where paper_table_<setting>.{md,json} go; 
 flags.mark_flags_as_required(["run_dir"])
 
 
-def verdict(diff_ci, resolved):
+def verdict(diff_ci, resolved, expected_sign=1):
+  """holds / opposite / not resolved: where the interval of A - B lies against the expected sign (+1 or -1)."""
   if not resolved or not np.all(np.isfinite(diff_ci)):
     return "not resolved"
-  return "holds" if diff_ci[0] > 0 else "reversed" if diff_ci[1] < 0 else "not resolved"
+  lo, hi = expected_sign * np.asarray(diff_ci, float)[::expected_sign]
+  return "holds" if lo > 0 else "opposite" if hi < 0 else "not resolved"
 
 
 def _pct(x):
@@ -109,10 +113,13 @@ def build(run_dir, results_name="results.json", setting="none", n_boot=1000, see
                                   FPRS, n_boot=n_boot, seed=seed, valid_MxN=valid_MxN)
     n_neg = int((~keep_MxN & valid_MxN).sum())
     per_fpr = []
-    for f in FPRS:
+    for i, f in enumerate(FPRS):
       e = d["tpr"][metrics.fpr_key(f)]
-      per_fpr.append({**e, "resolved": metrics.is_resolved(n_neg, f),
-                      "verdict": verdict(np.asarray(e["ci"], float), metrics.is_resolved(n_neg, f))})
+      paper_diff = None if paper is None else round(paper[VARIANTS.index(a)][i] - paper[VARIANTS.index(b)][i], 2)
+      sign = -1 if paper_diff is not None and paper_diff < 0 else 1
+      ok = metrics.is_resolved(n_neg, f)
+      per_fpr.append({**e, "paper_diff": paper_diff, "expected_sign": sign, "resolved": ok,
+                      "verdict": verdict(np.asarray(e["ci"], float), ok, sign)})
     tests.append({"a": a, "b": b, "claim": claim, "fprs": per_fpr})
   return {"schema": "seqlira.paper_table", "run_dir": run_dir, "results": results_name, "setting": setting,
           "shape": results.get("shape"), "n_boot": n_boot, "seed": seed, "rows": rows, "tests": tests}
@@ -129,14 +136,17 @@ def markdown(table):
     lines.append(f"| {r['name']} | {'-' if p[0] is None else f'{p[0]:.2f}'} | {cells[0]} | "
                  f"{'-' if p[1] is None else f'{p[1]:.2f}'} | {cells[1]} | {r['auc']:.4f} |")
   lines += ["", f"Paired differences A - B in TPR points, {table['n_boot']} bootstrap replicates over canaries "
-            "(95% percentile interval; p = share of replicates with A - B <= 0):", "",
-            "| A - B | at 0.1% FPR | verdict | at 0.01% FPR | verdict |", "|---|---:|---|---:|---|"]
+            "(95% percentile interval; p = share of replicates with A - B <= 0); the verdict compares the sign with "
+            "the paper's (A > B where the paper has no column or a tie):", "",
+            "| A - B | paper 0.1% | run 0.1% | verdict | paper 0.01% | run 0.01% | verdict |",
+            "|---|---:|---:|---|---:|---:|---|"]
   for t in table["tests"]:
     cells = []
     for e in t["fprs"]:
       lo, hi = e["ci"]
-      cells += [f"{100 * e['diff']:+.2f} [{_pct(lo)}, {_pct(hi)}] p={e['p_le_0']:.3f}", e["verdict"]]
-    lines.append(f"| {t['a']} - {t['b']} | {cells[0]} | {cells[1]} | {cells[2]} | {cells[3]} |")
+      cells += ["-" if e["paper_diff"] is None else f"{e['paper_diff']:+.2f}",
+                f"{100 * e['diff']:+.2f} [{_pct(lo)}, {_pct(hi)}] p={e['p_le_0']:.3f}", e["verdict"]]
+    lines.append(f"| {t['a']} - {t['b']} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
 

@@ -34,13 +34,19 @@ def test_table_rows_and_paired_tests_agree_with_the_report_and_scores(run_dir):
       assert e["b"] == pytest.approx(metrics.tpr_at_fpr(sb, keep, fpr), abs=1e-12)
       # 1,200 non-members resolve 0.1% but not 0.01%: the latter can never be called.
       assert e["resolved"] == (fpr == 0.001)
-      assert e["verdict"] in ("holds", "reversed", "not resolved") and (e["resolved"] or e["verdict"] == "not resolved")
+      assert e["verdict"] in ("holds", "opposite", "not resolved") and (e["resolved"] or e["verdict"] == "not resolved")
   assert "| Univariate Class-Wise | 92.51 |" in paper_table.markdown(table)
+  # The paper's LSTM worst column has OAS class-wise 69.32 points below univariate class-wise at 0.1%: expected < 0.
+  last = table["tests"][-1]["fprs"][0]
+  assert last["paper_diff"] == -69.32 and last["expected_sign"] == -1
 
 
 def test_verdict_reads_the_interval():
   assert paper_table.verdict(np.array([0.01, 0.2]), True) == "holds"
-  assert paper_table.verdict(np.array([-0.2, -0.01]), True) == "reversed"
+  assert paper_table.verdict(np.array([-0.2, -0.01]), True) == "opposite"
+  assert paper_table.verdict(np.array([-0.2, -0.01]), True, expected_sign=-1) == "holds"
+  assert paper_table.verdict(np.array([0.01, 0.2]), True, expected_sign=-1) == "opposite"
+  assert paper_table.verdict(np.array([-0.01, 0.2]), True, expected_sign=-1) == "not resolved"
   assert paper_table.verdict(np.array([-0.1, 0.2]), True) == "not resolved"
   assert paper_table.verdict(np.array([0.01, 0.2]), False) == "not resolved"
 
