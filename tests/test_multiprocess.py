@@ -31,10 +31,10 @@ def _free_port():
     return s.getsockname()[1]
 
 
-def _start_two(run_dir):
+def _start_two(run_dir, *extra):
   port = _free_port()
   return [subprocess.Popen(_command(run_dir, "--num_processes=2", f"--process_id={p}",
-                                    f"--coordinator_address=127.0.0.1:{port}"),
+                                    f"--coordinator_address=127.0.0.1:{port}", *extra),
                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
           for p in (0, 1)]
 
@@ -111,7 +111,9 @@ def test_sigterm_keeps_finished_groups_exits_143_and_the_rerun_resumes(tmp_path,
 @pytest.mark.slow
 def test_sigterm_to_one_distributed_process_stops_both(tmp_path):
   run_dir = str(tmp_path / "run")
-  procs = _start_two(run_dir)
+  # 16 models and 100 epochs: after process 1's first group it still has three groups of seconds each, so the signal
+  # always lands mid-run (with 8 models and 2 epochs a loaded machine let both processes finish before it arrived)
+  procs = _start_two(run_dir, "--config.shadow.num_models=16", "--config.train.epochs=100")
   _wait_for(os.path.join(run_dir, "losses", "group_0001.npy"), procs)
   procs[1].send_signal(signal.SIGTERM)
   t0 = time.monotonic()

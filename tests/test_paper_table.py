@@ -1,12 +1,11 @@
-"""experiments.paper_table: the run's column equals its results.json, each test's A and B equal the pooled TPRs."""
+"""lira.paper_table (the paper_table command): the run's column equals its results.json, each test's A and B equal the pooled TPRs."""
 
 import json
 
 import numpy as np
 import pytest
 
-from experiments import paper_table
-from lira import metrics, report, synthetic
+from lira import metrics, paper_table, report, synthetic
 from lira.errors import InputError
 
 
