@@ -45,18 +45,8 @@ def verdict(diff_ci, resolved, expected_sign=1):
   """holds / opposite / not resolved: where the interval of A - B lies against the expected sign (+1 or -1)."""
   if not resolved or not np.all(np.isfinite(diff_ci)):
     return "not resolved"
-  lo, hi = expected_sign * np.asarray(diff_ci, float)[::expected_sign]
+  lo, hi = sorted(expected_sign * np.asarray(diff_ci, float))  # the interval of sign * (A - B)
   return "holds" if lo > 0 else "opposite" if hi < 0 else "not resolved"
-
-
-def _pct(x):
-  return "-" if x is None else f"{100 * x:.2f}"
-
-
-def _cell(entry):
-  lo, hi = entry["ci"]
-  mark = "" if entry["resolved"] else " (n/r)"
-  return f"{100 * entry['tpr']:.2f} [{_pct(lo)}, {_pct(hi)}]{mark}"
 
 
 def load_scores(run_dir, results):
@@ -83,23 +73,23 @@ def build(run_dir, results_name="results.json", setting="none", n_boot=1000, see
   keep_MxN = rundir.load_npy(os.path.join(run_dir, "keep.npy")).astype(bool)
   scores = load_scores(run_dir, results)
   rows = []
-  paper = PAPER_TABLE_II.get(setting)
-  summaries = {r["name"]: r["summary"] for r in results["variants"] + results.get("attacks", [])}
-  for i, (name, s) in enumerate(summaries.items()):
+  paper = dict(zip(VARIANTS, PAPER_TABLE_II[setting])) if setting in PAPER_TABLE_II else None
+  for r in results["variants"] + results.get("attacks", []):
+    key = evaluation.variant_key((r["name"], r["covariance"], r["shared"])) if "covariance" in r else None
+    s = r["summary"]
     entries = [s["tpr"][metrics.fpr_key(f)] for f in FPRS]
-    rows.append({"name": name, "paper": list(paper[i]) if paper and i < len(VARIANTS) else None,
+    rows.append({"name": r["name"], "paper": list(paper[key]) if paper and key in paper else None,
                  "tpr": [e["tpr"] for e in entries], "ci": [e["ci"] for e in entries],
                  "resolved": [e["resolved"] for e in entries], "auc": s["auc"]})
   tests = []
   for a, b, claim in COMPARISONS:
-    valid_MxN = np.isfinite(scores[a]) & np.isfinite(scores[b])
-    d = compare.paired_difference(np.where(valid_MxN, scores[a], 0.0), np.where(valid_MxN, scores[b], 0.0), keep_MxN,
-                                  FPRS, n_boot=n_boot, seed=seed, valid_MxN=valid_MxN)
+    valid_MxN = np.isfinite(scores[a]) & np.isfinite(scores[b])  # pairs evaluate left unscored are NaN
+    d = compare.paired_difference(scores[a], scores[b], keep_MxN, FPRS, n_boot=n_boot, seed=seed, valid_MxN=valid_MxN)
     n_neg = int((~keep_MxN & valid_MxN).sum())
     per_fpr = []
     for i, f in enumerate(FPRS):
       e = d["tpr"][metrics.fpr_key(f)]
-      paper_diff = None if paper is None else round(paper[VARIANTS.index(a)][i] - paper[VARIANTS.index(b)][i], 2)
+      paper_diff = None if paper is None else round(paper[a][i] - paper[b][i], 2)
       sign = -1 if paper_diff is not None and paper_diff < 0 else 1
       ok = metrics.is_resolved(n_neg, f)
       per_fpr.append({**e, "paper_diff": paper_diff, "expected_sign": sign, "resolved": ok,
@@ -116,7 +106,7 @@ def markdown(table):
            "|---|---:|---:|---:|---:|---:|"]
   for r in table["rows"]:
     p = r["paper"] or (None, None)
-    cells = [_cell({"tpr": t, "ci": c, "resolved": ok}) for t, c, ok in zip(r["tpr"], r["ci"], r["resolved"])]
+    cells = [metrics._cell(t, c) + ("" if ok else " (n/r)") for t, c, ok in zip(r["tpr"], r["ci"], r["resolved"])]
     lines.append(f"| {r['name']} | {'-' if p[0] is None else f'{p[0]:.2f}'} | {cells[0]} | "
                  f"{'-' if p[1] is None else f'{p[1]:.2f}'} | {cells[1]} | {r['auc']:.4f} |")
   lines += ["", f"Paired differences A - B in TPR points, {table['n_boot']} bootstrap replicates over canaries "
@@ -129,6 +119,6 @@ def markdown(table):
     for e in t["fprs"]:
       lo, hi = e["ci"]
       cells += ["-" if e["paper_diff"] is None else f"{e['paper_diff']:+.2f}",
-                f"{100 * e['diff']:+.2f} [{_pct(lo)}, {_pct(hi)}] p={e['p_le_0']:.3f}", e["verdict"]]
+                f"{100 * e['diff']:+.2f} [{metrics._pct(lo)}, {metrics._pct(hi)}] p={e['p_le_0']:.3f}", e["verdict"]]
     lines.append(f"| {t['a']} - {t['b']} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
