@@ -140,8 +140,95 @@ def test_pixel_nll_matches_scipy(C, L):
     assert not (interior_C[:, None] & (np.abs(prob_CxK / dl.TINY_PROB - 1) < 1e-2)).any()
     tiny += int(tiny_CxK.any())
     edges += int((~interior_C).any())
-    assert abs(got_N[i] - ref) <= tolerance(max_u, C), (i, got_N[i], ref)
+    assert got_N[i] >= 0 and abs(got_N[i] - ref) <= tolerance(max_u, C), (i, got_N[i], ref)
   assert tiny > 10 and edges >= 60  # the tiny-probability branch and the edge bins were exercised
+
+
+def reference_small_nll(levels_C, params_P, L, K):
+  """float64 NLL of a well-predicted pixel from the complements: -log(1 - q), q = sum_k pi_k (1 - prod_c p_ck).
+
+  Each 1 - p_ck is the logistic mass outside the bin, taken from scipy's tails (sf / cdf are accurate where they
+  are tiny), and 1 - prod_c p_c = sum_c prod_{c' < c} p_c' (1 - p_c); nothing cancels, so q keeps float64
+  relative precision however small it is (a log-sum-exp of log p would keep only its absolute precision)."""
+  log_pi_K, prob_CxK, tiny_CxK, _, max_u = reference_channel_probs(levels_C, params_P, L, K)
+  assert not tiny_CxK.any(), "precondition: a well-predicted pixel has no bin in the tiny branch"
+  C = len(levels_C)
+  params_P = np.asarray(params_P, np.float64)
+  rest_CxJ = params_P[K:].reshape(C, -1)
+  h = 1.0 / (L - 1)
+  x_C = 2.0 * np.asarray(levels_C) / (L - 1) - 1.0
+  q = 0.0
+  for k in range(K):
+    m_C = rest_CxJ[:, k].copy()
+    if C == 3:
+      a, b, g = np.tanh(rest_CxJ[:, 2 * K + k])
+      m_C[1] += a * x_C[0]
+      m_C[2] += b * x_C[0] + g * x_C[1]
+    q_k, p_before = 0.0, 1.0
+    for c in range(C):
+      s = np.exp(max(rest_CxJ[c, K + k], -7.0))
+      below = scipy.stats.logistic.cdf(x_C[c] - h, m_C[c], s) if levels_C[c] > 0 else 0.0
+      above = scipy.stats.logistic.sf(x_C[c] + h, m_C[c], s) if levels_C[c] < L - 1 else 0.0
+      q_k += p_before * (below + above)
+      p_before *= prob_CxK[c, k]
+    q += np.exp(log_pi_K[k]) * q_k
+  return -np.log1p(-q), max_u
+
+
+@pytest.mark.parametrize("C, L", [(1, 17), (3, 256)])
+def test_pixel_nll_keeps_relative_precision_for_well_predicted_pixels(C, L):
+  """Pixels predicted with probability 1 - 1e-30 .. 1 - 1e-2: the float32 NLL is >= 0 and within a few float32
+  eps of the float64 value relative to itself (a plain log-sum-exp returns 0 or -6e-8 for most of them)."""
+  rng = np.random.default_rng(2)
+  n = 300
+  levels_NxC = rng.integers(0, L, (n, C))
+  levels_NxC[: n // 3] = 0
+  levels_NxC[n // 3: 2 * n // 3] = L - 1
+  x_NxC = 2.0 * levels_NxC / (L - 1) - 1.0
+  h = 1.0 / (L - 1)
+  interior_NxCx1 = ((levels_NxC > 0) & (levels_NxC < L - 1))[..., None]
+  # Every component puts its bin u0 ~ U(3, 65) logistic scales from its mean (the same u0 for a pixel's components
+  # and channels, so the pixel's 1 - p is about e^-u0, from 5e-2 down to 6e-29): edge bins by a mean u0 scales
+  # inside the edge, interior bins by a scale of h / u0 (centred means). The scale clamp e^-7 caps an interior
+  # u0 at h e^7 (68 for L = 17, 4.3 for L = 256, whose interior pixels stay poorly predicted).
+  u0_Nx1x1 = rng.uniform(3.0, 65.0, (n, 1, 1))
+  s_NxCxK = np.where(interior_NxCx1, np.maximum(h / u0_Nx1x1, np.exp(-7.0)), np.exp(rng.uniform(-7.0, -3.0, (n, C, K))))
+  log_s_NxCxK = np.log(s_NxCxK)
+  m_NxCxK = np.where((levels_NxC == 0)[..., None], x_NxC[..., None] + h - u0_Nx1x1 * s_NxCxK,
+                     np.where((levels_NxC == L - 1)[..., None], x_NxC[..., None] - h + u0_Nx1x1 * s_NxCxK,
+                              x_NxC[..., None] + rng.uniform(-0.2, 0.2, (n, C, K)) * s_NxCxK))
+  raw_NxCxK = rng.normal(size=(n, C, K))
+  if C == 3:  # coupled means: store mu so that mu + coupling lands on the chosen mean
+    a, b, g = np.tanh(raw_NxCxK[:, 0]), np.tanh(raw_NxCxK[:, 1]), np.tanh(raw_NxCxK[:, 2])
+    m_NxCxK[:, 1] -= a * x_NxC[:, [0]]
+    m_NxCxK[:, 2] -= b * x_NxC[:, [0]] + g * x_NxC[:, [1]]
+  rest = np.stack([m_NxCxK, log_s_NxCxK] + ([raw_NxCxK] if C == 3 else []), axis=2)  # [n, C, J, K]
+  params_NxP = np.concatenate([2 * rng.normal(size=(n, K)), rest.reshape(n, -1)], axis=1).astype(np.float32)
+  got_N = np.asarray(nll_jit(levels_NxC, params_NxP, L, K)).astype(np.float64)
+  refs = [reference_small_nll(levels_NxC[i], params_NxP[i], L, K) for i in range(n)]
+  ref_N = np.array([r[0] for r in refs])
+  assert ref_N.min() < 1e-25 and ref_N.max() > 1e-3 and (ref_N < 1e-7).mean() > 0.4  # the range the test is about
+  assert (got_N >= 0).all()
+  # Relative error: every log-domain term v (log sigma of u, log pi, their sums and log-sum-exps) is rounded to a
+  # few eps (1 + |v|) absolutely, i.e. q and -log(1 - q) ~ q to that much relatively; |v| <= max |u| + |log q|
+  # (+ the log-weights, |logits| <= ~8). 16 C eps (10 + max |u| + |log ref|) covers that with margin.
+  for i in range(n):
+    bound = 16 * C * EPS32 * (10 + refs[i][1] + abs(np.log(ref_N[i])))
+    assert abs(got_N[i] - ref_N[i]) <= bound * ref_N[i], (i, got_N[i], ref_N[i])
+
+
+def test_pixel_nll_gradients_are_finite_at_extremes():
+  """Certain pixels (p = 1 in float32), impossible ones and the tiny branch: the NLL and its gradient are finite."""
+  L = 17
+  levels_NxC = np.array([[0], [L - 1], [8], [0], [8]])
+  params_NxP = np.zeros((5, dl.num_params(1, K)), np.float32)
+  params_NxP[:, K:2 * K] = [[-5.0] * K, [5.0] * K, [0.0] * K, [5.0] * K, [0.7] * K]  # means
+  params_NxP[:, 2 * K:] = -9.0  # log-scales below the clamp
+  nll_N, grad_NxP = jax.vmap(jax.value_and_grad(dl.pixel_nll, argnums=1), (0, 0, None, None))(
+      levels_NxC, params_NxP, L, K)
+  assert np.isfinite(nll_N).all() and np.isfinite(grad_NxP).all()
+  # edge pixels 4,452 scales inside their bin: q underflows to 0; the interior one 68.5 scales: 2 e^-68.5
+  assert (nll_N[:2] == 0).all() and 0 < nll_N[2] < 1e-29 and (nll_N[3:] > 10).all()
 
 
 def test_unpack_rejects_wrong_parameter_count():
