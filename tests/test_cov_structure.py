@@ -1,0 +1,77 @@
+"""lira.cov_structure: the statistic against numpy's corrcoef, the p-value against a brute-force count, and the
+test's behaviour on independent and on correlated positions."""
+
+import numpy as np
+import pytest
+import scipy.stats
+
+from lira import cov_structure
+from lira import transforms
+from lira.errors import InputError
+
+
+def brute_statistic(x_SxT):
+  keep = x_SxT.std(axis=0) > 0
+  r = np.corrcoef(x_SxT[:, keep], rowvar=False)
+  t = r.shape[0]
+  return sum(abs(r[i, j]) for i in range(t) for j in range(t) if i != j) / (t * (t - 1))
+
+
+def test_statistic_matches_corrcoef_and_skips_constant_columns():
+  rng = np.random.default_rng(0)
+  x = rng.normal(size=(12, 7))
+  x[:, 3] = 2.5  # constant: no correlation defined
+  # corrcoef and the normalised Gram matrix round differently by a few float64 eps per entry
+  assert abs(cov_structure.mean_abs_offdiag_corr(x) - brute_statistic(x)) < 1e-12
+  assert np.isnan(cov_structure.mean_abs_offdiag_corr(np.ones((5, 3))))
+
+
+def test_pvalue_equals_brute_force_count():
+  rng = np.random.default_rng(1)
+  x = rng.normal(size=(10, 6))
+  observed, p = cov_structure.permutation_test(x, num_permutations=50, rng=123)
+  rng2 = np.random.default_rng(123)  # the same draws, permuted one column at a time by a loop
+  hits = 0
+  for _ in range(50):
+    order = np.argsort(rng2.random(x.shape), axis=0)
+    y = np.column_stack([x[order[:, t], t] for t in range(x.shape[1])])
+    hits += brute_statistic(y) >= brute_statistic(x) - 1e-12
+  assert observed == pytest.approx(brute_statistic(x), abs=1e-12)
+  assert p == (1 + hits) / 51
+
+
+def test_independent_positions_reject_at_the_nominal_rate_and_correlated_ones_always():
+  rng = np.random.default_rng(2)
+  M, N, T = 16, 300, 10
+  keep = np.zeros((M, N), bool)
+  keep[:8] = True
+  independent = rng.normal(size=(M, N, T))
+  _, p_ind = cov_structure.canaries_test(independent, keep, num_permutations=19, seed=0)
+  # Under the null the p-value is uniform on {1/20, ..., 1}: P(p <= 0.05) = 0.05 exactly. 300 canaries: the count
+  # is Binomial(300, 0.05); reject only beyond its 99.99% quantile on either side.
+  lo, hi = scipy.stats.binom.ppf([1e-4, 1 - 1e-4], N, 0.05)
+  assert lo <= (p_ind <= 0.05).sum() <= hi
+  factor = rng.normal(size=(M, N, 1))
+  correlated = factor + 0.3 * rng.normal(size=(M, N, T))  # correlation ~0.92 between every pair of positions
+  observed, p_cor = cov_structure.canaries_test(correlated, keep, num_permutations=19, seed=0)
+  assert (p_cor == 1 / 20).all() and (observed > 0.5).all()  # population 0.92; 8 models per class scatter it
+
+
+def test_bad_input_is_named():
+  with pytest.raises(InputError, match="S >= 3"):
+    cov_structure.permutation_test(np.zeros((2, 4)))
+  with pytest.raises(InputError, match="disagree"):
+    cov_structure.canaries_test(np.zeros((4, 3, 2)), np.zeros((4, 2), bool))
+
+
+def test_summarize_reads_the_first_canaries_and_positions_of_a_run():
+  rng = np.random.default_rng(3)
+  loss = rng.exponential(size=(10, 30, 12)).astype(np.float32)
+  keep = np.zeros((10, 30), bool)
+  keep[:5] = True
+  d = cov_structure.summarize(loss, keep, max_canaries=20, max_positions=8, num_permutations=9)
+  obs, p = cov_structure.canaries_test(transforms.to_statistic(loss[:, :20, :8]), keep[:, :20], num_permutations=9,
+                                       seed=0)
+  assert d["canaries"] == 20 and d["positions"] == 8 and d["models_per_canary"] == [5, 5]
+  assert d["share_p_le_0.05"] == round(float((p <= 0.05).mean()), 4)
+  assert d["median_statistic"] == round(float(np.median(obs)), 4)
