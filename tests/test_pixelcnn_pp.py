@@ -33,6 +33,16 @@ GREY = PixelCNNConfig(image_shape=(8, 8, 1), num_levels=17, nr_resnet=1, nr_filt
 # ---------------------------------------------------------------- float64 reference
 
 
+def component_means(rest_CxJ, x_C, K, k):
+  """Component k's channel means, RGB ones coupled to the observed earlier channels (float64)."""
+  m_C = rest_CxJ[:, k].copy()
+  if len(x_C) == 3:
+    a, b, g = np.tanh(rest_CxJ[:, 2 * K + k])
+    m_C[1] += a * x_C[0]
+    m_C[2] += b * x_C[0] + g * x_C[1]
+  return m_C
+
+
 def reference_channel_probs(levels_C, params_P, L, K):
   """Per channel and component: exact bin probability, whether the tiny branch applies, log-prob used, max |u|."""
   C = len(levels_C)
@@ -44,11 +54,7 @@ def reference_channel_probs(levels_C, params_P, L, K):
   prob_CxK, tiny_CxK, lp_CxK = np.zeros((C, K)), np.zeros((C, K), bool), np.zeros((C, K))
   max_u = 0.0
   for k in range(K):
-    m_C = rest_CxJ[:, k].copy()
-    if C == 3:
-      a, b, g = np.tanh(rest_CxJ[:, 2 * K + k])
-      m_C[1] += a * x_C[0]
-      m_C[2] += b * x_C[0] + g * x_C[1]
+    m_C = component_means(rest_CxJ, x_C, K, k)
     for c in range(C):
       s = np.exp(max(rest_CxJ[c, K + k], -7.0))
       lo, hi = x_C[c] - h, x_C[c] + h
@@ -159,11 +165,7 @@ def reference_small_nll(levels_C, params_P, L, K):
   x_C = 2.0 * np.asarray(levels_C) / (L - 1) - 1.0
   q = 0.0
   for k in range(K):
-    m_C = rest_CxJ[:, k].copy()
-    if C == 3:
-      a, b, g = np.tanh(rest_CxJ[:, 2 * K + k])
-      m_C[1] += a * x_C[0]
-      m_C[2] += b * x_C[0] + g * x_C[1]
+    m_C = component_means(rest_CxJ, x_C, K, k)
     q_k, p_before = 0.0, 1.0
     for c in range(C):
       s = np.exp(max(rest_CxJ[c, K + k], -7.0))
