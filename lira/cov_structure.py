@@ -11,6 +11,7 @@ Positions constant across the models (no spread) are left out of the correlation
 
 import numpy as np
 
+from lira import transforms
 from lira.errors import InputError
 
 
@@ -72,7 +73,6 @@ def summarize(loss_MxNxT, keep_MxN, *, max_canaries=700, max_positions=64, membe
     python -c "import numpy as np; from lira import cov_structure as c; d = 'runs/RUN/';
                print(c.summarize(np.load(d + 'losses.npy', mmap_mode='r'), np.load(d + 'keep.npy')))"
   """
-  from lira import transforms  # pylint: disable=import-outside-toplevel
   n, t = min(np.shape(loss_MxNxT)[1], max_canaries), min(np.shape(loss_MxNxT)[2], max_positions)
   keep_MxN = np.asarray(keep_MxN, bool)[:, :n]
   stat_MxNxT = transforms.to_statistic(np.asarray(loss_MxNxT[:, :n, :t]), statistic)
