@@ -1,0 +1,123 @@
+"""The first finished models of a shadow run as a run folder of their own (experiments/partial_run.py).
+
+A run of M models trains group after group and writes each group's canary losses to RUN_DIR/losses/group_GGGG.npy;
+losses.npy [M, N, T] appears only when every group is done. When a run has to stop early, its first K finished
+models are still a complete experiment: their losses [K, N, T] and membership keep.npy[:K] are what a K-model run
+with that membership would have produced. Membership was drawn for M models (each canary IN for exactly M/2 of
+them), so among the first K a canary's IN count varies around K/2; the leave-one-out evaluation handles unequal
+counts, and a canary the K models leave with no IN or no OUT model is refused there by name.
+"""
+
+import json
+import os
+
+import numpy as np
+
+from lira import rundir
+from lira.errors import InputError, MissingFileError
+
+COPIED = ("canaries.npy", "mask.npy", "tokenizer.json")  # run files that do not depend on the number of models
+STATS = ("mu", "sigma")  # a language model's per-token extras, kept when every group has them
+
+
+def _groups(num_models, group_size):
+  return [list(range(s, min(s + group_size, num_models))) for s in range(0, num_models, group_size)]
+
+
+def _losses_path(run_dir, g):
+  return os.path.join(run_dir, "losses", f"group_{g:04d}.npy")
+
+
+def read_config(run_dir):
+  """The run's config.json as a dict; MissingFileError / InputError name the file."""
+  path = os.path.join(run_dir, "config.json")
+  if not os.path.exists(path):
+    raise MissingFileError(f"{path} does not exist: not a run folder of experiments.train_shadows")
+  with open(path) as f:
+    try:
+      config = json.load(f)
+    except json.JSONDecodeError as e:
+      raise InputError(f"{path}: not valid JSON ({e})") from e
+  shadow = config.get("shadow", {})
+  if not all(isinstance(shadow.get(k), int) and shadow[k] > 0 for k in ("num_models", "group_size")):
+    raise InputError(f"{path}: needs shadow.num_models and shadow.group_size (positive integers)")
+  return config
+
+
+def finished_models(run_dir, config):
+  """Number of models in the leading groups whose losses file exists (groups finish in order in one process)."""
+  k = 0
+  for g, ids in enumerate(_groups(config["shadow"]["num_models"], config["shadow"]["group_size"])):
+    if not os.path.exists(_losses_path(run_dir, g)):
+      break
+    k = ids[-1] + 1
+  return k
+
+
+def write_partial_run(run_dir, out_dir, num_models=None):
+  """Write out_dir as a run folder of the first num_models models of run_dir (default: every leading finished one).
+
+  Checks everything before writing: out_dir is not run_dir and holds no run, num_models ends a group, and every
+  group it needs is finished. Returns (the new config, the paths written).
+  """
+  config = read_config(run_dir)
+  M, G = config["shadow"]["num_models"], config["shadow"]["group_size"]
+  if os.path.abspath(out_dir) == os.path.abspath(run_dir):
+    raise InputError("--out_run_dir must differ from --run_dir (the partial run is a new folder)")
+  done = finished_models(run_dir, config)
+  K = done if num_models is None else int(num_models)
+  if K < 4:
+    what = f"only {done} leading models are finished" if num_models is None else f"--num_models={K}"
+    raise InputError(f"{run_dir}: {what}; a leave-one-out evaluation needs at least 4 models")
+  if K > M:
+    raise InputError(f"--num_models={K} exceeds the run's {M} models")
+  groups = [ids for ids in _groups(M, G) if ids[0] < K]
+  if groups[-1][-1] + 1 != K:
+    raise InputError(f"--num_models={K} splits group {len(groups) - 1} (models {groups[-1][0]}-{groups[-1][-1]}); "
+                     f"use a multiple of shadow.group_size={G}")
+  missing = [_losses_path(run_dir, g) for g in range(len(groups)) if not os.path.exists(_losses_path(run_dir, g))]
+  if missing:
+    raise MissingFileError(f"{missing[0]} does not exist: group {len(groups) - len(missing)} of the first {K} "
+                           f"models is not finished ({done} leading models are)")
+  keep_path = os.path.join(run_dir, "keep.npy")
+  if not os.path.exists(keep_path):
+    raise MissingFileError(f"{keep_path} does not exist")
+  keep_MxN = rundir.load_npy(keep_path)
+  if keep_MxN.shape[0] != M:
+    raise InputError(f"{keep_path}: {keep_MxN.shape[0]} rows, but config.json says {M} models")
+  parts = [_losses_path(run_dir, g) for g in range(len(groups))]
+  shapes = [rundir.load_npy(p, mmap=True).shape for p in parts]
+  for p, s, ids in zip(parts, shapes, groups):
+    if len(s) != 3 or s[0] != len(ids) or s[1] != keep_MxN.shape[1]:
+      raise InputError(f"{p}: shape {s}, expected [{len(ids)}, N={keep_MxN.shape[1]}, T]")
+  if found := [f for f in rundir.RUN_FILES if os.path.exists(os.path.join(out_dir, f))]:
+    raise InputError(f"{out_dir} already holds a run ({', '.join(found)}); choose another --out_run_dir")
+  rundir.check_writable(out_dir, "choose another --out_run_dir")
+  written = []
+
+  def save(name, array):
+    path = os.path.join(out_dir, name)
+    rundir.save_npy(path, array)
+    written.append(path)
+
+  save("losses.npy", np.concatenate([rundir.load_npy(p) for p in parts]))
+  save("keep.npy", keep_MxN[:K])
+  for stat in STATS:
+    stat_parts = [p[:-len(".npy")] + f"_{stat}.npy" for p in parts]
+    if all(os.path.exists(p) for p in stat_parts):
+      save(f"{stat}.npy", np.concatenate([rundir.load_npy(p) for p in stat_parts]))
+  for name in COPIED:
+    if os.path.exists(os.path.join(run_dir, name)):
+      path = os.path.join(out_dir, name)
+      with open(os.path.join(run_dir, name), "rb") as f:
+        rundir.save_bytes(path, f.read())
+      written.append(path)
+  new = json.loads(json.dumps(config))
+  new["shadow"]["num_models"] = K
+  new["partial_of"] = {"run_dir": os.path.abspath(run_dir), "num_models": M, "models": [0, K],
+                       "note": f"the first {K} of {M} models; membership drawn for {M} models"}
+  path = os.path.join(out_dir, "config.json")
+  rundir.save_json(path, new)
+  written.append(path)
+  return new, written
+
