@@ -2,10 +2,10 @@
 
 With S models in T positions the sample correlation of independent positions is not 0 (its mean magnitude is
 0.14 for S = 32 independent Gaussian pairs: independent_abs_corr), so a heatmap alone cannot tell structure from
-noise. For each canary the statistic is the mean absolute off-diagonal sample correlation of its [S, T] matrix (S models of one class);
-the null distribution comes from permuting every position's column across the models independently, which keeps
-each position's values and destroys the dependence between positions. The p-value counts the permutations whose
-statistic reaches the observed one, (1 + #{null >= observed}) / (1 + P), so it is never 0.
+noise. For each canary the statistic is the mean absolute off-diagonal sample correlation of its [S, T] matrix
+(S models of one class); the null distribution comes from permuting every position's column across the models
+independently, which keeps each position's values and destroys the dependence between positions. The p-value counts
+the permutations whose statistic reaches the observed one, (1 + #{null >= observed}) / (1 + P), so it is never 0.
 Positions constant across the models (no spread) are left out of the correlation.
 """
 

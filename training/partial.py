@@ -15,17 +15,14 @@ import numpy as np
 
 from lira import rundir
 from lira.errors import InputError, MissingFileError
+from models import LM_STATS  # a language model's per-token extras, kept when every group has them
+from training import run_layout
 
 COPIED = ("canaries.npy", "mask.npy", "tokenizer.json")  # run files that do not depend on the number of models
-STATS = ("mu", "sigma")  # a language model's per-token extras, kept when every group has them
-
-
-def _groups(num_models, group_size):
-  return [list(range(s, min(s + group_size, num_models))) for s in range(0, num_models, group_size)]
 
 
 def _losses_path(run_dir, g):
-  return os.path.join(run_dir, "losses", f"group_{g:04d}.npy")
+  return run_layout.group_paths(run_dir, g)[1]
 
 
 def read_config(run_dir):
@@ -47,7 +44,7 @@ def read_config(run_dir):
 def finished_models(run_dir, config):
   """Number of models in the leading groups whose losses file exists (groups finish in order in one process)."""
   k = 0
-  for g, ids in enumerate(_groups(config["shadow"]["num_models"], config["shadow"]["group_size"])):
+  for g, ids in run_layout.groups(config["shadow"]["num_models"], config["shadow"]["group_size"]):
     if not os.path.exists(_losses_path(run_dir, g)):
       break
     k = ids[-1] + 1
@@ -71,7 +68,7 @@ def write_partial_run(run_dir, out_dir, num_models=None):
     raise InputError(f"{run_dir}: {what}; a leave-one-out evaluation needs at least 4 models")
   if K > M:
     raise InputError(f"--num_models={K} exceeds the run's {M} models")
-  groups = [ids for ids in _groups(M, G) if ids[0] < K]
+  groups = [ids for _, ids in run_layout.groups(M, G) if ids[0] < K]
   if groups[-1][-1] + 1 != K:
     raise InputError(f"--num_models={K} splits group {len(groups) - 1} (models {groups[-1][0]}-{groups[-1][-1]}); "
                      f"use a multiple of shadow.group_size={G}")
@@ -102,8 +99,8 @@ def write_partial_run(run_dir, out_dir, num_models=None):
 
   save("losses.npy", np.concatenate([rundir.load_npy(p) for p in parts]))
   save("keep.npy", keep_MxN[:K])
-  for stat in STATS:
-    stat_parts = [p[:-len(".npy")] + f"_{stat}.npy" for p in parts]
+  for stat in LM_STATS:
+    stat_parts = [run_layout.stat_path(p, stat) for p in parts]
     if all(os.path.exists(p) for p in stat_parts):
       save(f"{stat}.npy", np.concatenate([rundir.load_npy(p) for p in stat_parts]))
   for name in COPIED:

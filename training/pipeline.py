@@ -22,6 +22,7 @@ from training import canaries as canaries_lib
 from training import data as data_lib
 from training import images as images_lib
 from training import preemption
+from training import run_layout
 from training import trainer
 from lira.errors import InputError
 
@@ -248,20 +249,7 @@ def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
 
 def groups_of(cfg, process_id=0, num_processes=1):
   """(group index, model ids) of this process's share: groups g with g % num_processes == process_id."""
-  M, G = cfg.shadow.num_models, cfg.shadow.group_size
-  groups = [(g, list(range(s, min(s + G, M)))) for g, s in enumerate(range(0, M, G))]
-  return [(g, ids) for g, ids in groups if g % num_processes == process_id]
-
-
-def _group_paths(run_dir, g):
-  """Checkpoint folder and losses file of group g; the losses file is written last and marks the group done."""
-  return (os.path.abspath(os.path.join(run_dir, "checkpoints", f"group_{g:04d}")),
-          os.path.join(run_dir, "losses", f"group_{g:04d}.npy"))
-
-
-def _stat_path(losses_path, stat):
-  """mu / sigma of a group, beside its losses file."""
-  return losses_path[:-len(".npy")] + f"_{stat}.npy"
+  return run_layout.groups(cfg.shadow.num_models, cfg.shadow.group_size, process_id, num_processes)
 
 
 def _checkpointer():
@@ -305,7 +293,7 @@ def restore_checkpoint(ckpt, target):
 
 def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True):
   """Train (or restore) one group, checkpoint it, and write its canary losses [G, N, T] (and the family's stats)."""
-  ckpt, losses_path = _group_paths(run_dir, g)
+  ckpt, losses_path = run_layout.group_paths(run_dir, g)
   # the group's params, shard by shard on the devices it is scored on (the first local one without a mesh)
   target = nnx.to_pure_dict(trainer.abstract_stack(model, len(model_ids), mesh))
   if os.path.exists(ckpt):  # trained before a kill that came before its losses were written
@@ -324,7 +312,7 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True)
   loss_GxNxT, *stats = trainer.canary_statistics(model, state, data.canaries_NxT, bos_id=data.bos_id,
                                                  batch_size=cfg.train.get("eval_batch_size", 256), mesh=mesh)
   for stat, array_GxNxT in zip(model.stat_names, stats):
-    rundir.save_npy(_stat_path(losses_path, stat), array_GxNxT)
+    rundir.save_npy(run_layout.stat_path(losses_path, stat), array_GxNxT)
   rundir.save_npy(losses_path, loss_GxNxT)
   return loss_GxNxT
 
@@ -350,11 +338,11 @@ def assemble(cfg, run_dir):
   Groups without mu / sigma files (extracted by an older version) leave mu.npy / sigma.npy unwritten, with a
   warning that names the missing files; LiRA needs only losses.npy.
   """
-  parts = [_group_paths(run_dir, g)[1] for g, _ in groups_of(cfg)]
+  parts = [run_layout.group_paths(run_dir, g)[1] for g, _ in groups_of(cfg)]
   if not all(os.path.exists(p) for p in parts):
     return False
   for stat in models.stat_names(cfg.model.name):
-    stat_parts = [_stat_path(p, stat) for p in parts]
+    stat_parts = [run_layout.stat_path(p, stat) for p in parts]
     if missing := [os.path.relpath(p, run_dir) for p in stat_parts if not os.path.exists(p)]:
       warnings.warn(f"{stat}.npy not written: {len(missing)} group(s) have no {stat} file ({', '.join(missing)}); "
                     f"delete those groups' losses files to re-extract them from their checkpoints", stacklevel=2)
@@ -367,7 +355,7 @@ def assemble(cfg, run_dir):
 def wait_for_groups(cfg, run_dir, poll_s=1.0):
   """Block until every group's losses file exists (written by the other processes of a jax.distributed run);
   a SIGTERM meanwhile raises preemption.Preempted."""
-  while not all(os.path.exists(_group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg)):
+  while not all(os.path.exists(run_layout.group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg)):
     preemption.check()
     time.sleep(poll_s)
 
@@ -385,7 +373,7 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   data = prepare_data(cfg, run_dir, progress)
   model = build_model(cfg, data, run_dir, progress)
   todo = [(g, ids) for g, ids in groups_of(cfg, process_id, num_processes)
-          if not os.path.exists(_group_paths(run_dir, g)[1])]
+          if not os.path.exists(run_layout.group_paths(run_dir, g)[1])]
   done = len(groups_of(cfg, process_id, num_processes)) - len(todo)
   if progress and done:
     print(f"resuming: {done} group(s) already finished")
@@ -398,5 +386,5 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   if wait:
     wait_for_groups(cfg, run_dir)
   return assemble(cfg, run_dir) if assemble_here else all(
-    os.path.exists(_group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg))
+    os.path.exists(run_layout.group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg))
 
