@@ -15,7 +15,7 @@ import numpy as np
 
 from lira import rundir
 from lira.errors import InputError, MissingFileError
-from models import LM_STATS  # a language model's per-token extras, kept when every group has them
+import models
 from training import run_layout
 
 COPIED = ("canaries.npy", "mask.npy", "tokenizer.json")  # run files that do not depend on the number of models
@@ -99,7 +99,7 @@ def write_partial_run(run_dir, out_dir, num_models=None):
 
   save("losses.npy", np.concatenate([rundir.load_npy(p) for p in parts]))
   save("keep.npy", keep_MxN[:K])
-  for stat in LM_STATS:
+  for stat in models.stat_names(config.get("model", {}).get("name")):  # the family's extras, as assemble() writes
     stat_parts = [run_layout.stat_path(p, stat) for p in parts]
     if all(os.path.exists(p) for p in stat_parts):
       save(f"{stat}.npy", np.concatenate([rundir.load_npy(p) for p in stat_parts]))
