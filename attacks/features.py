@@ -12,7 +12,7 @@ import os
 import numpy as np
 
 from attacks.rows import as_rows
-from lira import rundir
+from lira.reports import run_folder
 from lira.errors import InputError, MissingFileError
 
 SCHEMA = "seqlira.features/1"
@@ -92,7 +92,7 @@ class Features:
       if name in ("texts", "neighbours", "prefix", "meta"):
         self._cache[name] = self._json(name)
       else:
-        array = rundir.load_npy(path, mmap=True)
+        array = run_folder.load_npy(path, mmap=True)
         if name in _PER_TOKEN and not np.issubdtype(array.dtype, np.floating):
           raise InputError(f"{path}: expected floating-point log-probabilities, got dtype {array.dtype}")
         self._cache[name] = array
@@ -190,7 +190,7 @@ def array_shapes(folder):
   for name, file in FILES.items():
     path = os.path.join(folder, file)
     if file.endswith(".npy") and os.path.exists(path):
-      out[name] = list(rundir.load_npy(path, mmap=True).shape)
+      out[name] = list(run_folder.load_npy(path, mmap=True).shape)
   return out
 
 
@@ -199,18 +199,18 @@ def write_array(folder, name, array):
   if name not in FILES or not FILES[name].endswith(".npy"):
     raise InputError(f"unknown features array {name!r}; choose from "
                      f"{', '.join(n for n, f in FILES.items() if f.endswith('.npy'))}")
-  rundir.save_npy(os.path.join(folder, FILES[name]), array)
+  run_folder.save_npy(os.path.join(folder, FILES[name]), array)
 
 
 def write_json(folder, name, obj):
   """Write texts.json, neighbours.json or prefix.json (strict JSON, atomically)."""
   if name not in ("texts", "neighbours", "prefix"):
     raise InputError(f"unknown features JSON {name!r}; choose from texts, neighbours, prefix")
-  rundir.save_json(os.path.join(folder, FILES[name]), obj)
+  run_folder.save_json(os.path.join(folder, FILES[name]), obj)
 
 
 def write_meta(folder, meta):
   """Write features.json with the schema and the shapes of the arrays present (`arrays`); returns what it wrote."""
   meta = {**meta, "schema": SCHEMA, "arrays": array_shapes(folder)}
-  rundir.save_json(os.path.join(folder, FILES["meta"]), meta)
+  run_folder.save_json(os.path.join(folder, FILES["meta"]), meta)
   return meta

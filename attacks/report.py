@@ -21,9 +21,9 @@ import numpy as np
 import attacks as A
 from attacks import features as features_lib
 from lira import metrics
-from lira import plots
-from lira import provenance
-from lira import rundir
+from lira.reports import plots
+from lira.reports import provenance
+from lira.reports import run_folder
 from lira.errors import InputError
 
 FPRS = (0.01, 0.05)
@@ -177,7 +177,7 @@ def run_attacks(features_dir, attacks=None, k=0.2, gamma=None, shots=None, n_boo
                                                                           for s in skipped))
   labels_N, arrays = check_inputs(features, chosen, k, gamma, shots)
   out_dir = out_dir or features_dir
-  rundir.check_writable(out_dir, "choose another folder with --out_dir")
+  run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   start = time.perf_counter()
   from tqdm import tqdm
   rows = [r for attack in tqdm(chosen, desc="attacks", disable=not progress)
@@ -204,14 +204,14 @@ def run_attacks(features_dir, attacks=None, k=0.2, gamma=None, shots=None, n_boo
       "rows": [{k_: r[k_] for k_ in ("name", "attack", "params", "tuned", "summary")} for r in rows],
       "files": [os.path.basename(p) for p in paths.values()], "features": features.meta,
   }
-  rundir.save_json(paths["json"], result)
+  run_folder.save_json(paths["json"], result)
   md_notes = "".join(f"\n{n}  " for n in notes)
-  rundir.save_text(paths["md"], f"# Pretraining-data attacks\n\n{os.path.abspath(features_dir)}\n\n{setting}\n\n"
+  run_folder.save_text(paths["md"], f"# Pretraining-data attacks\n\n{os.path.abspath(features_dir)}\n\n{setting}\n\n"
                                 f"{metrics.format_markdown(table_rows, fprs=FPRS, first='attack', unit='texts')}\n{md_notes}\n")
   plotted = [r for r in rows if r["plotted"]]
   curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"]) for r in plotted]
   fig = plots.roc_figure(curves, title=f"Pretraining-data attacks, {setting.split(';')[0]}",
                          styles={r["name"]: style(r["attack"]) for r in plotted}, legend_fpr=FPRS[0])
-  rundir.save_figure(paths["png"], fig)
+  run_folder.save_figure(paths["png"], fig)
   text = "\n".join([setting, "", metrics.format_table(table_rows, fprs=FPRS, first='attack', unit='texts')] + notes)
   return text, result

@@ -17,7 +17,7 @@ import numpy as np
 import attacks as A
 from attacks import report as attack_report
 from lira import metrics
-from lira import rundir
+from lira.reports import run_folder
 from lira.errors import InputError, MissingFileError
 
 SHADOW_ATTACKS = ("loss", "zlib", "min_k", "min_k_pp")
@@ -26,7 +26,7 @@ DEFAULTS = {"attacks": None, "k": 0.2}
 
 @dataclasses.dataclass(frozen=True)
 class AttackRows:
-  """Rows for lira.report.evaluate_run: [{name, attack, params, summary}], scores {attack: [M, N]}, settings."""
+  """Rows for lira.reports.loo_report.evaluate_run: [{name, attack, params, summary}], scores {attack: [M, N]}, settings."""
   rows: list
   scores: dict
   settings: dict
@@ -79,7 +79,7 @@ def canary_texts(run_dir, num_canaries, mask_NxT=None):
     raise MissingFileError(f"attack zlib needs the canaries' texts: {' and '.join(missing)} (or texts.json) "
                            f"not found in the run folder")
   import tokenizers  # only Zlib needs it
-  ids_NxT = rundir.load_npy(paths[0])
+  ids_NxT = run_folder.load_npy(paths[0])
   if ids_NxT.ndim != 2 or ids_NxT.shape[0] != num_canaries:
     raise InputError(f"{paths[0]}: expected token ids [N, T] with N = {num_canaries}, got {list(ids_NxT.shape)}")
   length_N = np.full(num_canaries, ids_NxT.shape[1])
@@ -98,7 +98,7 @@ def _moments(run_dir, shape):
     if not os.path.exists(path):
       raise MissingFileError(f"attack min_k_pp needs {path} (per-token moments the shadow pipeline writes beside "
                              "losses.npy); it is absent")
-    array = rundir.load_npy(path, mmap=True)
+    array = run_folder.load_npy(path, mmap=True)
     if array.shape != shape:
       raise InputError(f"{path}: shape {list(array.shape)} does not match losses.npy {list(shape)}")
     out.append(array)
@@ -122,7 +122,7 @@ def shadow_rows(run_dir, attacks, k=0.2, n_boot=200, seed=0, fprs=metrics.DEFAUL
                      f"neighbours there); choose from {', '.join(SHADOW_ATTACKS)}")
   attack_report.check_k(k)
   attacks = list(dict.fromkeys(attacks))
-  run = rundir.load_run(run_dir, mmap=True)
+  run = run_folder.load_run(run_dir, mmap=True)
   mu = sigma = texts = None
   if "min_k_pp" in attacks:
     mu, sigma = _moments(run_dir, run.loss_MxNxT.shape)

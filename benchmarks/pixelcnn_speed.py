@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lira import rundir  # noqa: E402
+from lira.reports import run_folder
 from models import get_model  # noqa: E402
 from models.pixelcnn_pp import PixelCNNConfig  # noqa: E402
 from training import trainer  # noqa: E402
@@ -298,7 +298,7 @@ def main():
     result["sizes"] = {s: run_speed(s, groups, args.reps) for s in args.sizes.split(",")}
     what = "cpu"
   out = Path(args.out or ROOT / "benchmarks" / "results" / f"pixelcnn_speed_{what}.json")
-  rundir.save_json(out, result)
+  run_folder.save_json(out, result)
   print(f"wrote {out.relative_to(ROOT) if out.is_relative_to(ROOT) else out}")
 
 

@@ -4,8 +4,8 @@
 python -m experiments.cov_structure --run_dir=DIR [--cov_class=out|in] [--statistic=logit|loss]
     [--max_canaries=N] [--max_positions=64] [--permutations=199] [--seed=0] [--out_dir=DIR/cov_structure]
 For each canary: the mean absolute off-diagonal correlation of LiRA's per-position statistic over the models of
-one class, against permutations that shuffle every position across the models independently (lira/cov_structure.py).
-Writes cov_structure.{json,csv,png} (lira/cov_structure_report.py): under independence about 1% of canaries have
+one class, against permutations that shuffle every position across the models independently (lira/cov_permutation.py).
+Writes cov_structure.{json,csv,png} (lira/reports/cov_structure_report.py): under independence about 1% of canaries have
 p <= 0.01; many more say the covariance has off-diagonal structure. Settings other than the defaults are appended to
 the names (cov_structure_covclass-in.json).
 """
@@ -14,8 +14,8 @@ from absl import app
 from absl import flags
 
 from experiments import cli
-from lira import cov_structure_report
-from lira import provenance
+from lira.reports import cov_structure_report
+from lira.reports import provenance
 from lira import transforms
 
 FLAGS = flags.FLAGS

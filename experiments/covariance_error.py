@@ -18,10 +18,10 @@ import tqdm
 
 from experiments import cli
 from lira import cov_error
-from lira import cov_plots
-from lira import image_maps
-from lira import provenance
-from lira import rundir
+from lira.reports import cov_plots
+from lira import canary_maps
+from lira.reports import provenance
+from lira.reports import run_folder
 from lira import transforms
 
 FLAGS = flags.FLAGS
@@ -104,13 +104,13 @@ def output_paths(out_dir, settings):
 
 def write_outputs(paths, header, rows, aggregated, relative, summary, heatmap_fig, subtitle):
   """Write the CSVs, the JSON and the three figures atomically; return their paths."""
-  rundir.save_text(paths["covariance_error.csv"], to_csv(rows))
-  rundir.save_text(paths["covariance_error_summary.csv"], to_csv(summary))
-  rundir.save_json(paths["covariance_error.json"],
+  run_folder.save_text(paths["covariance_error.csv"], to_csv(rows))
+  run_folder.save_text(paths["covariance_error_summary.csv"], to_csv(summary))
+  run_folder.save_json(paths["covariance_error.json"],
                    {**header, "rows": rows, "aggregated": aggregated, "relative": relative})
-  rundir.save_figure(paths["error_vs_shadow_models.png"], cov_plots.plot_errors(aggregated, subtitle))
-  rundir.save_figure(paths["relative_error.png"], cov_plots.plot_relative_errors(relative, subtitle))
-  rundir.save_figure(paths["covariance_heatmap.png"], heatmap_fig)
+  run_folder.save_figure(paths["error_vs_shadow_models.png"], cov_plots.plot_errors(aggregated, subtitle))
+  run_folder.save_figure(paths["relative_error.png"], cov_plots.plot_relative_errors(relative, subtitle))
+  run_folder.save_figure(paths["covariance_heatmap.png"], heatmap_fig)
   return list(paths.values())
 
 
@@ -118,11 +118,11 @@ def main(argv):
   del argv
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
-  run = rundir.load_run(FLAGS.run_dir, mmap=True)
+  run = run_folder.load_run(FLAGS.run_dir, mmap=True)
   counts, out_dir, note = validated_settings(run)
   n_in = int(run.keep_MxN[:, FLAGS.canary].sum())
-  image_shape = image_maps.image_shape_or_none(run.config)  # a malformed image shape is refused before the work
-  rundir.check_writable(out_dir, "choose another folder with --out_dir")
+  image_shape = canary_maps.image_shape_or_none(run.config)  # a malformed image shape is refused before the work
+  run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   if note:
     print(note)
   M, N, T = run.loss_MxNxT.shape

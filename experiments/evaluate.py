@@ -16,8 +16,8 @@ from absl import flags
 
 from attacks import shadow
 from experiments import cli
-from lira import provenance
-from lira import report
+from lira.reports import provenance
+from lira.reports import loo_report
 from lira import transforms
 
 FLAGS = flags.FLAGS
@@ -61,7 +61,7 @@ def main(argv):
   attack_rows = None
   if FLAGS.attacks:  # before LiRA: a missing mu.npy or tokenizer.json is reported before the long work
     attack_rows = shadow.shadow_rows(FLAGS.run_dir, FLAGS.attacks, k=FLAGS.k, n_boot=FLAGS.n_boot, seed=FLAGS.seed)
-  table, result = report.evaluate_run(
+  table, result = loo_report.evaluate_run(
       FLAGS.run_dir, FLAGS.out_dir, reduction=FLAGS.reduction, statistic=FLAGS.statistic, variants=FLAGS.variants,
       offline=FLAGS.offline, fix_variance=FLAGS.fix_variance, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
       progress=FLAGS.progress, offline_shift=FLAGS.offline_shift, balance_counts=FLAGS.balance_counts,

@@ -38,26 +38,26 @@ flags.mark_flags_as_required(["model", "texts", "out_dir"])
 def check_flags(num_texts):
   """Everything that can be checked before a model is loaded; returns keep_MxN or None."""
   import numpy as np
-  from lira import rundir
+  from lira.reports import run_folder
   models = FLAGS.model
   if not FLAGS.run_arrays and (len(models) != 1 or FLAGS.keep):
     raise app.UsageError("several --model values and --keep need --run_arrays (lp/mu/sigma are written per model)")
   keep_MxN = None
   if FLAGS.keep:
-    keep_MxN = rundir.load_npy(FLAGS.keep)
+    keep_MxN = run_folder.load_npy(FLAGS.keep)
     if keep_MxN.shape != (len(models), num_texts) or keep_MxN.dtype != bool:
       raise InputError(f"--keep={FLAGS.keep}: expected bool [M, N] = [{len(models)}, {num_texts}] (one row per "
                        f"--model, one column per text), got {keep_MxN.dtype} {list(keep_MxN.shape)}")
   if FLAGS.run_arrays and not FLAGS.overwrite:
-    rundir.check_no_run(FLAGS.out_dir)
-  rundir.check_writable(FLAGS.out_dir, "choose another --out_dir")
+    run_folder.check_no_run(FLAGS.out_dir)
+  run_folder.check_writable(FLAGS.out_dir, "choose another --out_dir")
   return None if keep_MxN is None else np.asarray(keep_MxN, bool)
 
 
 def main(argv):
   del argv
   import numpy as np
-  from lira import rundir
+  from lira.reports import run_folder
   from models import hf_convert
   from training import data as data_lib
   from training import extract
@@ -76,20 +76,20 @@ def main(argv):
     lp_MxNxT.append(lp)
   if not FLAGS.run_arrays:
     for name, array in (("token_ids", ids_NxT), ("mask", mask_NxT), ("lp", lp), ("mu", mu), ("sigma", sigma)):
-      rundir.save_npy(os.path.join(out, f"{name}.npy"), array)
-    rundir.save_json(os.path.join(out, "texts.json"), {"model": FLAGS.model[0], "texts": texts})
+      run_folder.save_npy(os.path.join(out, f"{name}.npy"), array)
+    run_folder.save_json(os.path.join(out, "texts.json"), {"model": FLAGS.model[0], "texts": texts})
     print(f"{len(texts)} texts, up to {ids_NxT.shape[1]} tokens: lp, mu, sigma written to {out}")
     return
   scored_NxT = np.isfinite(lp_MxNxT[0])  # position 0 and padding are NaN: not scored
   loss_MxNxT = -np.stack(lp_MxNxT).astype(np.float32)  # NaN where not scored
   config = {"source": "experiments.extract_tokens", "models": FLAGS.model, "texts": os.path.abspath(FLAGS.texts),
             "tokenizer": FLAGS.tokenizer or FLAGS.model[0], "max_length": FLAGS.max_length, "dtype": FLAGS.dtype}
-  rundir.save_npy(os.path.join(out, "canaries.npy"), ids_NxT)
-  rundir.save_npy(os.path.join(out, "mask.npy"), scored_NxT)
+  run_folder.save_npy(os.path.join(out, "canaries.npy"), ids_NxT)
+  run_folder.save_npy(os.path.join(out, "mask.npy"), scored_NxT)
   if keep_MxN is not None:
-    rundir.save_npy(os.path.join(out, "keep.npy"), keep_MxN)
-  rundir.save_json(os.path.join(out, "config.json"), config)
-  rundir.save_npy(os.path.join(out, "losses.npy"), loss_MxNxT)
+    run_folder.save_npy(os.path.join(out, "keep.npy"), keep_MxN)
+  run_folder.save_json(os.path.join(out, "config.json"), config)
+  run_folder.save_npy(os.path.join(out, "losses.npy"), loss_MxNxT)
   M, N, T = loss_MxNxT.shape
   print(f"{N} texts, up to {T} tokens, {M} model(s): losses.npy [M, N, T], mask.npy (scored positions)"
         f"{', keep.npy' if keep_MxN is not None else ''} written to {out}")

@@ -5,7 +5,7 @@ python -m experiments.image_maps --run_dir=DIR [--canary=N] [--pixel=T|ROW,COL] 
 Writes into RUN_DIR/image_maps (or --out_dir): canary_maps.png (the canary, its mean IN and mean OUT per-pixel loss
 and their difference), pixel_covariance.png (one pixel's covariance and correlation with every pixel, on the
 image grid), covariance_heatmap.png (the IN and OUT covariance of the first --max_positions positions, Fig. 8) and
-image_maps.json (what was drawn; lira/image_report.py). Default canary: the one with the largest IN-vs-OUT mean
+image_maps.json (what was drawn; lira/reports/image_report.py). Default canary: the one with the largest IN-vs-OUT mean
 loss gap; default pixel: the image centre. Settings other than the defaults are appended to the names
 (canary_maps_canary-3.png). It reads one canary's M x T losses (and losses.npy once, a slice at a time, for the
 gaps), so it takes seconds where experiments.covariance_error's analysis of the same run takes minutes and
@@ -16,9 +16,9 @@ from absl import app
 from absl import flags
 
 from experiments import cli
-from lira import image_maps
-from lira import image_report
-from lira import provenance
+from lira import canary_maps
+from lira.reports import image_report
+from lira.reports import provenance
 from lira import transforms
 
 FLAGS = flags.FLAGS
@@ -26,10 +26,10 @@ flags.DEFINE_string("run_dir", None, "Image run folder: losses.npy [M, N, H*W], 
 flags.DEFINE_integer("canary", None, "Canary to draw; default the one with the largest IN-vs-OUT mean loss gap.")
 flags.DEFINE_string("pixel", None, "Pixel whose covariance row is drawn: raster index t = row * W + column, or "
                     "'row,column'; default the image centre.")
-flags.DEFINE_enum("cov_class", "out", list(image_maps.COV_CLASSES), "Models the covariance row is estimated from.")
+flags.DEFINE_enum("cov_class", "out", list(canary_maps.COV_CLASSES), "Models the covariance row is estimated from.")
 flags.DEFINE_enum("statistic", "loss", list(transforms.STATISTICS), "Per-pixel statistic drawn (loss: nats).")
 flags.DEFINE_integer("max_positions", 64, "Positions shown in the covariance heatmap (the paper's Fig. 8: 64).")
-flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/image_maps.")
+flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/canary_maps.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 

@@ -11,9 +11,9 @@ from absl import flags
 from experiments import cli
 from lira import evaluation
 from lira import metrics
-from lira import plots
-from lira import provenance
-from lira import rundir
+from lira.reports import plots
+from lira.reports import provenance
+from lira.reports import run_folder
 from lira import transforms
 
 FLAGS = flags.FLAGS
@@ -65,9 +65,9 @@ def main(argv):
   bad += [c for c in FLAGS.covariances if c not in ("univariate", "independent", "oas")]
   if bad:
     raise app.UsageError(f"unknown strategies/covariances: {bad}")
-  run = rundir.load_run(FLAGS.run_dir, mmap=True)
+  run = run_folder.load_run(FLAGS.run_dir, mmap=True)
   out_dir = FLAGS.out_dir or FLAGS.run_dir
-  rundir.check_writable(out_dir, "choose another folder with --out_dir")
+  run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   M, N, T = run.loss_MxNxT.shape
   shortest = T if run.mask_NxT is None else int(run.mask_NxT.sum(axis=1).min())
   try:
@@ -85,15 +85,15 @@ def main(argv):
                                 backend=FLAGS.backend, precision=FLAGS.precision)
   paths = [provenance.report_path(out_dir, "length_grid", ext, settings, DEFAULTS) for ext in ("json", "csv", "png")]
   recorded = {**settings, "lengths": lengths, "level": 0.95}
-  rundir.save_json(paths[0], {**provenance.header("length_grid", FLAGS.run_dir, run, recorded, "seqlira.length_grid"),
+  run_folder.save_json(paths[0], {**provenance.header("length_grid", FLAGS.run_dir, run, recorded, "seqlira.length_grid"),
                               "fpr": FLAGS.fpr, "rows": rows})
-  rundir.save_csv(paths[1], rows)
+  run_folder.save_csv(paths[1], rows)
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
   mode = "shared" if FLAGS.shared else "class-wise"
   ci = f"95% bootstrap CI over canaries ({FLAGS.n_boot} replicates, seed {FLAGS.seed})" if FLAGS.n_boot else "no CI"
   balanced = ", balanced counts" if FLAGS.balance_counts else ""
   title = f"Length reduction, {shape}\nstatistic={FLAGS.statistic}, {mode} covariance{balanced}; {ci}"
-  rundir.save_figure(paths[2], plots.length_grid_figure(rows, fpr_label=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
+  run_folder.save_figure(paths[2], plots.length_grid_figure(rows, fpr_label=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
   print(f"{shape}; statistic={FLAGS.statistic}, {mode} covariance, FPR={FLAGS.fpr:g}\n")
   print(table(rows, FLAGS.fpr))
   print(provenance.wrote(paths))

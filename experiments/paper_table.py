@@ -17,13 +17,13 @@ import os
 from absl import flags
 
 from experiments import cli
-from lira import paper_table
-from lira import provenance
-from lira import rundir
+from lira.reports import paper_table_report
+from lira.reports import provenance
+from lira.reports import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "An evaluated run folder (results.json, scores_<variant>.npy, keep.npy).")
-flags.DEFINE_enum("setting", "none", ["none", *paper_table.PAPER_TABLE_II], "The paper's column to print beside the run's.")
+flags.DEFINE_enum("setting", "none", ["none", *paper_table_report.PAPER_TABLE_II], "The paper's column to print beside the run's.")
 flags.DEFINE_string("results", "results.json", "The report to read, in the run folder (e.g. one with attack rows).")
 flags.DEFINE_integer("n_boot", 1000, "Paired bootstrap replicates over canaries for the differences.")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
@@ -34,12 +34,12 @@ flags.mark_flags_as_required(["run_dir"])
 def main(argv):
   del argv
   out_dir = FLAGS.out_dir or FLAGS.run_dir
-  rundir.check_writable(out_dir)
-  table = paper_table.build(FLAGS.run_dir, FLAGS.results, FLAGS.setting, FLAGS.n_boot, FLAGS.seed)
+  run_folder.check_writable(out_dir)
+  table = paper_table_report.build(FLAGS.run_dir, FLAGS.results, FLAGS.setting, FLAGS.n_boot, FLAGS.seed)
   stem = os.path.join(out_dir, f"paper_table_{FLAGS.setting}")
-  text = paper_table.markdown(table)
-  rundir.save_json(stem + ".json", table)
-  rundir.save_text(stem + ".md", text)
+  text = paper_table_report.markdown(table)
+  run_folder.save_json(stem + ".json", table)
+  run_folder.save_text(stem + ".md", text)
   print(text)
   print(provenance.wrote([stem + ".json", stem + ".md"]))
 

@@ -12,7 +12,7 @@ from absl import app
 from absl import flags
 
 from experiments import cli
-from lira import provenance
+from lira.reports import provenance
 from training import partial
 
 FLAGS = flags.FLAGS

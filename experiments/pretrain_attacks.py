@@ -15,7 +15,7 @@ from absl import flags
 from attacks import features
 from attacks import report
 from experiments import cli
-from lira import provenance
+from lira.reports import provenance
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("features", None, "Features folder (features.json, lp.npy, labels.npy, ...; docs/outputs.md).")

@@ -16,8 +16,8 @@ from absl import flags
 from ml_collections import config_flags
 
 from experiments import cli
-from lira import provenance
-from lira import rundir
+from lira.reports import provenance
+from lira.reports import run_folder
 from training import mia_benchmark
 from training import pipeline
 
@@ -117,7 +117,7 @@ def plot(path, cfg, aucs):
   ax.set(xlabel="pretraining epochs", ylabel="AUC (members vs non-members)", ylim=(min(0.3, lowest - 0.05), 1.02),
          title="Offline chitchat benchmark: AUC per attack against epochs")
   ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-  rundir.save_figure(path, fig)
+  run_folder.save_figure(path, fig)
   plt.close(fig)
 
 
@@ -126,7 +126,7 @@ def main(argv):
   if not FLAGS.out_dir:
     raise app.UsageError("--out_dir is required")
   cfg, out = FLAGS.config, FLAGS.out_dir
-  rundir.check_writable(out)
+  run_folder.check_writable(out)
   pipeline.check_config(cfg, out)
   seconds = {}
   t0 = time.perf_counter()
@@ -165,8 +165,8 @@ def main(argv):
   if f.neighbours:
     note += (f" Neighbourhood: {f.neighbours} offline-unigram neighbours per text (words swapped for words drawn "
              "from the texts' own frequencies; weaker than a masked LM's neighbours).")
-  rundir.save_text(os.path.join(out, "summary.md"), f"{table}\n\n{note}\n")
-  rundir.save_json(os.path.join(out, "summary.json"), {"columns": cols, "auc": aucs, "seconds": seconds, "note": note,
+  run_folder.save_text(os.path.join(out, "summary.md"), f"{table}\n\n{note}\n")
+  run_folder.save_json(os.path.join(out, "summary.json"), {"columns": cols, "auc": aucs, "seconds": seconds, "note": note,
                                                        "shift_epoch": cfg.shift_epoch, "tuned": tuned})
   plot(os.path.join(out, "auc_vs_epochs.png"), cfg, aucs)
   print(table + "\n\n" + note)

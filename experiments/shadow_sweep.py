@@ -13,9 +13,9 @@ import numpy as np
 from experiments import cli
 from lira import evaluation
 from lira import metrics
-from lira import plots
-from lira import provenance
-from lira import rundir
+from lira.reports import plots
+from lira.reports import provenance
+from lira.reports import run_folder
 from lira import transforms
 
 FLAGS = flags.FLAGS
@@ -73,7 +73,7 @@ def main(argv):
     raise app.UsageError("--run_dir is required")
   variants = evaluation.select_variants(FLAGS.variants)
   transforms.parse_reduction(FLAGS.reduction)
-  run = rundir.load_run(FLAGS.run_dir, mmap=True)
+  run = run_folder.load_run(FLAGS.run_dir, mmap=True)
   M, N, T = run.loss_MxNxT.shape
   try:
     counts = [int(c) for c in FLAGS.counts] if FLAGS.counts else evaluation.default_shadow_counts(M)
@@ -83,7 +83,7 @@ def main(argv):
   if min(counts) < 4:
     raise app.UsageError(f"--counts must lie in [4, M={M}], got {counts}")
   out_dir = FLAGS.out_dir or FLAGS.run_dir
-  rundir.check_writable(out_dir, "choose another folder with --out_dir")
+  run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   if note:
     print(note)
   keys = [evaluation.variant_key(v) for v in variants]
@@ -99,14 +99,14 @@ def main(argv):
                                        backend=FLAGS.backend, precision=FLAGS.precision)
   paths = [provenance.report_path(out_dir, "shadow_sweep", ext, settings, DEFAULTS) for ext in ("json", "csv", "png")]
   recorded = {**settings, "counts": counts, "variants": keys, "dropped_counts_note": note}
-  rundir.save_json(paths[0], {**provenance.header("shadow_sweep", FLAGS.run_dir, run, recorded,
+  run_folder.save_json(paths[0], {**provenance.header("shadow_sweep", FLAGS.run_dir, run, recorded,
                                                   "seqlira.shadow_sweep"), "fpr": FLAGS.fpr, "rows": rows})
-  rundir.save_csv(paths[1], rows)
+  run_folder.save_csv(paths[1], rows)
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
   line = (f"statistic={FLAGS.statistic}, reduction={FLAGS.reduction or 'none'}"
           f"{', balanced counts' if FLAGS.balance_counts else ''}, {FLAGS.draws} draws per m (seed {FLAGS.seed})")
   title = f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}"
-  rundir.save_figure(paths[2], plots.sweep_figure(rows, ylabel=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
+  run_folder.save_figure(paths[2], plots.sweep_figure(rows, ylabel=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
   print(f"{shape}; {line}\n")
   print(table(rows, variants, counts, FLAGS.fpr))
   print(provenance.wrote(paths))

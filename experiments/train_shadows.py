@@ -19,8 +19,8 @@ from absl import logging
 from ml_collections import config_flags
 
 from experiments import cli
-from lira import report
-from lira import rundir
+from lira.reports import loo_report
+from lira.reports import run_folder
 from lira.errors import InputError, UserError
 from training import pipeline
 from training import preemption
@@ -109,7 +109,7 @@ def main(argv):
       raise app.UsageError(f"shadow.num_models={cfg.shadow.num_models}: the leave-one-out evaluation needs every "
                            "canary IN for at least 3 models and OUT for at least 3, so at least 6 models; train more "
                            "models or pass --noevaluate")
-    rundir.check_writable(out_dir, "pass --out_dir for the reports, or --noevaluate")
+    run_folder.check_writable(out_dir, "pass --out_dir for the reports, or --noevaluate")
   preemption.install()
   try:
     # with a coordinator every process waits for all groups, and process 0 alone assembles losses.npy, once
@@ -137,7 +137,7 @@ def main(argv):
   beside = "keep.npy, canaries.npy, config.json" + ("" if pipeline.is_image_run(cfg) else ", tokenizer.json")
   print(f"per-position losses: {run_dir}/losses.npy; {beside} beside it")
   if FLAGS.evaluate:
-    table, _ = report.evaluate_run(run_dir, out_dir, progress=FLAGS.progress)
+    table, _ = loo_report.evaluate_run(run_dir, out_dir, progress=FLAGS.progress)
     print(table)
     print(f"\nreport: {out_dir}/results.md, {out_dir}/results.json; ROC plot: {out_dir}/roc.png")
 

@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-from lira import rundir
+from lira.reports import run_folder
 from lira.errors import InputError
 
 
@@ -63,18 +63,18 @@ def write_synthetic_run(run_dir, overwrite=False, **kwargs):
   A folder that already holds a run is refused unless `overwrite`; then a stale mask.npy is removed too.
   """
   if not overwrite:
-    rundir.check_no_run(run_dir)
-  rundir.check_writable(run_dir, "choose another --run_dir")
+    run_folder.check_no_run(run_dir)
+  run_folder.check_writable(run_dir, "choose another --run_dir")
   loss_MxNxT, keep_MxN, mask_NxT = synthetic_losses(**kwargs)
   M, N, T = loss_MxNxT.shape
   config = {"source": "synthetic", "generator": "lira.synthetic.synthetic_losses", "num_models": M,
             "num_canaries": N, "seq_len": T, **{k: v for k, v in kwargs.items() if k not in ("num_models",
                                                                                          "num_canaries", "seq_len")}}
-  rundir.save_npy(f"{run_dir}/losses.npy", loss_MxNxT)
-  rundir.save_npy(f"{run_dir}/keep.npy", keep_MxN)
+  run_folder.save_npy(f"{run_dir}/losses.npy", loss_MxNxT)
+  run_folder.save_npy(f"{run_dir}/keep.npy", keep_MxN)
   if mask_NxT is not None:
-    rundir.save_npy(f"{run_dir}/mask.npy", mask_NxT)
+    run_folder.save_npy(f"{run_dir}/mask.npy", mask_NxT)
   elif os.path.exists(f"{run_dir}/mask.npy"):  # a replaced ragged run's mask would apply to the new losses
     os.remove(f"{run_dir}/mask.npy")
-  rundir.save_json(f"{run_dir}/config.json", config)
+  run_folder.save_json(f"{run_dir}/config.json", config)
   return config

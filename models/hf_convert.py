@@ -15,7 +15,7 @@ import numpy as np
 from flax import nnx
 from safetensors import numpy as safetensors_numpy
 
-from lira import rundir
+from lira.reports import run_folder
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
 from lira.errors import InputError, MissingPackageError, MissingFileError
 
@@ -164,7 +164,7 @@ def save_hf_folder(config, params, path, tokenizer_file=None):
   """
   path = os.path.abspath(path)
   tensors = params_to_hf(config, params)
-  rundir.save_bytes(os.path.join(path, "model.safetensors"), safetensors_numpy.save(tensors, metadata={"format": "pt"}))
+  run_folder.save_bytes(os.path.join(path, "model.safetensors"), safetensors_numpy.save(tensors, metadata={"format": "pt"}))
   index = os.path.join(path, "model.safetensors.index.json")
   if os.path.exists(index):
     with open(index) as f:
@@ -175,8 +175,8 @@ def save_hf_folder(config, params, path, tokenizer_file=None):
         os.remove(os.path.join(path, shard))
   if tokenizer_file is not None:
     with open(tokenizer_file, "rb") as f:
-      rundir.save_bytes(os.path.join(path, "tokenizer.json"), f.read())
-  rundir.save_json(os.path.join(path, "config.json"), config.to_hf_dict())  # last: the folder is complete now
+      run_folder.save_bytes(os.path.join(path, "tokenizer.json"), f.read())
+  run_folder.save_json(os.path.join(path, "config.json"), config.to_hf_dict())  # last: the folder is complete now
 
 
 def from_pretrained(path_or_hub_id, dtype=jnp.float32, revision=None):

@@ -1,6 +1,10 @@
-"""Test setup: the brute-force reference in tests/ is importable as `bruteforce`."""
+"""Test setup: every folder of tests/ is on sys.path, so test helpers (resume_check.py, lira/bruteforce.py) and
+test modules that share fixtures import by their names (test module names are unique across the folders)."""
 
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(__file__))
+_HERE = os.path.dirname(os.path.abspath(__file__))
+for _folder, _dirs, _files in sorted(os.walk(_HERE)):
+  _dirs[:] = [d for d in _dirs if not d.startswith((".", "__"))]
+  sys.path.insert(0, _folder)

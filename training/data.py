@@ -6,7 +6,7 @@ import numpy as np
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from lira import rundir
+from lira.reports import run_folder
 from lira.errors import InputError, MissingPackageError, MissingFileError
 
 BOS = "<|endoftext|>"  # id 0 in every tokenizer we train, as in Pythia's
@@ -106,7 +106,7 @@ def train_bpe_tokenizer(texts, vocab_size, path=None):
                                 initial_alphabet=byte_alphabet, show_progress=False)
   tokenizer.train_from_iterator(texts, trainer=trainer)
   if path is not None:
-    rundir.save_text(_tokenizer_file(path), tokenizer.to_str())  # atomic, with the permissions of a plain write
+    run_folder.save_text(_tokenizer_file(path), tokenizer.to_str())  # atomic, with the permissions of a plain write
   return tokenizer
 
 

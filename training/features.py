@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from attacks import features as folder_io  # the folder's one reader and writer: file names, schema
-from lira import rundir
+from lira.reports import run_folder
 from lira.errors import InputError
 
 PAIR_CHUNK = 32  # prefix rows per pairs/ chunk: what a kill loses at most
@@ -87,11 +87,11 @@ def _settings_check(out_dir, settings, overwrite):
   elif os.path.exists(path):
     with open(path) as f:
       old = json.load(f)
-    if old != rundir.standard_json(settings):
-      changed = sorted(k for k in set(old) | set(settings) if old.get(k) != rundir.standard_json(settings).get(k))
+    if old != run_folder.standard_json(settings):
+      changed = sorted(k for k in set(old) | set(settings) if old.get(k) != run_folder.standard_json(settings).get(k))
       raise InputError(f"{out_dir} holds features built with other settings ({', '.join(changed)}); choose another "
                        f"out_dir or pass overwrite")
-  rundir.save_json(path, settings)
+  run_folder.save_json(path, settings)
 
 
 def _encode(tokenizer, texts, max_length):
@@ -198,7 +198,7 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     _check_fits(module, int(mask_NxT.sum(1).max()) + (bos_id is not None), T, "pairs")
 
   # Everything is checked; the long work starts.
-  rundir.check_writable(out_dir, "choose another out_dir")
+  run_folder.check_writable(out_dir, "choose another out_dir")
   _settings_check(out_dir, settings, overwrite)
   save = lambda name, array: folder_io.write_array(out_dir, name, array)  # noqa: E731
   folder_io.write_json(out_dir, "texts", eval_texts)
@@ -265,9 +265,9 @@ def _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress, bos_id=None
     for start, stop in chunks:
       path = os.path.join(folder, f"rows_{start:06d}_{stop:06d}.npy")
       if not os.path.exists(path):
-        rundir.save_npy(path, prefix_lp.pair_lp(module, ids_NxT, mask_NxT, rows=range(start, stop),
+        run_folder.save_npy(path, prefix_lp.pair_lp(module, ids_NxT, mask_NxT, rows=range(start, stop),
                                                 batch_size=batch_size, bos_id=bos_id))
-      parts.append(rundir.load_npy(path))
+      parts.append(run_folder.load_npy(path))
       bar.update(stop - start)
   return np.concatenate(parts)
 
@@ -282,7 +282,7 @@ def summary(out_dir):
   """A few lines saying what the folder holds (printed by experiments.extract_features)."""
   with open(_path(out_dir, folder_io.FILES["meta"])) as f:
     meta = json.load(f)
-  labels = rundir.load_npy(_path(out_dir, folder_io.FILES["labels"]))
+  labels = run_folder.load_npy(_path(out_dir, folder_io.FILES["labels"]))
   counts = {name: int((labels == v).sum()) for v, name in ((1, "members"), (0, "non-members"), (-1, "unknown"))}
   lines = [f"{meta['n_texts']} texts ({', '.join(f'{c} {n}' for n, c in counts.items() if c)}) in {out_dir}"]
   lines += [f"  {name}.npy {shape}" for name, shape in meta["arrays"].items()]

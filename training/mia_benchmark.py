@@ -28,7 +28,7 @@ from flax import nnx
 from tqdm import tqdm
 
 import models
-from lira import rundir
+from lira.reports import run_folder
 from lira.errors import InputError
 from training import data as data_lib
 from training import trainer
@@ -162,7 +162,7 @@ def whole_after_packing(texts, tokenizer, seq_len):
 def write_jsonl(path, texts, labels):
   """{"text", "label"} per line (label 1 member, 0 non-member), written atomically."""
   lines = [json.dumps({"text": t, "label": int(y)}, ensure_ascii=False) for t, y in zip(texts, labels, strict=True)]
-  rundir.save_text(path, "".join(line + "\n" for line in lines))
+  run_folder.save_text(path, "".join(line + "\n" for line in lines))
 
 
 def read_jsonl(path):
@@ -208,7 +208,7 @@ def prepare_data(cfg, out_dir, conversations=None, progress=True):
   summary["python"] = sys.version.split()[0]
   summary["shift_source"] = {"kind": "Python standard-library docstrings (DISTRIBUTION SHIFT)",
                              "modules": list(STDLIB_MODULES)}
-  rundir.save_json(os.path.join(out_dir, "splits.json"), summary)
+  run_folder.save_json(os.path.join(out_dir, "splits.json"), summary)
   if progress:
     print(f"data: {len(target)} target documents, {len(reference)} reference documents, {len(members)} members "
           f"and {len(nonmembers)} non-members evaluated, {len(shifted)} shifted non-members; vocabulary "
@@ -234,7 +234,7 @@ def _save_state(folder, epoch, tree):
   """Parameters and AdamW state after `epoch` as one npz of numbered leaves; older states are removed."""
   buf = io.BytesIO()
   np.savez(buf, **{f"leaf_{i:05d}": np.asarray(x) for i, x in enumerate(jax.tree.leaves(tree))})
-  rundir.save_bytes(_state_path(folder, epoch), buf.getvalue())
+  run_folder.save_bytes(_state_path(folder, epoch), buf.getvalue())
   state_dir = os.path.dirname(_state_path(folder, epoch))
   for name in os.listdir(state_dir):
     if name.endswith(".npz") and name != f"epoch_{epoch}.npz":

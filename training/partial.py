@@ -13,16 +13,15 @@ import os
 
 import numpy as np
 
-from lira import rundir
+from lira.reports import run_folder
 from lira.errors import InputError, MissingFileError
 import models
-from training import run_layout
 
 COPIED = ("canaries.npy", "mask.npy", "tokenizer.json")  # run files that do not depend on the number of models
 
 
 def _losses_path(run_dir, g):
-  return run_layout.group_paths(run_dir, g)[1]
+  return run_folder.group_paths(run_dir, g)[1]
 
 
 def read_config(run_dir):
@@ -44,7 +43,7 @@ def read_config(run_dir):
 def finished_models(run_dir, config):
   """Number of models in the leading groups whose losses file exists (groups finish in order in one process)."""
   k = 0
-  for g, ids in run_layout.groups(config["shadow"]["num_models"], config["shadow"]["group_size"]):
+  for g, ids in run_folder.groups(config["shadow"]["num_models"], config["shadow"]["group_size"]):
     if not os.path.exists(_losses_path(run_dir, g)):
       break
     k = ids[-1] + 1
@@ -68,7 +67,7 @@ def write_partial_run(run_dir, out_dir, num_models=None):
     raise InputError(f"{run_dir}: {what}; a leave-one-out evaluation needs at least 4 models")
   if K > M:
     raise InputError(f"--num_models={K} exceeds the run's {M} models")
-  groups = [ids for _, ids in run_layout.groups(M, G) if ids[0] < K]
+  groups = [ids for _, ids in run_folder.groups(M, G) if ids[0] < K]
   if groups[-1][-1] + 1 != K:
     raise InputError(f"--num_models={K} splits group {len(groups) - 1} (models {groups[-1][0]}-{groups[-1][-1]}); "
                      f"use a multiple of shadow.group_size={G}")
@@ -79,42 +78,42 @@ def write_partial_run(run_dir, out_dir, num_models=None):
   keep_path = os.path.join(run_dir, "keep.npy")
   if not os.path.exists(keep_path):
     raise MissingFileError(f"{keep_path} does not exist")
-  keep_MxN = rundir.load_npy(keep_path)
+  keep_MxN = run_folder.load_npy(keep_path)
   if keep_MxN.shape[0] != M:
     raise InputError(f"{keep_path}: {keep_MxN.shape[0]} rows, but config.json says {M} models")
   parts = [_losses_path(run_dir, g) for g in range(len(groups))]
-  shapes = [rundir.load_npy(p, mmap=True).shape for p in parts]
+  shapes = [run_folder.load_npy(p, mmap=True).shape for p in parts]
   for p, s, ids in zip(parts, shapes, groups):
     if len(s) != 3 or s[0] != len(ids) or s[1] != keep_MxN.shape[1]:
       raise InputError(f"{p}: shape {s}, expected [{len(ids)}, N={keep_MxN.shape[1]}, T]")
-  if found := [f for f in rundir.RUN_FILES if os.path.exists(os.path.join(out_dir, f))]:
+  if found := [f for f in run_folder.RUN_FILES if os.path.exists(os.path.join(out_dir, f))]:
     raise InputError(f"{out_dir} already holds a run ({', '.join(found)}); choose another --out_run_dir")
-  rundir.check_writable(out_dir, "choose another --out_run_dir")
+  run_folder.check_writable(out_dir, "choose another --out_run_dir")
   written = []
 
   def save(name, array):
     path = os.path.join(out_dir, name)
-    rundir.save_npy(path, array)
+    run_folder.save_npy(path, array)
     written.append(path)
 
-  save("losses.npy", np.concatenate([rundir.load_npy(p) for p in parts]))
+  save("losses.npy", np.concatenate([run_folder.load_npy(p) for p in parts]))
   save("keep.npy", keep_MxN[:K])
   for stat in models.stat_names(config.get("model", {}).get("name")):  # the family's extras, as assemble() writes
-    stat_parts = [run_layout.stat_path(p, stat) for p in parts]
+    stat_parts = [run_folder.stat_path(p, stat) for p in parts]
     if all(os.path.exists(p) for p in stat_parts):
-      save(f"{stat}.npy", np.concatenate([rundir.load_npy(p) for p in stat_parts]))
+      save(f"{stat}.npy", np.concatenate([run_folder.load_npy(p) for p in stat_parts]))
   for name in COPIED:
     if os.path.exists(os.path.join(run_dir, name)):
       path = os.path.join(out_dir, name)
       with open(os.path.join(run_dir, name), "rb") as f:
-        rundir.save_bytes(path, f.read())
+        run_folder.save_bytes(path, f.read())
       written.append(path)
   new = json.loads(json.dumps(config))
   new["shadow"]["num_models"] = K
   new["partial_of"] = {"run_dir": os.path.abspath(run_dir), "num_models": M, "models": [0, K],
                        "note": f"the first {K} of {M} models; membership drawn for {M} models"}
   path = os.path.join(out_dir, "config.json")
-  rundir.save_json(path, new)
+  run_folder.save_json(path, new)
   written.append(path)
   return new, written
 

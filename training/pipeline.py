@@ -17,12 +17,11 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 import models
-from lira import rundir
+from lira.reports import run_folder
 from training import canaries as canaries_lib
 from training import data as data_lib
 from training import images as images_lib
 from training import preemption
-from training import run_layout
 from training import trainer
 from lira.errors import InputError
 
@@ -70,7 +69,7 @@ def check_config(cfg, run_dir):
       raise InputError(f"run folder {run_dir} was written by a different config; use another --run_dir or the same "
                        "config:\n  " + "\n  ".join(diffs))
   else:
-    rundir.save_json(path, wanted)
+    run_folder.save_json(path, wanted)
 
 
 def validate(cfg):
@@ -110,7 +109,7 @@ def _tokenizer(cfg, train_texts, run_dir):
     raise InputError(f"tokenizer {cfg.tokenizer.name!r} has a different vocabulary ({data_lib.vocab_size(fresh)} "
                      f"tokens) from the one this run was started with ({path}, {data_lib.vocab_size(saved)} tokens)")
   if saved is None:
-    rundir.save_text(path, fresh.to_str())
+    run_folder.save_text(path, fresh.to_str())
   return saved or fresh
 
 
@@ -126,7 +125,7 @@ def _save_once(run_dir, arrays):
   for name, array in arrays:
     path = os.path.join(run_dir, f"{name}.npy")
     if not os.path.exists(path):
-      rundir.save_npy(path, array)
+      run_folder.save_npy(path, array)
     elif not np.array_equal(np.load(path), array):
       raise InputError(f"{path} differs from what this config produces (different data or tokenizer?)")
 
@@ -249,7 +248,7 @@ def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
 
 def groups_of(cfg, process_id=0, num_processes=1):
   """(group index, model ids) of this process's share: groups g with g % num_processes == process_id."""
-  return run_layout.groups(cfg.shadow.num_models, cfg.shadow.group_size, process_id, num_processes)
+  return run_folder.groups(cfg.shadow.num_models, cfg.shadow.group_size, process_id, num_processes)
 
 
 def _checkpointer():
@@ -274,7 +273,7 @@ def save_checkpoint(ckpt, params):
     return
   tmp = f"{ckpt}.tmp-{os.getpid()}"
   for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
-    rundir.save_npy(os.path.join(tmp, _npy_name(path)), jax.device_get(x))
+    run_folder.save_npy(os.path.join(tmp, _npy_name(path)), jax.device_get(x))
   os.replace(tmp, ckpt)
 
 
@@ -283,7 +282,7 @@ def restore_checkpoint(ckpt, target):
   shards: orbax with the sharded target, or the .npy folder memory-mapped and cut shard by shard."""
   if not os.path.exists(os.path.join(ckpt, "_CHECKPOINT_METADATA")):
     def one(path, t):
-      array = rundir.load_npy(os.path.join(ckpt, _npy_name(path)), mmap=True)
+      array = run_folder.load_npy(os.path.join(ckpt, _npy_name(path)), mmap=True)
       if array.shape != t.shape or array.dtype != t.dtype:
         raise InputError(f"{ckpt}/{_npy_name(path)}: {array.dtype} {array.shape}, the model needs {t.dtype} {t.shape}")
       return jax.make_array_from_callback(t.shape, t.sharding, lambda index: np.asarray(array[index]))
@@ -293,7 +292,7 @@ def restore_checkpoint(ckpt, target):
 
 def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True):
   """Train (or restore) one group, checkpoint it, and write its canary losses [G, N, T] (and the family's stats)."""
-  ckpt, losses_path = run_layout.group_paths(run_dir, g)
+  ckpt, losses_path = run_folder.group_paths(run_dir, g)
   # the group's params, shard by shard on the devices it is scored on (the first local one without a mesh)
   target = nnx.to_pure_dict(trainer.abstract_stack(model, len(model_ids), mesh))
   if os.path.exists(ckpt):  # trained before a kill that came before its losses were written
@@ -312,8 +311,8 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True)
   loss_GxNxT, *stats = trainer.canary_statistics(model, state, data.canaries_NxT, bos_id=data.bos_id,
                                                  batch_size=cfg.train.get("eval_batch_size", 256), mesh=mesh)
   for stat, array_GxNxT in zip(model.stat_names, stats):
-    rundir.save_npy(run_layout.stat_path(losses_path, stat), array_GxNxT)
-  rundir.save_npy(losses_path, loss_GxNxT)
+    run_folder.save_npy(run_folder.stat_path(losses_path, stat), array_GxNxT)
+  run_folder.save_npy(losses_path, loss_GxNxT)
   return loss_GxNxT
 
 
@@ -328,7 +327,7 @@ def _stack(run_dir, name, parts):
   want = (sum(s[0] for s in shapes),) + shapes[0][1:]
   if os.path.exists(path) and np.load(path, mmap_mode="r").shape == want:
     return
-  rundir.save_npy(path, np.concatenate([np.load(p) for p in parts]))
+  run_folder.save_npy(path, np.concatenate([np.load(p) for p in parts]))
 
 
 def assemble(cfg, run_dir):
@@ -338,11 +337,11 @@ def assemble(cfg, run_dir):
   Groups without mu / sigma files (extracted by an older version) leave mu.npy / sigma.npy unwritten, with a
   warning that names the missing files; LiRA needs only losses.npy.
   """
-  parts = [run_layout.group_paths(run_dir, g)[1] for g, _ in groups_of(cfg)]
+  parts = [run_folder.group_paths(run_dir, g)[1] for g, _ in groups_of(cfg)]
   if not all(os.path.exists(p) for p in parts):
     return False
   for stat in models.stat_names(cfg.model.name):
-    stat_parts = [run_layout.stat_path(p, stat) for p in parts]
+    stat_parts = [run_folder.stat_path(p, stat) for p in parts]
     if missing := [os.path.relpath(p, run_dir) for p in stat_parts if not os.path.exists(p)]:
       warnings.warn(f"{stat}.npy not written: {len(missing)} group(s) have no {stat} file ({', '.join(missing)}); "
                     f"delete those groups' losses files to re-extract them from their checkpoints", stacklevel=2)
@@ -355,7 +354,7 @@ def assemble(cfg, run_dir):
 def wait_for_groups(cfg, run_dir, poll_s=1.0):
   """Block until every group's losses file exists (written by the other processes of a jax.distributed run);
   a SIGTERM meanwhile raises preemption.Preempted."""
-  while not all(os.path.exists(run_layout.group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg)):
+  while not all(os.path.exists(run_folder.group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg)):
     preemption.check()
     time.sleep(poll_s)
 
@@ -373,7 +372,7 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   data = prepare_data(cfg, run_dir, progress)
   model = build_model(cfg, data, run_dir, progress)
   todo = [(g, ids) for g, ids in groups_of(cfg, process_id, num_processes)
-          if not os.path.exists(run_layout.group_paths(run_dir, g)[1])]
+          if not os.path.exists(run_folder.group_paths(run_dir, g)[1])]
   done = len(groups_of(cfg, process_id, num_processes)) - len(todo)
   if progress and done:
     print(f"resuming: {done} group(s) already finished")
@@ -386,5 +385,5 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   if wait:
     wait_for_groups(cfg, run_dir)
   return assemble(cfg, run_dir) if assemble_here else all(
-    os.path.exists(run_layout.group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg))
+    os.path.exists(run_folder.group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg))
 

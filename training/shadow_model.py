@@ -12,7 +12,7 @@ from flax import nnx
 from lira.errors import InputError, MissingFileError
 from training import data as data_lib
 from training import pipeline
-from training import run_layout
+from lira.reports import run_folder
 from training import trainer
 
 
@@ -34,7 +34,7 @@ def load_shadow_model(run_dir, model_id):
   tokenizer = data_lib.load_tokenizer(tokenizer_path)
   bos_id = data_lib.bos_id(tokenizer)
   group, model_ids = next((g, ids) for g, ids in pipeline.groups_of(cfg) if model_id in ids)
-  checkpoint = run_layout.group_paths(run_dir, group)[0]
+  checkpoint = run_folder.group_paths(run_dir, group)[0]
   if not os.path.exists(checkpoint):
     raise MissingFileError(f"{checkpoint} does not exist: group {group} (model {model_id}) is not trained yet")
   if cfg.model.name == "gpt_neox" and cfg.model.base == "pretrain":

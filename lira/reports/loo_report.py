@@ -1,0 +1,167 @@
+"""Reports of a leave-one-out evaluation: results.json, results.md and the log-log ROC plot.
+
+results.json (schema "seqlira.results", docs/outputs.md): schema {name, version, doc}; command and argv;
+run_dir (absolute); shape {M, N, T}; masked; settings {variants, reduction, statistic, offline, fix_variance,
+n_boot, seed, level, fprs}; the same settings also at the top level (statistic, reduction, offline,
+fix_variance, n_boot, seed, level) and as one readable line `setting`; dropped_variants [{name, reason}];
+variants [{name, covariance, shared, summary}] where summary is lira.metrics.summarize's dict (auc, auc_ci,
+n_pos, n_neg, n_excluded, n_boot, ci_level, tpr {"0.01": {fpr, tpr, ci, resolved, min_negatives}, ...},
+roc {fpr, tpr}); seconds; files (the report's file names); run_config (the run's config.json). Missing values
+(an interval without replicates) are null. With reference-free attack rows (evaluate --attacks, attacks/shadow.py):
+attacks [{name, attack, params, summary, scores_file}], pooled over the same pairs, and settings.attacks, settings.k.
+"""
+
+import os
+import time
+
+from lira import evaluation
+from lira import metrics
+from lira.reports import plots
+from lira.reports import provenance
+from lira.reports import run_folder
+from lira import transforms
+from lira.errors import InputError
+
+DEFAULTS = {"variants": None, "reduction": None, "statistic": "logit", "offline": False, "offline_shift": "std",
+            "fix_variance": False, "balance_counts": True, "n_boot": 200, "seed": 0}
+# Settings that change the scores themselves (the bootstrap's n_boot and seed change only the intervals).
+SCORE_SETTINGS = ("reduction", "statistic", "offline", "offline_shift", "fix_variance", "balance_counts")
+LEVEL = 0.95
+
+
+def choose_variants(variants, offline, fix_variance):
+  """(requested, chosen, dropped [{name, reason}]) for variant names and the scoring options; error if none is left."""
+  requested = evaluation.select_variants(variants)
+  chosen, dropped = evaluation.applicable_variants(requested, offline=offline, fix_variance=fix_variance)
+  dropped = [{"name": name, "reason": reason} for name, reason in dropped]
+  if not chosen:
+    raise InputError("no variant left to evaluate: " + "; ".join(f"{d['name']}: {d['reason']}" for d in dropped))
+  return requested, chosen, dropped
+
+
+def dropped_notes(dropped):
+  """One note per reason naming every variant it dropped; dropped = [{name, reason}]."""
+  by_reason = {}
+  for d in dropped:
+    by_reason.setdefault(d["reason"], []).append(d["name"])
+  return [f"not evaluated: {', '.join(names)}: {reason}." for reason, names in by_reason.items()]
+
+
+def report_settings(chosen, reduction, statistic, offline, fix_variance, n_boot, seed, offline_shift="std",
+                    balance_counts=False):
+  """The settings that change the report's numbers, in the order its file names list them."""
+  keys = [evaluation.variant_key(v) for v in chosen]
+  every = [evaluation.variant_key(v) for v in evaluation.VARIANTS]
+  return {"variants": None if sorted(keys) == sorted(every) else keys,
+          "reduction": None if transforms.parse_reduction(reduction)[0] is None else reduction, "statistic": statistic,
+          "offline": bool(offline), "offline_shift": offline_shift if offline else DEFAULTS["offline_shift"],
+          "fix_variance": bool(fix_variance), "balance_counts": bool(balance_counts), "n_boot": int(n_boot),
+          "seed": int(seed)}
+
+
+def scoring_words(settings):
+  """The scoring settings in words: 'statistic=logit, reduction=none, offline (shift: std), balanced counts'."""
+  words = [f"statistic={settings['statistic']}", f"reduction={settings['reduction'] or 'none'}"]
+  if settings["offline"]:
+    words.append(f"offline (shift: {settings['offline_shift']})")
+  words += [w for w, on in (("fixed variance", settings["fix_variance"]),
+                            ("balanced counts", settings.get("balance_counts"))) if on]
+  return ", ".join(words)
+
+
+def title(shape, settings):
+  """The ROC's title: the run's shape and every setting that changes the curves."""
+  return f"LiRA leave-one-out, {provenance.shape_line(shape)}\n{scoring_words(settings)}"
+
+
+def scores_path(out_dir, variant, settings):
+  """Where a variant's [M, N] scores go: scores_oas-shared[_settings].npy (only settings that change scores)."""
+  score_settings = {k: settings[k] for k in SCORE_SETTINGS}
+  return provenance.report_path(out_dir, f"scores_{evaluation.variant_key(variant)}", "npy", score_settings, DEFAULTS)
+
+
+def _first_process():
+  from lira import loo_jax
+  return loo_jax.is_first_process()
+
+
+def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", variants=None, offline=False,
+                 fix_variance=False, n_boot=200, seed=0, progress=True, offline_shift="std", balance_counts=True,
+                 save_scores=True, attack_rows=None, backend="numpy", precision="float64"):
+  """Evaluate a run folder, write the reports (named by their settings), and return (table text, result dict).
+
+  With save_scores, each variant's leave-one-out scores llr_MxN (float64, higher = member) are written as
+  scores_<variant>[_settings].npy beside the report, for analyses of one's own. attack_rows (attacks.shadow.AttackRows,
+  computed beforehand) adds reference-free attack rows to the same table, results.json and roc.png. losses.npy is
+  memory-mapped and read a block of canaries at a time. backend / precision: lira.leave_one_out's; in a
+  jax.distributed run every process scores its share, and only the first pools the ROCs and writes (the others
+  return (None, None)).
+  """
+  balance_note = None
+  if balance_counts and fix_variance:  # LiRA's pooled variance is a plain leave-one-out quantity
+    balance_counts = False
+    balance_note = ("note: --fix_variance pools one variance over all canaries, which balanced counts do not apply "
+                    "to; plain leave-one-out was used (--nobalance_counts)")
+  transforms.parse_reduction(reduction)
+  requested, chosen, dropped = choose_variants(variants, offline, fix_variance)
+  run = run_folder.load_run(run_dir, mmap=True)
+  out_dir = out_dir or run_dir
+  first = backend != "jax" or _first_process()
+  run_folder.check_writable(out_dir, "choose another folder with --out_dir")
+  settings = report_settings(requested, reduction, statistic, offline, fix_variance, n_boot, seed, offline_shift,
+                             balance_counts)
+  defaults = DEFAULTS
+  if attack_rows is not None:
+    settings, defaults = {**settings, **attack_rows.settings}, {**DEFAULTS, **attack_rows.defaults}
+  start = time.perf_counter()
+  rows, scores = evaluation.evaluate_variants(
+      run.loss_MxNxT, run.keep_MxN, mask_NxT=run.mask_NxT, reduction=reduction, statistic=statistic,
+      variants=chosen, n_boot=n_boot, seed=seed, progress=progress, offline=offline, fix_variance=fix_variance,
+      offline_shift=offline_shift, balance_counts=balance_counts, backend=backend, precision=precision,
+      summarize=first)
+  seconds = time.perf_counter() - start
+  if not first:
+    return None, None
+  M, N, T = run.loss_MxNxT.shape
+  shape = {"M": M, "N": N, "T": T}
+  setting = (f"{provenance.shape_line(shape)}; {scoring_words(settings)}; leave-one-out; "
+             f"{n_boot} bootstrap replicates over canaries (seed {seed}, {LEVEL:.0%} percentile intervals)")
+  paths = {ext: provenance.report_path(out_dir, stem, ext, settings, defaults)
+           for stem, ext in (("results", "json"), ("results", "md"), ("roc", "png"))}
+  if save_scores:
+    for variant in chosen:
+      path = scores_path(out_dir, variant, settings)
+      run_folder.save_npy(path, scores[variant[0]])
+      paths[f"scores {variant[0]}"] = path
+  extra = [] if attack_rows is None else [dict(r) for r in attack_rows.rows]
+  for row in extra:
+    if save_scores:
+      path = provenance.report_path(out_dir, f"scores_{row['attack']}", "npy", row["params"], defaults)
+      run_folder.save_npy(path, attack_rows.scores[row["attack"]])
+      paths[f"scores {row['attack']}"] = path
+      row["scores_file"] = os.path.basename(path)
+  table_rows = [(r["name"], r["summary"]) for r in rows + extra]
+  notes = dropped_notes(dropped) + ([balance_note] if balance_note else [])
+  if extra:
+    notes.append(f"{', '.join(r['name'] for r in extra)}: reference-free, each target model scored from its own "
+                 "losses (and mu, sigma) alone, no shadow models; pooled over the same (model, canary) pairs.")
+  result = provenance.header("evaluate", run_dir, run, {**settings, "variants": [evaluation.variant_key(v) for v in chosen],
+                                                        "requested_variants": [evaluation.variant_key(v) for v in requested],
+                                                        "level": LEVEL, "fprs": list(metrics.DEFAULT_FPRS)},
+                             "seqlira.results")
+  result.update({"setting": setting, "statistic": statistic, "reduction": reduction, "offline": offline,
+                 "offline_shift": offline_shift, "fix_variance": fix_variance, "balance_counts": balance_counts,
+                 "n_boot": n_boot, "seed": seed, "level": LEVEL,
+                 "dropped_variants": dropped, "seconds": seconds, "variants": rows,
+                 **({"attacks": extra} if extra else {}),
+                 "files": [os.path.basename(p) for p in paths.values()]})
+  run_folder.save_json(paths["json"], result)
+  md_notes = "".join(f"\n{n}  " for n in notes)
+  run_folder.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{metrics.format_markdown(table_rows)}\n"
+                                f"{md_notes}\n")
+  curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"])
+            for r in rows + extra]
+  run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title(shape, settings),
+                                                    styles=None if attack_rows is None else attack_rows.styles))
+  text = "\n".join([setting, "", metrics.format_table(table_rows)] + notes)
+  return text, result

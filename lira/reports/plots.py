@@ -1,0 +1,190 @@
+"""Figures: log-log ROC curves, TPR versus reduced length, TPR versus number of shadow models (Rossi et al. 2025).
+
+Each of the six variants has one colour (its covariance estimator) and one line style (shared solid, class-wise
+dashed) in every figure, the covariance-error figures of lira/reports/cov_plots.py included, whatever subset is drawn.
+"""
+
+import collections
+
+import numpy as np
+from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
+
+from lira import metrics
+from lira.evaluation import VARIANTS
+
+COVARIANCE_COLORS = {"univariate": "tab:blue", "independent": "tab:orange", "oas": "tab:green"}
+MODE_LINESTYLES = {"shared": "-", "classwise": "--"}
+LABELS = {"univariate": "Univariate", "independent": "Independent", "oas": "OAS", "classwise": "Class-Wise",
+          "shared": "Shared", "in": "IN", "out": "OUT"}
+# Reduction strategies draw in colours no variant uses, so a colour always means one thing.
+STRATEGY_STYLES = {"group": ("tab:purple", "o"), "min": ("tab:brown", "v"), "max": ("tab:olive", "^")}
+FPR_FLOOR = 1e-5
+_UNKNOWN = {"color": "black", "ls": ":"}
+
+
+def variant_style(covariance, shared):
+  """Colour and line style of a variant: colour by covariance estimator, solid if shared, dashed if class-wise."""
+  return {"color": COVARIANCE_COLORS.get(covariance, "black"),
+          "ls": MODE_LINESTYLES["shared" if shared else "classwise"]}
+
+
+VARIANT_STYLES = {name: variant_style(covariance, shared) for name, covariance, shared in VARIANTS}
+
+
+def style_of(name):
+  """Colour and line style of a variant by its Table II name (black dotted for any other label)."""
+  return VARIANT_STYLES.get(str(name), _UNKNOWN)
+
+
+def _hollow(color, ms=7):
+  return {"ls": "none", "marker": "o", "ms": ms, "mfc": "white", "mec": color, "mew": 1.3, "zorder": 3}
+
+
+def _log2_axis(ax, values, label):
+  ax.set_xscale("log", base=2)
+  ax.set_xticks(values, [str(v) for v in values])
+  ax.minorticks_off()
+  ax.set_xlabel(label)
+  ax.grid(True, alpha=0.3)
+
+
+def roc_figure(curves, title=None, fpr_min=None, styles=None, legend_fpr=1e-3):
+  """Log-log ROC curves; curves = [(label, fpr, tpr, auc_or_None)], legend with AUC and TPR at legend_fpr.
+
+  styles maps a label to its colour and line style (default: the variant's, black dotted for other labels)."""
+  styles = styles or {}
+  curves = [(label, np.asarray(f, dtype=np.float64), np.asarray(t, dtype=np.float64), a) for label, f, t, a in curves]
+  if fpr_min is None:
+    # Below the smallest nonzero FPR (about 1/n_neg) nothing is resolved; show down to 1e-5 at most.
+    positive = [f[f > 0].min() for _, f, _, _ in curves if (f > 0).any()]
+    fpr_min = max(FPR_FLOOR, min(positive)) if positive else FPR_FLOOR
+  fig = Figure(figsize=(5.6, 5.2 + 0.17 * (len(curves) + 1)), layout="constrained")
+  ax = fig.subplots()
+  ax.plot([fpr_min, 1.0], [fpr_min, 1.0], ls=":", color="gray", lw=1, label="chance")
+  for label, fpr_G, tpr_G, auc_value in curves:
+    parts = [str(label)]
+    if auc_value is not None:
+      parts.append(f"AUC {auc_value:.4f}")
+    parts.append(f"TPR@{100 * legend_fpr:g}% {100 * metrics.curve_tpr_at_fpr(fpr_G, tpr_G, legend_fpr):.2f}%")
+    # Points at FPR or TPR 0 sit on the axis edge instead of vanishing off the log scale.
+    ax.plot(np.maximum(fpr_G, fpr_min), np.maximum(tpr_G, fpr_min), lw=1.5, label=", ".join(parts),
+            **styles.get(label, style_of(label)))
+  ax.set_xscale("log")
+  ax.set_yscale("log")
+  ax.set_xlim(fpr_min, 1.0)
+  ax.set_ylim(fpr_min, 1.0)
+  ax.set_xlabel("False positive rate")
+  ax.set_ylabel("True positive rate")
+  if title:
+    ax.set_title(title, fontsize=9)
+  # Below the axes: a legend inside would hide curves wherever they run.
+  fig.legend(loc="outside lower center", fontsize=7.5, frameon=False)
+  ax.set_aspect("equal")
+  ax.grid(True, which="major", alpha=0.3)
+  return fig
+
+
+def _ci(row):
+  lo, hi = row.get("tpr_ci_low"), row.get("tpr_ci_high")
+  return (None, None) if lo is None or hi is None or not np.isfinite([lo, hi]).all() else (100 * lo, 100 * hi)
+
+
+def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
+  """TPR (%) versus reduced length K, one panel per covariance, one line per strategy (Figs. 11-14).
+
+  The panel's variant without reduction is a horizontal line in its fixed style; bars and the band around it are
+  the rows' bootstrap intervals (tpr_ci_low/high) when present; hollow markers are FPRs the negatives do not resolve.
+  """
+  covariances = list(dict.fromkeys(r["covariance"] for r in rows))
+  shared = bool(rows[0].get("shared", True))
+  fig = Figure(figsize=(4.0 * len(covariances) + 1.0, 4.6), layout="constrained")
+  axes = fig.subplots(1, len(covariances), sharey=True, squeeze=False)[0]
+  handles, any_ci, any_unresolved = {}, False, False
+  strategies = [s for s in STRATEGY_STYLES if any(r["strategy"] == s for r in rows)]
+  for ax, covariance in zip(axes, covariances):
+    style = variant_style(covariance, shared)
+    name = f"{LABELS.get(covariance, covariance)} {LABELS['shared' if shared else 'classwise']}"
+    for r in rows:
+      if r["strategy"] == "none" and r["covariance"] == covariance:
+        handles[f"no reduction, {name}"] = ax.axhline(100 * r["tpr"], lw=1.4, **style)
+        lo, hi = _ci(r)
+        if lo is not None:
+          ax.axhspan(lo, hi, color=style["color"], alpha=0.12, lw=0)
+    lengths = sorted({int(r["K"]) for r in rows if r["strategy"] != "none"})
+    for i, strategy in enumerate(strategies):
+      color, marker = STRATEGY_STYLES[strategy]
+      pts = sorted((r for r in rows if r["strategy"] == strategy and r["covariance"] == covariance),
+                   key=lambda r: r["K"])
+      # Strategies sit slightly apart on the x axis so their intervals do not hide each other.
+      k_K = np.array([r["K"] for r in pts], np.float64) * 2.0 ** (0.06 * (i - (len(strategies) - 1) / 2))
+      y_K = np.array([100 * r["tpr"] for r in pts])
+      cis = [_ci(r) for r in pts]
+      (line,) = ax.plot(k_K, y_K, color=color, marker=marker, ms=4.5, lw=1.4)
+      handles.setdefault(strategy, line)
+      if all(lo is not None for lo, _ in cis):
+        any_ci = True
+        err = np.array([[y - lo, hi - y] for y, (lo, hi) in zip(y_K, cis)]).T
+        ax.errorbar(k_K, y_K, yerr=np.maximum(err, 0), fmt="none", ecolor=color, elinewidth=0.9, capsize=2.5)
+      open_K = np.array([not r.get("resolved", True) for r in pts], bool)
+      if open_K.any():
+        any_unresolved = True
+        ax.plot(k_K[open_K], y_K[open_K], **{**_hollow(color, 6), "marker": marker})
+    _log2_axis(ax, lengths, "reduced length K")
+    ax.set_title(name, fontsize=10, color=style["color"])
+  axes[0].set_ylabel(f"{fpr_label} (%)")
+  legend = [(handles[s], f"{s}:K") for s in strategies] + [(h, k) for k, h in handles.items() if k not in strategies]
+  if any_ci:
+    legend.append((Line2D([], [], color="0.3", marker="|", ms=10, mew=1.2, ls="none"), "bars, band: 95% bootstrap CI"))
+  if any_unresolved:
+    legend.append((Line2D([], [], **_hollow("0.3", 6)), "hollow: FPR not resolved"))
+  fig.legend(*zip(*legend), loc="outside lower center", ncol=3, fontsize=8, frameon=False)
+  if title:
+    fig.suptitle(title, fontsize=9)
+  return fig
+
+
+def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
+                 xlabel="models per subset m (each target: m-1 shadow models)"):
+  """TPR (%) versus number of models m: mean over draws with a min-max band, one line per variant (Fig. 5).
+
+  Points whose target FPR is not resolved by the negatives available (row["resolved"] False in any draw) are
+  hollow; undefined points (tpr NaN or None: too few models of a class) are left out.
+  """
+  fig = Figure(figsize=(7.6, 4.2), layout="constrained")
+  ax = fig.subplots()
+  by_variant = collections.defaultdict(lambda: collections.defaultdict(list))
+  resolved = collections.defaultdict(lambda: collections.defaultdict(list))
+  for row in rows:
+    tpr = row["tpr"]
+    if tpr is not None and np.isfinite(float(tpr)):
+      by_variant[row["variant"]][int(row["m"])].append(100 * float(tpr))
+      resolved[row["variant"]][int(row["m"])].append(bool(row.get("resolved", True)))
+  any_unresolved = False
+  counts = sorted({int(r["m"]) for r in rows})
+  order = {name: i for i, (name, _, _) in enumerate(VARIANTS)}
+  for variant, by_m in sorted(by_variant.items(), key=lambda kv: (order.get(kv[0], len(order)), str(kv[0]))):
+    style = style_of(variant)
+    m_S = np.array(sorted(by_m))
+    y_S = [np.asarray(by_m[m]) for m in m_S]
+    mean_S = np.array([y.mean() for y in y_S])
+    ax.plot(m_S, mean_S, lw=1.5, label=str(variant), **style)
+    ax.fill_between(m_S, [y.min() for y in y_S], [y.max() for y in y_S], color=style["color"], alpha=0.15, lw=0)
+    open_S = np.array([not all(resolved[variant][m]) for m in m_S])
+    ax.plot(m_S[~open_S], mean_S[~open_S], ls="none", marker="o", ms=4, color=style["color"])
+    if open_S.any():
+      any_unresolved = True
+      ax.plot(m_S[open_S], mean_S[open_S], **_hollow(style["color"]))
+  _log2_axis(ax, counts, xlabel)
+  ax.set_ylabel(f"{ylabel} (%)")
+  handles, labels = ax.get_legend_handles_labels()
+  handles.append(Patch(color="0.5", alpha=0.3, lw=0))
+  labels.append("band: min-max over draws")
+  if any_unresolved:
+    handles.append(Line2D([], [], **_hollow("0.3")))
+    labels.append("hollow: FPR not resolved")
+  fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+  if title:
+    ax.set_title(title, fontsize=9)
+  return fig

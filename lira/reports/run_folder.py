@@ -1,0 +1,202 @@
+"""The run folder: the one module that reads and writes its files (LiRA's inputs, a shadow run's group files,
+atomic writes of results).
+
+A shadow run keeps each group's files here (training/pipeline.py writes them, training/partial.py and
+training/shadow_model.py read them):
+RUN_DIR/checkpoints/group_GGGG  orbax checkpoint of group G's parameters
+RUN_DIR/losses/group_GGGG.npy   its canary losses [G, N, T], written last: the group is done when it exists
+RUN_DIR/losses/group_GGGG_<stat>.npy  a language model's per-token extras (mu, sigma) beside them
+"""
+
+import csv
+import dataclasses
+import io
+import json
+import os
+import tempfile
+
+import numpy as np
+
+from lira.errors import InputError, MissingFileError
+
+
+@dataclasses.dataclass(frozen=True)
+class Run:
+  loss_MxNxT: np.ndarray
+  keep_MxN: np.ndarray
+  mask_NxT: np.ndarray | None
+  config: dict
+
+
+def load_npy(path, mmap=False):
+  """Load an .npy file without pickle; a damaged or pickled file is refused with its path named."""
+  try:
+    return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
+  except ValueError as e:
+    if "allow_pickle" in str(e) or "pickle" in str(e).lower():
+      raise InputError(f"{path}: holds pickled objects, which seqlira never loads (it cannot load without pickle); "
+                       "store plain numeric arrays") from e
+    raise InputError(f"{path}: cannot be read as an .npy array ({e}); is the file truncated or still being "
+                     "written?") from e
+  except (EOFError, OSError) as e:
+    raise InputError(f"{path}: cannot be read as an .npy array ({e})") from e
+
+
+def load_run(run_dir, mmap=False):
+  """Load losses.npy [M, N, T], keep.npy [M, N], optional mask.npy [N, T] and config.json; check shapes."""
+  if not os.path.isdir(run_dir):
+    raise MissingFileError(f"run folder {run_dir!r} does not exist")
+  paths = {k: os.path.join(run_dir, f"{k}.npy") for k in ("losses", "keep", "mask")}
+  for k in ("losses", "keep"):
+    if not os.path.exists(paths[k]):
+      raise MissingFileError(f"run folder {run_dir!r} has no {k}.npy (see README, 'Run folder layout')")
+  loss = load_npy(paths["losses"], mmap=mmap)
+  if loss.ndim != 3:
+    raise InputError(f"{paths['losses']}: expected per-token losses shaped [M, N, T], got {loss.shape}")
+  if not np.issubdtype(loss.dtype, np.floating):
+    raise InputError(f"{paths['losses']}: expected floating-point losses, got dtype {loss.dtype}")
+  keep = load_npy(paths["keep"])
+  if keep.dtype != bool:
+    if np.issubdtype(keep.dtype, np.integer) and np.isin(keep, (0, 1)).all():
+      keep = keep.astype(bool)
+    else:
+      raise InputError(f"{paths['keep']}: expected a bool membership matrix, got dtype {keep.dtype}")
+  if keep.shape != loss.shape[:2]:
+    raise InputError(f"{paths['keep']}: shape {keep.shape} does not match losses.npy [M, N] = {loss.shape[:2]}")
+  mask = None
+  if os.path.exists(paths["mask"]):
+    mask = load_npy(paths["mask"])
+    if mask.shape != loss.shape[1:] or mask.dtype != bool:
+      raise InputError(f"{paths['mask']}: expected bool [N, T] = {loss.shape[1:]}, got {mask.dtype} {mask.shape}")
+  config = {}
+  cfg_path = os.path.join(run_dir, "config.json")
+  if os.path.exists(cfg_path):
+    with open(cfg_path) as f:
+      try:
+        config = json.load(f)
+      except json.JSONDecodeError as e:
+        raise InputError(f"{cfg_path}: not valid JSON ({e})") from e
+  return Run(loss, keep, mask, config)
+
+
+def _umask():
+  """The process's file-creation mask (read by setting it and restoring it at once)."""
+  mask = os.umask(0)
+  os.umask(mask)
+  return mask
+
+
+def _atomic(path, write_fn, mode):
+  """Write through a temporary file in the same folder, then rename it over `path`.
+
+  mkstemp creates its file readable by the owner only; the file gets the permissions a plain open() would
+  give (0666 minus the umask), so collaborators on a shared file system can read the results.
+  """
+  directory = os.path.dirname(os.path.abspath(path))
+  os.makedirs(directory, exist_ok=True)
+  fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
+  try:
+    os.fchmod(fd, 0o666 & ~_umask())
+    with os.fdopen(fd, mode) as f:
+      write_fn(f)
+      f.flush()
+      os.fsync(f.fileno())
+    os.replace(tmp, path)
+  except BaseException:
+    if os.path.exists(tmp):
+      os.remove(tmp)
+    raise
+
+
+RUN_FILES = ("losses.npy", "keep.npy", "mask.npy", "config.json")
+
+
+def check_no_run(run_dir, flag="--overwrite"):
+  """Refuse to write a new run into a folder that already holds one (hours of training lost to a typo)."""
+  found = [f for f in RUN_FILES if os.path.exists(os.path.join(run_dir, f))]
+  if found:
+    raise InputError(f"{run_dir} already holds a run ({', '.join(found)}); choose another folder, or pass {flag} "
+                     "to replace it")
+
+
+def check_writable(folder, hint="choose another folder with --out_dir"):
+  """Refuse, before any long work, a folder the results cannot be written into (created if missing)."""
+  try:
+    os.makedirs(folder, exist_ok=True)
+  except OSError as e:
+    raise InputError(f"cannot create the output folder {folder}: {e.strerror}; {hint}") from e
+  try:
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
+  except OSError as e:
+    raise InputError(f"cannot write into {folder}: {e.strerror}; {hint}") from e
+  os.close(fd)
+  os.remove(probe)
+
+
+def save_npy(path, array):
+  """Write an .npy file atomically (temporary name, then rename); never pickled."""
+  _atomic(path, lambda f: np.save(f, np.asarray(array), allow_pickle=False), "wb")
+
+
+def standard_json(obj):
+  """A copy of obj that standard JSON can hold: NaN and infinities become None, numpy values plain Python."""
+  if isinstance(obj, dict):
+    return {k: standard_json(v) for k, v in obj.items()}
+  if isinstance(obj, (list, tuple)):
+    return [standard_json(v) for v in obj]
+  if isinstance(obj, np.ndarray):
+    return standard_json(obj.tolist())
+  if isinstance(obj, np.generic):
+    obj = obj.item()
+  if isinstance(obj, float) and not np.isfinite(obj):
+    return None
+  return obj
+
+
+def save_json(path, obj):
+  """Write strict JSON atomically (missing values as null; a bare NaN, which strict parsers reject, never)."""
+  text = json.dumps(standard_json(obj), indent=2, sort_keys=True, allow_nan=False)
+  _atomic(path, lambda f: f.write(text.encode()), "wb")
+
+
+def save_text(path, text):
+  """Write a text file atomically."""
+  save_bytes(path, text.encode())
+
+
+def save_bytes(path, data):
+  """Write bytes atomically."""
+  _atomic(path, lambda f: f.write(data), "wb")
+
+
+def save_figure(path, fig):
+  """Save a matplotlib figure atomically as PNG."""
+  _atomic(path, lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), "wb")
+
+
+def save_csv(path, rows):
+  """Write a list of dicts as CSV atomically (columns from the first row)."""
+  buf = io.StringIO()
+  writer = csv.DictWriter(buf, fieldnames=list(rows[0]), lineterminator="\n")
+  writer.writeheader()
+  writer.writerows(rows)
+  save_text(path, buf.getvalue())
+
+
+# A shadow run's groups: pure path arithmetic, no model code.
+def groups(num_models, group_size, process_id=0, num_processes=1):
+  """(group index, model ids) of a process's share: groups g with g % num_processes == process_id."""
+  starts = range(0, num_models, group_size)
+  every = [(g, list(range(s, min(s + group_size, num_models)))) for g, s in enumerate(starts)]
+  return [(g, ids) for g, ids in every if g % num_processes == process_id]
+
+
+def group_paths(run_dir, g):
+  """Checkpoint folder and losses file of group g; the losses file is written last and marks the group done."""
+  return (os.path.abspath(os.path.join(run_dir, "checkpoints", f"group_{g:04d}")),
+          os.path.join(run_dir, "losses", f"group_{g:04d}.npy"))
+
+
+def stat_path(losses_path, stat):
+  """mu / sigma of a group, beside its losses file."""
+  return losses_path[:-len(".npy")] + f"_{stat}.npy"

@@ -1,0 +1,111 @@
+"""Reports of an attack on separate target models: scores_KxN per variant, and with known membership the table,
+intervals and ROC that `evaluate` gives (docs/outputs.md, "attack")."""
+
+import os
+import time
+
+import numpy as np
+
+from lira import evaluation
+from lira import metrics
+from lira.reports import plots
+from lira.reports import provenance
+from lira.reports import loo_report
+from lira.reports import run_folder
+from lira import targets
+from lira import transforms
+from lira.errors import InputError
+
+def load_targets(target_path, keep_path, num_canaries):
+  """Target losses [K, N, T] (an [N, T] file is K = 1) and their membership [K, N] or None, checked against N."""
+  loss = run_folder.load_npy(target_path, mmap=True)
+  if loss.ndim == 2:
+    loss = loss[None]
+  if loss.ndim != 3 or loss.shape[1] != num_canaries:
+    raise InputError(f"{target_path}: expected per-token losses [K, N, T] or [N, T] with N={num_canaries} canaries "
+                     f"(those of the shadow run), got {list(loss.shape)}")
+  keep = None
+  if keep_path:
+    keep = run_folder.load_npy(keep_path)
+    if keep.dtype != bool and np.issubdtype(keep.dtype, np.integer) and np.isin(keep, (0, 1)).all():
+      keep = keep.astype(bool)
+    keep = keep[None] if keep.ndim == 1 else keep
+    if keep.dtype != bool or keep.shape != loss.shape[:2]:
+      raise InputError(f"{keep_path}: expected the targets' membership as bool [K, N] = {list(loss.shape[:2])}, got "
+                       f"{keep.dtype} {list(keep.shape)}")
+  return loss, keep
+
+
+def attack_run(run_dir, target_path, out_dir, target_keep_path=None, *, reduction=None, statistic="logit",
+               variants=None, offline=False, offline_shift="std", fix_variance=False, n_boot=200, seed=0,
+               progress=True):
+  """Score target models' canary losses with Gaussians fitted on all shadows of run_dir; write and return reports.
+
+  Writes attack_scores_<variant>[_settings].npy ([K, N] float64, higher = member) and attack[_settings].json; with
+  the targets' membership also attack[_settings].md (the evaluate table) and attack_roc[_settings].png.
+  Returns (text to print, result dict).
+  """
+  transforms.parse_reduction(reduction)
+  requested, chosen, dropped = loo_report.choose_variants(variants, offline, fix_variance)
+  run = run_folder.load_run(run_dir, mmap=True)
+  target_loss, target_keep = load_targets(target_path, target_keep_path, run.keep_MxN.shape[1])
+  run_folder.check_writable(out_dir, "choose another folder with --out_dir")
+  settings = loo_report.report_settings(requested, reduction, statistic, offline, fix_variance, n_boot, seed,
+                                    offline_shift)
+  del settings["balance_counts"]  # every target is scored from all M shadows: nothing to balance
+  start = time.perf_counter()
+  scores, rows = {}, []
+  for variant in chosen:
+    name, covariance, shared = variant
+    scores[name] = targets.score_targets(
+        run.loss_MxNxT, run.keep_MxN, target_loss, covariance=covariance, shared=shared, reduction=reduction,
+        statistic=statistic, mask_NxT=run.mask_NxT, offline=offline, offline_shift=offline_shift,
+        fix_variance=fix_variance, progress=progress)
+    row = {"name": name, "covariance": covariance, "shared": shared}
+    if target_keep is not None:
+      row["summary"] = metrics.summarize(scores[name], target_keep, n_boot=n_boot, seed=seed)
+    rows.append(row)
+  seconds = time.perf_counter() - start
+  K = target_loss.shape[0]
+  M, N, T = run.loss_MxNxT.shape
+  setting = (f"{K} target model(s) scored with Gaussians from {M} shadow models, N={N} canaries, T={T} positions; "
+             f"{loo_report.scoring_words(settings)}")
+  paths = {}
+  for variant in chosen:
+    score_settings = {k: settings[k] for k in loo_report.SCORE_SETTINGS if k in settings}
+    paths[variant[0]] = provenance.report_path(out_dir, f"attack_scores_{evaluation.variant_key(variant)}", "npy",
+                                               score_settings, loo_report.DEFAULTS)
+    run_folder.save_npy(paths[variant[0]], scores[variant[0]])
+  for stem, ext in (("attack", "json"),) + ((("attack", "md"), ("attack_roc", "png")) if target_keep is not None
+                                            else ()):
+    paths[ext] = provenance.report_path(out_dir, stem, ext, settings, loo_report.DEFAULTS)
+  notes = loo_report.dropped_notes(dropped)
+  if target_keep is None:
+    text = "\n".join([setting, "", _score_table(scores)] + notes)
+  else:
+    table_rows = [(r["name"], r["summary"]) for r in rows]
+    text = "\n".join([setting, "", metrics.format_table(table_rows)] + notes)
+    md_notes = "".join(f"\n{n}  " for n in notes)
+    run_folder.save_text(paths["md"], f"# LiRA on target models\n\n{setting}\n\n{metrics.format_markdown(table_rows)}\n"
+                                  f"{md_notes}\n")
+    curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"]) for r in rows]
+    title = f"LiRA on {K} target model(s), {M} shadow models, N={N}, T={T}\n{loo_report.scoring_words(settings)}"
+    run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title))
+  result = provenance.header("score_targets", run_dir, run,
+                             {**settings, "variants": [evaluation.variant_key(v) for v in chosen]}, "seqlira.attack")
+  result.update({"target": os.path.abspath(target_path), "target_keep": target_keep_path and os.path.abspath(
+      target_keep_path), "num_targets": K, "setting": setting, "dropped_variants": dropped, "seconds": seconds,
+      "variants": [{**r, "scores_file": os.path.basename(paths[r["name"]])} for r in rows],
+      "files": [os.path.basename(p) for p in paths.values()]})
+  run_folder.save_json(paths["json"], result)
+  return text, result
+
+
+def _score_table(scores):
+  """Without known membership: per variant, the spread of the scores and how many favour membership."""
+  lines = [f"{'variant':<24} {'min':>9} {'median':>9} {'max':>9} {'score > 0':>10}"]
+  for name, llr_KxN in scores.items():
+    q = np.quantile(llr_KxN, [0.0, 0.5, 1.0])
+    lines.append(f"{name:<24} {q[0]:>9.3g} {q[1]:>9.3g} {q[2]:>9.3g} {np.mean(llr_KxN > 0):>10.1%}")
+  lines.append("score > 0: the IN Gaussian is the likelier (online) or the target sits above the OUT mean (offline).")
+  return "\n".join(lines)

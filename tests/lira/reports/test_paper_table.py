@@ -1,0 +1,58 @@
+"""lira.paper_table (the paper_table command): the run's column equals its results.json, each test's A and B equal the pooled TPRs."""
+
+import json
+
+import numpy as np
+import pytest
+
+from lira import metrics, synthetic
+from lira.reports import paper_table_report
+from lira.reports import loo_report
+from lira.errors import InputError
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("run"))
+  synthetic.write_synthetic_run(path, num_models=8, num_canaries=300, seq_len=5, seed=2, shift=1.5)
+  loo_report.evaluate_run(path, progress=False)  # default settings: results.json
+  return path
+
+
+def test_table_rows_and_paired_tests_agree_with_the_report_and_scores(run_dir):
+  table = paper_table_report.build(run_dir, setting="lstm_worst", n_boot=50)
+  with open(f"{run_dir}/results.json") as f:
+    results = json.load(f)
+  keep = np.load(f"{run_dir}/keep.npy")
+  for row, variant, paper in zip(table["rows"], results["variants"], paper_table_report.PAPER_TABLE_II["lstm_worst"]):
+    assert row["name"] == variant["name"] and row["paper"] == list(paper)
+    assert row["tpr"] == [variant["summary"]["tpr"][metrics.fpr_key(f)]["tpr"] for f in paper_table_report.FPRS]
+  assert [(t["a"], t["b"]) for t in table["tests"]] == [(a, b) for a, b, _ in paper_table_report.COMPARISONS]
+  for t in table["tests"]:
+    sa, sb = (np.load(f"{run_dir}/scores_{k}.npy") for k in (t["a"], t["b"]))
+    for e, fpr in zip(t["fprs"], paper_table_report.FPRS):
+      assert e["a"] == pytest.approx(metrics.tpr_at_fpr(sa, keep, fpr), abs=1e-12)
+      assert e["b"] == pytest.approx(metrics.tpr_at_fpr(sb, keep, fpr), abs=1e-12)
+      # 1,200 non-members resolve 0.1% but not 0.01%: the latter can never be called.
+      assert e["resolved"] == (fpr == 0.001)
+      assert e["verdict"] in ("holds", "opposite", "not resolved") and (e["resolved"] or e["verdict"] == "not resolved")
+  assert "| Univariate Class-Wise | 92.51 |" in paper_table_report.markdown(table)
+  # The paper's LSTM worst column has OAS class-wise 69.32 points below univariate class-wise at 0.1%: expected < 0.
+  last = table["tests"][-1]["fprs"][0]
+  assert last["paper_diff"] == -69.32 and last["expected_sign"] == -1
+
+
+def test_verdict_reads_the_interval():
+  assert paper_table_report.verdict(np.array([0.01, 0.2]), True) == "holds"
+  assert paper_table_report.verdict(np.array([-0.2, -0.01]), True) == "opposite"
+  assert paper_table_report.verdict(np.array([-0.2, -0.01]), True, expected_sign=-1) == "holds"
+  assert paper_table_report.verdict(np.array([0.01, 0.2]), True, expected_sign=-1) == "opposite"
+  assert paper_table_report.verdict(np.array([-0.01, 0.2]), True, expected_sign=-1) == "not resolved"
+  assert paper_table_report.verdict(np.array([-0.1, 0.2]), True) == "not resolved"
+  assert paper_table_report.verdict(np.array([0.01, 0.2]), False) == "not resolved"
+
+
+def test_a_run_without_a_report_is_a_one_line_error(tmp_path):
+  synthetic.write_synthetic_run(str(tmp_path), num_models=4, num_canaries=10, seq_len=3)
+  with pytest.raises(InputError, match="results.json: not found"):
+    paper_table_report.build(str(tmp_path))

@@ -1,0 +1,132 @@
+"""Tests for lira.plots and lira.cov_plots: figures build from tiny inputs, save as PNG, and keep fixed styles."""
+
+import io
+
+import matplotlib.colors as mcolors
+import numpy as np
+
+from lira import evaluation, metrics
+from lira.reports import cov_plots
+from lira.reports import plots
+
+
+def _png(fig):
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=50)
+  assert buf.getvalue()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _legend_texts(fig):
+  return [t.get_text() for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
+          for t in legend.get_texts()]
+
+
+def _styles(ax):
+  """{label: (rgba colour, linestyle)} of the labelled lines of an axes."""
+  return {l.get_label(): (mcolors.to_rgba(l.get_color()), l.get_linestyle()) for l in ax.get_lines()
+          if not l.get_label().startswith("_")}
+
+
+def test_variant_styles_are_six_distinct_pairs_matching_the_covariance_error_plots():
+  pairs = {(s["color"], s["ls"]) for s in plots.VARIANT_STYLES.values()}
+  assert len(plots.VARIANT_STYLES) == 6 and len(pairs) == 6
+  assert plots.style_of("OAS Shared") == {"color": "tab:green", "ls": "-"}
+  assert plots.style_of("Univariate Class-Wise") == {"color": "tab:blue", "ls": "--"}
+  aggregated = [{"m": m, "class": c, "estimator": e, "mode": md, "error_mean": 1.0, "error_std": 0.1}
+                for m in (4, 8) for c in ("in", "out") for e in ("univariate", "independent", "oas")
+                for md in ("classwise", "shared")]
+  lines = _styles(cov_plots.plot_errors(aggregated).axes[0])
+  assert lines["OAS Shared"] == (mcolors.to_rgba("tab:green"), "-")
+  assert lines["Independent Class-Wise"] == (mcolors.to_rgba("tab:orange"), "--")
+
+
+def _curve(rng):
+  keep_MxN = rng.uniform(size=(4, 50)).argsort(0) < 2
+  scores_MxN = rng.normal(size=(4, 50)) + keep_MxN
+  fpr, tpr, _ = metrics.roc(scores_MxN, keep_MxN)
+  return fpr, tpr, metrics.auc(scores_MxN, keep_MxN)
+
+
+def test_roc_figure():
+  fpr, tpr, auc = _curve(np.random.default_rng(0))
+  fig = plots.roc_figure([("strong", fpr, tpr, auc), ("chance-ish", [0, 0.5, 1], [0, 0.5, 1], None)], title="tiny")
+  ax = fig.axes[0]
+  assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+  assert ax.get_xlim() == (0.01, 1.0)  # 100 negatives: nothing below 1/100 is resolved
+  assert any("AUC" in t and "TPR@0.1%" in t for t in _legend_texts(fig))
+  assert ax.get_title() == "tiny"
+  _png(fig)
+
+
+def test_a_variant_keeps_its_colour_whatever_the_subset_drawn():
+  fpr, tpr, auc = _curve(np.random.default_rng(1))
+  names = [v[0] for v in evaluation.VARIANTS]
+  all_six = _styles(plots.roc_figure([(n, fpr, tpr, auc) for n in names]).axes[0])
+  two = _styles(plots.roc_figure([(n, fpr, tpr, auc) for n in ("OAS Class-Wise", "Independent Shared")]).axes[0])
+  sweep_rows = [{"variant": n, "m": m, "draw": 0, "tpr": 0.1, "resolved": True}
+                for n in ("Independent Shared", "OAS Class-Wise") for m in (4, 8)]
+  sweep = _styles(plots.sweep_figure(sweep_rows).axes[0])
+  for name in ("OAS Class-Wise", "Independent Shared"):
+    in_six = next(v for k, v in all_six.items() if k.startswith(name + ","))
+    assert in_six == next(v for k, v in two.items() if k.startswith(name + ",")) == sweep[name]
+  assert len({v for v in all_six.values()}) == 7  # six variants and the chance line
+
+
+def test_length_grid_figure_draws_percent_intervals_and_a_legend_outside():
+  rows = [{"strategy": s, "covariance": c, "shared": True, "K": k, "tpr": 0.1 * i + 0.01 * k,
+           "tpr_ci_low": 0.05 * i, "tpr_ci_high": 0.1 * i + 0.02 * k, "resolved": k > 1}
+          for i, s in enumerate(("group", "min", "max")) for c in ("independent", "oas") for k in (1, 2, 4, 8)]
+  rows += [{"strategy": "none", "covariance": c, "shared": True, "K": 8, "tpr": t, "tpr_ci_low": t - 0.1,
+            "tpr_ci_high": t + 0.1, "resolved": True} for c, t in (("independent", 0.3), ("oas", 0.4))]
+  fig = plots.length_grid_figure(rows, title="grid")
+  axes = [ax for ax in fig.axes if ax.get_xlabel()]
+  assert [ax.get_title() for ax in axes] == ["Independent Shared", "OAS Shared"]
+  assert all(ax.get_xscale() == "log" and ax.get_legend() is None for ax in axes)  # the legend is the figure's
+  assert "(%)" in axes[0].get_ylabel()
+  group = next(l for l in axes[0].get_lines() if l.get_marker() == "o" and l.get_linestyle() == "-")
+  np.testing.assert_allclose(group.get_ydata(), [1.0, 2.0, 4.0, 8.0])  # per cent
+  baseline = next(l for l in axes[1].get_lines() if len(l.get_xdata()) == 2 and l.get_color() == "tab:green")
+  assert baseline.get_ydata()[0] == 40.0
+  assert any("bootstrap" in t for t in _legend_texts(fig)) and any("not resolved" in t for t in _legend_texts(fig))
+  _png(fig)
+
+
+def test_sweep_figure():
+  rows = [{"variant": v, "m": m, "draw": d, "tpr": 0.01 * m + 0.001 * d + (v == "OAS Shared"), "resolved": m > 2}
+          for v in ("Independent Shared", "OAS Shared") for m in (2, 4, 8) for d in range(3)]
+  rows.append({"variant": "OAS Shared", "m": 16, "draw": 0, "tpr": None, "resolved": False})  # undefined: left out
+  fig = plots.sweep_figure(rows, title="sweep settings")
+  ax = fig.axes[0]
+  means = [l for l in ax.get_lines() if not l.get_label().startswith("_")]
+  assert [l.get_label() for l in means] == ["Independent Shared", "OAS Shared"]
+  np.testing.assert_allclose(means[0].get_ydata(), [2.1, 4.1, 8.1])  # per cent, mean over draws
+  assert means[0].get_color() != means[1].get_color()
+  assert len(ax.collections) == 2  # one min-max band per variant
+  hollow = [l for l in ax.get_lines() if l.get_markerfacecolor() == "white"]
+  assert [list(l.get_xdata()) for l in hollow] == [[2], [2]]
+  assert ax.get_title() == "sweep settings"
+  assert any("band" in t for t in _legend_texts(fig))
+  _png(fig)
+
+
+def test_covariance_heatmap_panels_share_one_scale():
+  rng = np.random.default_rng(0)
+  a_TxT = rng.normal(size=(70, 70))
+  cov_in, cov_out = a_TxT @ a_TxT.T, 0.1 * np.eye(70)
+  fig = cov_plots.plot_covariance_heatmap(cov_in, cov_out, canary=1)
+  images = [im for ax in fig.axes for im in ax.images]
+  assert len(images) == 2 and images[0].get_array().shape == (64, 64)
+  assert images[0].get_clim() == images[1].get_clim()
+  vmax = float(np.abs(cov_in[:64, :64]).max())
+  assert images[0].get_clim() == (-vmax, vmax)
+  assert sum(1 for ax in fig.axes if not ax.images) == 1  # one colourbar
+  _png(fig)
+
+
+def test_covariance_error_figures_explain_the_band():
+  relative = [{"m": m, "class": c, "estimator": e, "relative_error_mean": 0.1, "relative_error_std": 0.01}
+              for m in (4, 8) for c in ("in", "out") for e in ("univariate", "independent", "oas")]
+  fig = cov_plots.plot_relative_errors(relative, subtitle="M=8")
+  assert any("std over draws" in t for t in _legend_texts(fig))
+  assert "M=8" in fig.get_suptitle()
+  _png(fig)

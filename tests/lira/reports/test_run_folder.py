@@ -1,0 +1,76 @@
+"""lira.rundir: file permissions of atomic writes, damaged arrays named, runs never silently replaced."""
+
+import os
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from lira.reports import run_folder
+from lira import synthetic
+from lira.errors import InputError
+
+
+@pytest.fixture
+def umask():
+  """Set the process umask for one test and restore it afterwards."""
+  old = os.umask(0o022)
+  os.umask(old)
+  yield lambda mask: os.umask(mask)
+  os.umask(old)
+
+
+def _mode(path):
+  return os.stat(path).st_mode & 0o777
+
+
+@pytest.mark.parametrize("mask", [0o022, 0o077, 0o002])
+def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path, umask, mask):
+  umask(mask)
+  plain = tmp_path / "plain.txt"
+  plain.write_text("x")  # what open() gives under this umask
+  fig = plt.figure()
+  writers = {"a.npy": lambda p: run_folder.save_npy(p, np.zeros(3)), "b.json": lambda p: run_folder.save_json(p, {"a": 1}),
+             "c.txt": lambda p: run_folder.save_text(p, "x"), "d.png": lambda p: run_folder.save_figure(p, fig),
+             "e.csv": lambda p: run_folder.save_csv(p, [{"a": 1}])}
+  for name, write in writers.items():
+    write(str(tmp_path / name))
+    assert _mode(tmp_path / name) == _mode(plain) == 0o666 & ~mask, name
+  plt.close(fig)
+  assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("cut", [50, 200])
+@pytest.mark.parametrize("mmap", [False, True])
+def test_truncated_losses_file_is_named(tmp_path, cut, mmap):
+  synthetic.write_synthetic_run(str(tmp_path), num_models=6, num_canaries=20, seq_len=4)
+  path = tmp_path / "losses.npy"
+  path.write_bytes(path.read_bytes()[:cut])
+  with pytest.raises(InputError, match=r"losses\.npy: cannot be read"):
+    run_folder.load_run(str(tmp_path), mmap=mmap)
+
+
+def test_pickled_array_is_refused_with_its_name(tmp_path):
+  synthetic.write_synthetic_run(str(tmp_path), num_models=6, num_canaries=20, seq_len=4)
+  np.save(tmp_path / "keep.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
+  with pytest.raises(InputError, match=r"keep\.npy: holds pickled objects, .*without pickle"):
+    run_folder.load_run(str(tmp_path))
+
+
+def test_synthetic_run_refuses_to_replace_a_run(tmp_path):
+  synthetic.write_synthetic_run(str(tmp_path), num_models=6, num_canaries=20, seq_len=4, ragged=True)
+  before = {f: os.stat(tmp_path / f).st_mtime_ns for f in os.listdir(tmp_path)}
+  with pytest.raises(InputError, match="already holds a run .*--overwrite"):
+    synthetic.write_synthetic_run(str(tmp_path), num_models=8, num_canaries=20, seq_len=4)
+  assert {f: os.stat(tmp_path / f).st_mtime_ns for f in os.listdir(tmp_path)} == before
+  synthetic.write_synthetic_run(str(tmp_path), overwrite=True, num_models=8, num_canaries=20, seq_len=4)
+  run = run_folder.load_run(str(tmp_path))
+  assert run.loss_MxNxT.shape == (8, 20, 4) and run.mask_NxT is None  # the old ragged run's mask is gone
+
+
+def test_check_writable_refuses_a_folder_under_a_file(tmp_path):
+  (tmp_path / "file").write_text("x")
+  with pytest.raises(InputError, match="--out_dir"):
+    run_folder.check_writable(str(tmp_path / "file" / "reports"), "choose another folder with --out_dir")
+  run_folder.check_writable(str(tmp_path / "new" / "reports"))
+  assert os.listdir(tmp_path / "new" / "reports") == []

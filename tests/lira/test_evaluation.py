@@ -1,0 +1,213 @@
+"""Run folders, synthetic runs, the evaluation drivers and their command-line entry points."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+import lira
+import lira.errors
+from lira import evaluation, synthetic
+from lira.reports import loo_report
+from lira.reports import run_folder
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+  path = str(tmp_path_factory.mktemp("run"))
+  synthetic.write_synthetic_run(path, num_models=8, num_canaries=150, seq_len=6, seed=3)
+  return path
+
+
+def test_keep_matrix_is_balanced_and_reproducible():
+  keep = synthetic.keep_matrix(10, 50, seed=7)
+  assert (keep.sum(axis=0) == 5).all()
+  np.testing.assert_array_equal(keep, synthetic.keep_matrix(10, 50, seed=7))
+  assert not np.array_equal(keep, synthetic.keep_matrix(10, 50, seed=8))
+  with pytest.raises(ValueError, match="even"):
+    synthetic.keep_matrix(7, 5, seed=0)
+
+
+def test_synthetic_losses_carry_the_documented_shift():
+  loss, keep, mask = synthetic.synthetic_losses(40, 300, 8, shift=1.0, seed=1)
+  assert loss.dtype == np.float32 and mask is None
+  z = lira.logit_scale(loss)
+  diff = z[keep].mean() - z[~keep].mean()  # 25% of positions shifted by 1 sd (sd ~ U(0.5, 1.5), mean 1)
+  assert 0.15 < diff < 0.35
+  _, _, ragged = synthetic.synthetic_losses(8, 20, 8, ragged=True, seed=1)
+  assert ragged.shape == (20, 8) and ragged[:, 0].all() and not ragged.all()
+
+
+def test_load_run_validates_files(tmp_path):
+  with pytest.raises(FileNotFoundError, match="does not exist"):
+    run_folder.load_run(str(tmp_path / "missing"))
+  run_folder.save_npy(str(tmp_path / "losses.npy"), np.ones((4, 3, 2), np.float32))
+  with pytest.raises(FileNotFoundError, match="keep.npy"):
+    run_folder.load_run(str(tmp_path))
+  run_folder.save_npy(str(tmp_path / "keep.npy"), np.ones((4, 2), bool))
+  with pytest.raises(ValueError, match=r"keep.npy: shape \(4, 2\)"):
+    run_folder.load_run(str(tmp_path))
+  np.save(tmp_path / "keep.npy", np.array([[object()]] * 4), allow_pickle=True)
+  with pytest.raises(ValueError, match="without pickle"):
+    run_folder.load_run(str(tmp_path))
+  run_folder.save_npy(str(tmp_path / "keep.npy"), np.ones((4, 3), np.int64))
+  run_folder.save_npy(str(tmp_path / "mask.npy"), np.ones((3, 2), np.float32))
+  with pytest.raises(ValueError, match="mask.npy"):
+    run_folder.load_run(str(tmp_path))
+  os.remove(tmp_path / "mask.npy")
+  run = run_folder.load_run(str(tmp_path))
+  assert run.keep_MxN.dtype == bool and run.config == {}
+
+
+def test_atomic_writes_leave_no_temporary_files(tmp_path):
+  run_folder.save_json(str(tmp_path / "a.json"), {"x": 1})
+  run_folder.save_csv(str(tmp_path / "a.csv"), [{"a": 1, "b": 2}])
+  assert sorted(os.listdir(tmp_path)) == ["a.csv", "a.json"]
+  assert (tmp_path / "a.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_evaluate_command_writes_reports(run_dir, tmp_path):
+  out = str(tmp_path)
+  table, result = loo_report.evaluate_run(run_dir, out, n_boot=20, progress=False)
+  scores = [f"scores_{evaluation.variant_key(v)}.npy" for v in evaluation.VARIANTS]  # n_boot changes no score
+  assert set(os.listdir(out)) == {"results_nboot-20.json", "results_nboot-20.md", "roc_nboot-20.png", *scores}
+  assert result["files"] == ["results_nboot-20.json", "results_nboot-20.md", "roc_nboot-20.png"] + scores
+  with open(os.path.join(out, "results_nboot-20.json")) as f:
+    saved = json.load(f)
+  assert (saved["n_boot"], saved["seed"], saved["level"], saved["dropped_variants"]) == (20, 0, 0.95, [])
+  assert [v["name"] for v in saved["variants"]] == [v[0] for v in evaluation.VARIANTS]
+  # 8 models x 150 canaries = 600 negatives: 1% is resolved, 0.1% and 0.01% are not, and say so.
+  tpr = saved["variants"][0]["summary"]["tpr"]
+  assert tpr["0.01"]["resolved"] and not tpr["0.001"]["resolved"] and not tpr["0.0001"]["resolved"]
+  assert "n/r" in table and "n/r" in open(os.path.join(out, "results_nboot-20.md")).read()
+  # The scores behind the table are leave_one_out's.
+  run = run_folder.load_run(run_dir)
+  # the commands fit balanced leave-one-out by default
+  llr = lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, covariance="oas", shared=True, balance_counts=True)
+  oas_shared = saved["variants"][5]["summary"]
+  assert oas_shared["tpr"]["0.01"]["tpr"] == lira.tpr_at_fpr(llr.ravel(), run.keep_MxN.ravel(), 0.01)
+  np.testing.assert_array_equal(np.load(os.path.join(out, "scores_oas-shared.npy")), llr)
+
+
+def test_evaluate_refuses_bad_reduction_before_work(run_dir, tmp_path):
+  with pytest.raises(ValueError, match="reduction"):
+    loo_report.evaluate_run(run_dir, str(tmp_path), reduction="avg:3", progress=False)
+  with pytest.raises(ValueError, match="canary 0 has 6"):
+    loo_report.evaluate_run(run_dir, str(tmp_path), reduction="min:7", progress=False)
+  assert os.listdir(tmp_path) == []
+
+
+def test_length_grid_baseline_and_group_full_length_agree(run_dir):
+  run = run_folder.load_run(run_dir)
+  rows = evaluation.length_grid(run.loss_MxNxT, run.keep_MxN, lengths=[1, 6], strategies=("group", "min"),
+                                covariances=("independent",), fpr=0.01, progress=False)
+  by = {(r["strategy"], r["K"]): r for r in rows}
+  assert by["group", 6]["auc"] == pytest.approx(by["none", 6]["auc"], abs=1e-12)
+  uni = lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, covariance="univariate", shared=True)
+  assert by["group", 1]["tpr"] == lira.tpr_at_fpr(uni.ravel(), run.keep_MxN.ravel(), 0.01)
+
+
+def test_shadow_count_sweep_excludes_undefined_pairs(run_dir):
+  run = run_folder.load_run(run_dir)
+  rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 8], draws=2, fpr=0.01,
+                                       variants=evaluation.select_variants(["oas-shared", "univariate-classwise"]),
+                                       progress=False)
+  assert len(rows) == (2 + 1) * 2
+  full = [r for r in rows if r["m"] == 8]
+  assert all(r["n_excluded"] == 0 and r["n_pairs"] == 8 * 150 for r in full)
+  # With 4 models, class-wise fits never have 2 rows of the target's class left: all pairs excluded.
+  small_cw = [r for r in rows if r["m"] == 4 and r["variant"] == "Univariate Class-Wise"]
+  assert all(r["n_pairs"] == 0 and np.isnan(r["tpr"]) for r in small_cw)
+  with pytest.raises(ValueError, match="shadow counts"):
+    evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[16])
+
+
+def test_shadow_count_sweep_checks_the_full_run_first(run_dir, monkeypatch):
+  run = run_folder.load_run(run_dir)
+  loss = np.array(run.loss_MxNxT)
+  loss[3, 7, 2] = np.nan
+
+  def no_scoring(*args, **kwargs):
+    raise AssertionError("a subset was scored before the inputs were checked")
+
+  monkeypatch.setattr(evaluation, "leave_one_out", no_scoring)
+  # The run's model id (3), not its index inside a random subset.
+  with pytest.raises(lira.errors.InputError, match=r"model 3 on canary 7 at position 2 is nan"):
+    evaluation.shadow_count_sweep(loss, run.keep_MxN, counts=[4, 8], progress=False)
+  with pytest.raises(lira.errors.InputError, match=r"reduction 'min:7' .* canary 0 has 6"):
+    evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 8], reduction="min:7", progress=False)
+
+
+def test_leave_one_out_names_subset_models_by_their_run_ids(run_dir):
+  run = run_folder.load_run(run_dir)
+  models = np.array([1, 2, 5, 6])
+  loss = np.array(run.loss_MxNxT[models])
+  loss[2, 4, 1] = -1.0
+  with pytest.raises(lira.errors.InputError, match=r"model 5 on canary 4 at position 1 is -1.0"):
+    lira.leave_one_out(loss, run.keep_MxN[models], covariance="oas", shared=True, on_undefined="nan",
+                       model_ids=models)
+
+
+def test_select_variants_accepts_keys_and_table_names_in_any_spelling():
+  by_key = {evaluation.variant_key(v): v for v in evaluation.VARIANTS}
+  assert list(by_key) == ["univariate-classwise", "univariate-shared", "independent-classwise", "independent-shared",
+                          "oas-classwise", "oas-shared"]
+  for spelling in ("oas-shared", "oas_shared", "OAS-Shared", "OAS Shared", " oas_SHARED "):
+    assert evaluation.select_variants([spelling]) == (by_key["oas-shared"],)
+  for spelling in ("Univariate Class-Wise", "univariate_classwise", "UNIVARIATE-CLASSWISE", "univariate class-wise"):
+    assert evaluation.select_variants([spelling]) == (by_key["univariate-classwise"],)
+  # Order as given, each variant once.
+  assert evaluation.select_variants(["oas_shared", "independent-classwise", "OAS Shared"]) == (
+      by_key["oas-shared"], by_key["independent-classwise"])
+  assert evaluation.select_variants(None) == evaluation.VARIANTS
+  with pytest.raises(lira.errors.InputError) as err:
+    evaluation.select_variants(["oas-global"])
+  assert str(err.value) == ("unknown variant 'oas-global'; choose from univariate-classwise, univariate-shared, "
+                            "independent-classwise, independent-shared, oas-classwise, oas-shared")
+
+
+def test_applicable_variants_says_what_is_dropped_and_why():
+  kept, dropped = evaluation.applicable_variants(evaluation.VARIANTS)
+  assert kept == evaluation.VARIANTS and dropped == []
+  kept, dropped = evaluation.applicable_variants(evaluation.VARIANTS, offline=True)
+  assert [v[0] for v in kept] == ["Univariate Class-Wise", "Independent Class-Wise", "OAS Class-Wise"]
+  assert [d[0] for d in dropped] == ["Univariate Shared", "Independent Shared", "OAS Shared"]
+  assert all("offline" in reason for _, reason in dropped)
+  kept, dropped = evaluation.applicable_variants(evaluation.VARIANTS, offline=True, fix_variance=True)
+  assert [v[0] for v in kept] == ["Univariate Class-Wise", "Independent Class-Wise"]
+  reasons = dict(dropped)
+  assert "offline" in reasons["OAS Shared"] and "fix_variance" in reasons["OAS Shared"]
+  assert "offline" not in reasons["OAS Class-Wise"] and "fix_variance" in reasons["OAS Class-Wise"]
+  kept, dropped = evaluation.applicable_variants(evaluation.select_variants(["oas-shared"]), offline=True)
+  assert kept == () and dropped[0][0] == "OAS Shared"
+
+
+def test_default_shadow_counts():
+  assert evaluation.default_shadow_counts(64) == [4, 8, 16, 32, 64]
+  assert evaluation.default_shadow_counts(48) == [4, 8, 16, 32, 48]
+  assert evaluation.default_shadow_counts(5) == [4, 5]
+  assert evaluation.default_shadow_counts(4) == [4]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module,outputs", [
+    ("experiments.evaluate", ["results.json", "results.md", "roc.png"]
+     + [f"scores_{evaluation.variant_key(v)}.npy" for v in evaluation.VARIANTS]),
+    ("experiments.length_grid", ["length_grid_lengths-1+2.json", "length_grid_lengths-1+2.csv",
+                                 "length_grid_lengths-1+2.png"]),
+    ("experiments.shadow_sweep", ["shadow_sweep_counts-6+8_draws-1_variants-oas-shared.json",
+                                  "shadow_sweep_counts-6+8_draws-1_variants-oas-shared.csv",
+                                  "shadow_sweep_counts-6+8_draws-1_variants-oas-shared.png"]),
+])
+def test_command_line_entry_points(run_dir, tmp_path, module, outputs):
+  import subprocess
+  import sys
+  extra = {"experiments.evaluate": ["--n_boot=200"], "experiments.length_grid": ["--lengths=1,2"],
+           "experiments.shadow_sweep": ["--counts=6,8", "--draws=1", "--variants=oas-shared"]}[module]
+  proc = subprocess.run([sys.executable, "-m", module, f"--run_dir={run_dir}", f"--out_dir={tmp_path}",
+                         "--noprogress"] + extra, capture_output=True, text=True,
+                        cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert sorted(os.listdir(tmp_path)) == sorted(outputs)
+  assert all(str(tmp_path / name) in proc.stdout for name in outputs)  # every command prints what it wrote

@@ -1,0 +1,205 @@
+"""The jax backend of leave_one_out against the numpy backend: same scores, same errors, x64 confined, sharded."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import jax
+import numpy as np
+import pytest
+
+import lira
+from lira import synthetic
+from lira.errors import InputError
+from test_loo import make_losses
+
+VARIANTS = [(c, s) for c in ("univariate", "independent", "oas") for s in (False, True)]
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def ragged(M=12, N=9, T=9, seed=0):
+  """Losses with a ragged mask (2 to 9 scored positions) and canaries of different IN counts (5, 6 or 7 of 12)."""
+  loss, keep = make_losses(M=M, N=N, T=T, seed=seed)
+  keep[0, :3] = ~keep[0, :3]  # three canaries move one model to the other class
+  rng = np.random.default_rng(seed)
+  mask = rng.uniform(size=(N, T)) < 0.7
+  mask[:, :4] = True  # every canary keeps >= 4 scored positions, so min:4 / group:4 / max:4 apply
+  mask[1, 4:] = False
+  return loss, keep, mask
+
+
+def assert_backends_equal(numpy_llr, jax_llr):
+  # Both backends evaluate the same float64 formulas; they differ in summation order (XLA's reductions against
+  # numpy's pairwise sums) and eigh routine (XLA's against LAPACK's), a few ulps (1e-16) each on the terms of the
+  # llr. The llr is a difference of quadratic forms and log-determinants, so errors scale with those terms (bounded
+  # by max(1, max |llr|) here), and eigenvectors amplify them by at most 1 / (relative eigengap), about 1e3 for
+  # random rows of these shapes: 1e-9 leaves a margin of 1e3 over that.
+  scale = max(1.0, np.abs(numpy_llr[np.isfinite(numpy_llr)]).max())
+  np.testing.assert_allclose(jax_llr, numpy_llr, rtol=1e-9, atol=1e-9 * scale)
+
+
+def both(loss, keep, **kw):
+  return (lira.leave_one_out(loss, keep, balance_counts=False, **kw),
+          lira.leave_one_out(loss, keep, balance_counts=False, backend="jax", **kw))
+
+
+@pytest.mark.parametrize("covariance,shared", VARIANTS)
+@pytest.mark.parametrize("reduction", [None, "group:4", "min:4", "max:4"])  # one K: one compile for the three
+def test_jax_equals_numpy(covariance, shared, reduction):
+  loss, keep, mask = ragged()
+  assert_backends_equal(*both(loss, keep, covariance=covariance, shared=shared, reduction=reduction, mask_NxT=mask,
+                              block_size=4))
+
+
+@pytest.mark.parametrize("covariance", ["univariate", "independent", "oas"])
+@pytest.mark.parametrize("shift", ["std", "uniform"])
+def test_offline_jax_equals_numpy(covariance, shift):
+  loss, keep, mask = ragged(seed=1)
+  assert_backends_equal(*both(loss, keep, covariance=covariance, shared=False, offline=True, offline_shift=shift,
+                              mask_NxT=mask, statistic="loss", block_size=4))
+
+
+@pytest.mark.parametrize("covariance,shared", [(c, s) for c, s in VARIANTS if c != "oas"])
+def test_fix_variance_jax_equals_numpy(covariance, shared):
+  loss, keep, mask = ragged(seed=2)
+  assert_backends_equal(*both(loss, keep, covariance=covariance, shared=shared, fix_variance=True, mask_NxT=mask,
+                              block_size=4))
+
+
+def test_undefined_canaries_stay_nan():
+  loss, keep = make_losses(M=8, N=5, T=6, seed=4)
+  keep[:, 2] = np.arange(8) < 2  # canary 2 has 2 IN models: undefined after removing an IN target
+  a, b = both(loss, keep, covariance="oas", shared=False, on_undefined="nan")
+  assert np.isnan(a[:, 2]).all() and np.isnan(b[:, 2]).all()
+  assert_backends_equal(np.delete(a, 2, axis=1), np.delete(b, 2, axis=1))
+
+
+def _message(fn):
+  with pytest.raises(InputError) as e:
+    fn()
+  return str(e.value)
+
+
+@pytest.mark.parametrize("bad", ["nan_loss", "reduction", "counts", "shared_offline", "shape"])
+def test_errors_are_the_same(bad):
+  loss, keep = make_losses(M=8, N=4, T=6, seed=6)
+  kw = {"covariance": "oas", "shared": False}
+  if bad == "nan_loss":
+    loss[3, 1, 2] = np.nan
+  elif bad == "reduction":
+    kw["reduction"] = "min:9"
+  elif bad == "counts":
+    keep[:, 0] = np.arange(8) < 1
+  elif bad == "shared_offline":
+    kw.update(shared=True, offline=True)
+  elif bad == "shape":
+    keep = keep[:, :3]
+  messages = {_message(lambda: lira.leave_one_out(loss, keep, backend=b, **kw)) for b in ("numpy", "jax")}
+  assert len(messages) == 1
+
+
+def test_backend_and_precision_are_checked():
+  loss, keep = make_losses(M=8, N=4, T=6)
+  assert "backend" in _message(lambda: lira.leave_one_out(loss, keep, covariance="oas", shared=True, backend="torch"))
+  assert "precision" in _message(lambda: lira.leave_one_out(loss, keep, covariance="oas", shared=True,
+                                                            backend="numpy", precision="float32"))
+
+
+def test_x64_does_not_leak():
+  loss, keep = make_losses(M=8, N=4, T=6)
+  before = jax.config.jax_enable_x64
+  lira.leave_one_out(loss, keep, covariance="oas", shared=True, backend="jax")
+  assert jax.config.jax_enable_x64 == before
+  assert jax.numpy.zeros(1).dtype == (np.float64 if before else np.float32)
+
+
+@pytest.mark.parametrize("covariance,shared", VARIANTS)
+def test_float32_within_its_error(covariance, shared):
+  loss, keep, mask = ragged(M=16, N=12, T=9, seed=7)
+  ref = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=False)
+  f32 = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=False,
+                           backend="jax", precision="float32")
+  # float32 rounds the features and every sum to eps = 1.2e-7 relative. The leave-one-out downdates subtract a
+  # target's share from its class's scatter (W - c z z^T), cancelling up to a factor n = 8 here, and the llr is a
+  # difference of two log-densities each about max |llr| + D log(var) in size: 1e-7 x 8 x a few terms x an
+  # eigengap amplification of 1e2 stays below 1e-4 of max(1, max |llr|).
+  np.testing.assert_allclose(f32, ref, rtol=0, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("covariance,shared", VARIANTS)
+def test_float32_within_its_error_at_paper_shape(covariance, shared):
+  # The paper's shape, M = 64 models and T = 128 correlated positions (lira.synthetic), with N = 64 canaries.
+  loss, keep, _ = synthetic.synthetic_losses(num_models=64, num_canaries=64, seq_len=128, seed=3)
+  ref = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, balance_counts=False)
+  f32 = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, balance_counts=False, backend="jax",
+                           precision="float32")
+  # The README's float32 bound, per pair: |llr32 - llr64| <= 2e-3 max(1, |llr64|). The llr is a difference of two
+  # quadratic forms (and log-determinants) of D = 128 positions, each term about 1 for whitened residuals, so each
+  # form is about D in size whatever the llr; float32 rounds every term to eps = 1.2e-7 relative, and the
+  # leave-one-out downdate (W - c z z^T) cancels up to a factor n = 32 (a class's rows): eps x n x D = 5e-4 of
+  # max(1, |llr|), and 2e-3 leaves a factor 4 for the two forms and the OAS eigenbasis.
+  err = np.abs(f32 - ref) / np.maximum(1.0, np.abs(ref))
+  assert err.max() <= 2e-3, err.max()
+
+
+def _python(code, env_extra, timeout=300):
+  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.path.join(ROOT, "tests"), **env_extra}
+  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT, capture_output=True,
+                        text=True, timeout=timeout)
+
+
+@pytest.mark.slow
+def test_sharded_over_four_devices_equals_numpy(tmp_path):
+  # XLA_FLAGS must be set before jax starts, so the 4 simulated CPU devices live in a subprocess.
+  code = f"""
+    import jax, numpy as np, lira
+    from test_loo_jax import ragged
+    assert jax.local_device_count() == 4
+    loss, keep, mask = ragged(N=11)
+    for cov, shared in (("oas", False), ("oas", True), ("independent", False)):
+      kw = dict(covariance=cov, shared=shared, mask_NxT=mask, balance_counts=False, block_size=6)
+      np.save("{tmp_path}/" + cov + str(shared) + ".npy", lira.leave_one_out(loss, keep, backend="jax", **kw))
+  """
+  out = _python(code, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"})
+  assert out.returncode == 0, out.stderr[-3000:]
+  loss, keep, mask = ragged(N=11)
+  for cov, shared in (("oas", False), ("oas", True), ("independent", False)):
+    ref = lira.leave_one_out(loss, keep, covariance=cov, shared=shared, mask_NxT=mask, balance_counts=False)
+    assert_backends_equal(ref, np.load(tmp_path / f"{cov}{shared}.npy"))
+
+
+def free_port():
+  import socket
+  with socket.socket() as s:
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_two_processes_equal_one(tmp_path):
+  port = free_port()
+  code = """
+    import sys, numpy as np, lira
+    from lira import loo_jax
+    from test_loo_jax import ragged
+    pid = int(sys.argv[1])
+    loo_jax.initialize_processes("127.0.0.1:{port}", 2, pid)
+    loss, keep, mask = ragged(N=13)
+    for cov, fix in (("oas", False), ("independent", True)):
+      llr = lira.leave_one_out(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask,
+                               balance_counts=False, backend="jax", block_size=3)
+      np.save("{out}/" + cov + str(pid) + ".npy", llr)
+  """.format(port=port, out=tmp_path)
+  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.path.join(ROOT, "tests"), "JAX_PLATFORMS": "cpu"}
+  procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(p)], env=env, cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in (0, 1)]
+  for p in procs:
+    _, err = p.communicate(timeout=300)
+    assert p.returncode == 0, err[-3000:]
+  loss, keep, mask = ragged(N=13)
+  for cov, fix in (("oas", False), ("independent", True)):
+    ref = lira.leave_one_out(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask,
+                             balance_counts=False)
+    for pid in (0, 1):  # every process gets all the scores
+      assert_backends_equal(ref, np.load(tmp_path / f"{cov}{pid}.npy"))

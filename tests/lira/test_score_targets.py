@@ -1,0 +1,92 @@
+"""experiments.score_targets / lira.target_report: scores and reports for target models trained outside the run."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import lira
+from lira import evaluation, metrics, synthetic
+from lira.reports import run_folder
+from lira.reports import target_report
+from lira.errors import InputError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def folders(tmp_path_factory):
+  """A shadow run of 12 models and 3 target models of the same canaries (ragged), with their membership."""
+  root = tmp_path_factory.mktemp("attack")
+  loss, keep, mask = synthetic.synthetic_losses(num_models=16, num_canaries=80, seq_len=6, shift=1.5, ragged=True,
+                                                seed=7)
+  run_folder.save_npy(root / "shadows" / "losses.npy", loss[:12])
+  run_folder.save_npy(root / "shadows" / "keep.npy", keep[:12])
+  run_folder.save_npy(root / "shadows" / "mask.npy", mask)
+  run_folder.save_npy(root / "target.npy", loss[12:15])
+  run_folder.save_npy(root / "target_keep.npy", keep[12:15])
+  run_folder.save_npy(root / "one_target.npy", loss[15])
+  return root, loss, keep, mask
+
+
+def test_scores_and_report_with_known_membership(folders, tmp_path):
+  root, loss, keep, mask = folders
+  text, result = target_report.attack_run(str(root / "shadows"), str(root / "target.npy"), str(tmp_path),
+                                          str(root / "target_keep.npy"), n_boot=20, progress=False)
+  assert "OAS Shared" in text and result["num_targets"] == 3
+  for variant, row in zip(evaluation.VARIANTS, result["variants"]):
+    _, covariance, shared = variant
+    want = lira.score_targets(loss[:12], keep[:12], loss[12:15], covariance=covariance, shared=shared, mask_NxT=mask)
+    saved = np.load(tmp_path / row["scores_file"])
+    np.testing.assert_array_equal(saved, want)
+    summary = metrics.summarize(want, keep[12:15], n_boot=20)
+    assert row["summary"]["auc"] == summary["auc"] and row["summary"]["tpr"] == summary["tpr"]
+  files = set(os.listdir(tmp_path))
+  assert {"attack_nboot-20.json", "attack_nboot-20.md", "attack_roc_nboot-20.png"} <= files
+  saved = json.loads((tmp_path / "attack_nboot-20.json").read_text(), parse_constant=lambda c: 1 / 0)
+  assert saved["schema"]["name"] == "seqlira.attack" and saved["shape"] == {"M": 12, "N": 80, "T": 6}
+
+
+def test_one_target_without_membership_gives_scores_only(folders, tmp_path):
+  root, loss, keep, mask = folders
+  text, result = target_report.attack_run(str(root / "shadows"), str(root / "one_target.npy"), str(tmp_path),
+                                          variants=["independent-classwise"], offline=True, offline_shift="uniform",
+                                          progress=False)
+  name = "attack_scores_independent-classwise_offline_offlineshift-uniform.npy"
+  report = "attack_variants-independent-classwise_offline_offlineshift-uniform.json"
+  assert sorted(os.listdir(tmp_path)) == sorted([name, report])
+  want = lira.score_targets(loss[:12], keep[:12], loss[15], covariance="independent", shared=False, offline=True,
+                            offline_shift="uniform", mask_NxT=mask)
+  np.testing.assert_array_equal(np.load(tmp_path / name), want)
+  assert "score > 0" in text
+
+
+def test_bad_target_files_are_named_before_any_scoring(folders, tmp_path):
+  root, loss, _, _ = folders
+  run_folder.save_npy(tmp_path / "short.npy", loss[12:14, :50])
+  with pytest.raises(InputError, match=r"short\.npy: expected .*N=80"):
+    target_report.attack_run(str(root / "shadows"), str(tmp_path / "short.npy"), str(tmp_path / "out"))
+  run_folder.save_npy(tmp_path / "keep.npy", np.ones((2, 80), bool))
+  with pytest.raises(InputError, match=r"keep\.npy: expected the targets' membership as bool \[K, N\] = \[3, 80\]"):
+    target_report.attack_run(str(root / "shadows"), str(root / "target.npy"), str(tmp_path / "out"),
+                             str(tmp_path / "keep.npy"))
+  assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.slow
+def test_attack_command_line(folders, tmp_path):
+  root, _, _, _ = folders
+  env = {**os.environ, "PYTHONPATH": ROOT}
+  def run(*args):
+    cmd = [sys.executable, "-m", "experiments.score_targets", f"--run_dir={root / 'shadows'}", f"--out_dir={tmp_path}",
+           "--noprogress", *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+
+  ok = run(f"--target={root / 'target.npy'}", f"--target_keep={root / 'target_keep.npy'}", "--n_boot=10")
+  assert ok.returncode == 0, ok.stderr[-2000:]
+  assert "OAS Shared" in ok.stdout and str(tmp_path / "attack_roc_nboot-10.png") in ok.stdout
+  bad = run(f"--target={root / 'missing.npy'}")
+  assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and "Traceback" not in bad.stderr

@@ -1,0 +1,80 @@
+"""training.partial / experiments.partial_run: the first K finished models of a run as a run folder, checked
+against the group files stacked by hand, and every refusal named before anything is written."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from lira.reports import run_folder
+from lira.errors import InputError, MissingFileError
+from training import partial
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def fake_run(path, M=8, G=2, N=5, T=3, finished=3, stats=True):
+  """A run folder as train_shadows leaves it mid-run: config, keep, canaries, and the first `finished` groups."""
+  rng = np.random.default_rng(0)
+  os.makedirs(os.path.join(path, "losses"))
+  run_folder.save_json(os.path.join(path, "config.json"), {"shadow": {"num_models": M, "group_size": G, "seed": 0},
+                                                       "model": {"name": "lstm"}})
+  keep = rng.random((M, N)) < 0.5
+  np.save(os.path.join(path, "keep.npy"), keep)
+  np.save(os.path.join(path, "canaries.npy"), rng.integers(0, 9, size=(N, T)))
+  groups = []
+  for g in range(finished):
+    loss = rng.exponential(size=(G, N, T)).astype(np.float32)
+    np.save(os.path.join(path, "losses", f"group_{g:04d}.npy"), loss)
+    if stats:
+      np.save(os.path.join(path, "losses", f"group_{g:04d}_mu.npy"), loss + 1)
+    groups.append(loss)
+  return keep, groups
+
+
+def test_the_first_finished_groups_become_a_run(tmp_path):
+  src, dst = str(tmp_path / "run"), str(tmp_path / "part")
+  keep, groups = fake_run(src, finished=3)
+  config, paths = partial.write_partial_run(src, dst)  # default: the 6 models of the 3 finished groups
+  np.testing.assert_array_equal(np.load(f"{dst}/losses.npy"), np.concatenate(groups))
+  np.testing.assert_array_equal(np.load(f"{dst}/keep.npy"), keep[:6])
+  np.testing.assert_array_equal(np.load(f"{dst}/mu.npy"), np.concatenate(groups) + 1)
+  np.testing.assert_array_equal(np.load(f"{dst}/canaries.npy"), np.load(f"{src}/canaries.npy"))
+  assert not os.path.exists(f"{dst}/sigma.npy")  # no group has it
+  with open(f"{dst}/config.json") as f:
+    saved = json.load(f)
+  assert saved == config and saved["shadow"]["num_models"] == 6 and saved["partial_of"]["num_models"] == 8
+  assert saved["model"] == {"name": "lstm"}
+  run = run_folder.load_run(dst)  # what every command reads
+  assert run.loss_MxNxT.shape == (6, 5, 3) and run.keep_MxN.shape == (6, 5)
+  config4, _ = partial.write_partial_run(src, str(tmp_path / "four"), num_models=4)
+  np.testing.assert_array_equal(np.load(tmp_path / "four" / "losses.npy"), np.concatenate(groups[:2]))
+  assert config4["shadow"]["num_models"] == 4
+
+
+def test_refusals_name_the_problem_and_write_nothing(tmp_path):
+  src = str(tmp_path / "run")
+  fake_run(src, finished=3)
+  with pytest.raises(MissingFileError, match="group_0003.npy does not exist: group 3 of the first 8"):
+    partial.write_partial_run(src, str(tmp_path / "a"), num_models=8)
+  with pytest.raises(InputError, match="splits group 2 .*multiple of shadow.group_size=2"):
+    partial.write_partial_run(src, str(tmp_path / "b"), num_models=5)
+  with pytest.raises(InputError, match="exceeds the run's 8 models"):
+    partial.write_partial_run(src, str(tmp_path / "c"), num_models=10)
+  with pytest.raises(InputError, match="must differ"):
+    partial.write_partial_run(src, src)
+  with pytest.raises(InputError, match="at least 4 models"):
+    partial.write_partial_run(src, str(tmp_path / "d"), num_models=2)
+  for name in "abcd":
+    assert not os.path.exists(tmp_path / name / "losses.npy")
+  partial.write_partial_run(src, str(tmp_path / "e"))
+  with pytest.raises(InputError, match="already holds a run"):
+    partial.write_partial_run(src, str(tmp_path / "e"))
+  proc = subprocess.run([sys.executable, "-m", "experiments.partial_run", f"--run_dir={tmp_path}/none",
+                         f"--out_run_dir={tmp_path}/f"], capture_output=True, text=True, cwd=REPO)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == [f"error: {tmp_path}/none/config.json does not exist: not a run "
+                                              "folder of experiments.train_shadows"]
