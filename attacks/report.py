@@ -19,18 +19,19 @@ import time
 import numpy as np
 
 import attacks as A
-from attacks import features as features_lib
+from attacks import feature_folder
 from lira import metrics
 from lira.reports import plots
 from lira.reports import provenance
 from lira.reports import run_folder
 from lira.errors import InputError
+from lira.reports import tables
 
 FPRS = (0.01, 0.05)
 LEVEL = 0.95
 GAMMAS = tuple(round(0.1 * i, 1) for i in range(1, 11))  # Con-ReCall's sweep (Wang et al. 2024)
 TUNED = "tuned on the evaluated set"
-DEFAULTS = {"attacks": None, "k": 0.2, "gamma": None, "shots": None, "n_boot": 200, "seed": 0}
+DEFAULTS = {"attacks": None, "k": 0.2, "gamma": None, "shots": None, "n_boot": metrics.N_BOOT, "seed": 0}
 NAMES = {"loss": "Loss", "zlib": "Zlib", "min_k": "Min-K%", "min_k_pp": "Min-K%++", "reference": "Reference",
          "neighbourhood": "Neighbourhood", "recall": "ReCaLL", "recall_ensemble": "ReCaLL ensemble",
          "recall_shots": "ReCaLL", "con_recall": "Con-ReCall", "em_mia": "EM-MIA"}
@@ -54,12 +55,12 @@ def check_k(k):
 def choose_attacks(features, attacks=None):
   """(chosen, skipped [{attack, reason}]): the named attacks, or every attack whose arrays the folder holds."""
   if attacks:
-    unknown = [a for a in attacks if a not in features_lib.NEEDS]
+    unknown = [a for a in attacks if a not in feature_folder.NEEDS]
     if unknown:
-      raise InputError(f"unknown attack(s) {', '.join(unknown)}; choose from {', '.join(features_lib.ATTACKS)}")
+      raise InputError(f"unknown attack(s) {', '.join(unknown)}; choose from {', '.join(feature_folder.ATTACKS)}")
     return list(dict.fromkeys(attacks)), []
   chosen, skipped = [], []
-  for attack in features_lib.ATTACKS:
+  for attack in feature_folder.ATTACKS:
     missing = features.available(attack)
     if missing:
       skipped.append({"attack": attack, "reason": f"the folder has no {', '.join(missing)}"})
@@ -143,7 +144,7 @@ def attack_rows(attack, arrays, labels_N, k=0.2, gamma=None, shots=None, texts=N
     membership_N, _ = A.em_mia(a["pair_lp"], a["lp"], init_N)
     return [_row(attack, f"EM-MIA (init Min-K%++ k={k:g})", membership_N, {"init": "min_k_pp", "k": k,
                                                                         "iterations": 10})]
-  raise InputError(f"unknown attack {attack!r}; choose from {', '.join(features_lib.ATTACKS)}")
+  raise InputError(f"unknown attack {attack!r}; choose from {', '.join(feature_folder.ATTACKS)}")
 
 
 def summarize_row(row, labels_N, n_boot, seed):
@@ -170,7 +171,7 @@ def run_attacks(features_dir, attacks=None, k=0.2, gamma=None, shots=None, n_boo
                 progress=False):
   """Run the attacks on a features folder, write the reports (named by their settings); returns (text, result)."""
   check_k(k)
-  features = features_lib.load_features(features_dir)
+  features = feature_folder.load_features(features_dir)
   chosen, skipped = choose_attacks(features, attacks)
   if not chosen:
     raise InputError(f"no attack can run on {features_dir}: " + "; ".join(f"{s['attack']}: {s['reason']}"
@@ -207,11 +208,11 @@ def run_attacks(features_dir, attacks=None, k=0.2, gamma=None, shots=None, n_boo
   run_folder.save_json(paths["json"], result)
   md_notes = "".join(f"\n{n}  " for n in notes)
   run_folder.save_text(paths["md"], f"# Pretraining-data attacks\n\n{os.path.abspath(features_dir)}\n\n{setting}\n\n"
-                                f"{metrics.format_markdown(table_rows, fprs=FPRS, first='attack', unit='texts')}\n{md_notes}\n")
+                                f"{tables.format_markdown(table_rows, fprs=FPRS, first='attack', unit='texts')}\n{md_notes}\n")
   plotted = [r for r in rows if r["plotted"]]
   curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"]) for r in plotted]
   fig = plots.roc_figure(curves, title=f"Pretraining-data attacks, {setting.split(';')[0]}",
                          styles={r["name"]: style(r["attack"]) for r in plotted}, legend_fpr=FPRS[0])
   run_folder.save_figure(paths["png"], fig)
-  text = "\n".join([setting, "", metrics.format_table(table_rows, fprs=FPRS, first='attack', unit='texts')] + notes)
+  text = "\n".join([setting, "", tables.format_table(table_rows, fprs=FPRS, first='attack', unit='texts')] + notes)
   return text, result

@@ -9,7 +9,6 @@ position 0 is NaN; mask.npy, where present, marks the scored positions (False ->
 """
 
 import dataclasses
-import json
 import os
 
 import numpy as np
@@ -67,8 +66,7 @@ def canary_texts(run_dir, num_canaries, mask_NxT=None):
   """
   texts_path = os.path.join(run_dir, "texts.json")
   if os.path.exists(texts_path):
-    with open(texts_path) as f:
-      texts = json.load(f)
+    texts = run_folder.load_json(texts_path)
     texts = texts.get("texts") if isinstance(texts, dict) else texts
     if not isinstance(texts, list) or len(texts) != num_canaries:
       raise InputError(f"{texts_path}: expected a list of N = {num_canaries} canary texts")

@@ -119,7 +119,7 @@ def run_variant(name, loss_MxNxT, keep_MxN, targets, canaries, summarize, backen
   covariance, shared = VARIANTS[name]
   M, N, _ = loss_MxNxT.shape
   start, cpu = time.perf_counter(), time.process_time()
-  llr_MxN = lira.leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared,
+  llr_MxN = lira.leave_one_out(loss_MxNxT, keep_MxN, covariance=covariance, shared=shared, balance_counts=False,
                                reduction=None, statistic="logit", backend=backend, precision=precision)
   llr_MxN = np.asarray(llr_MxN)  # a lazy (e.g. jax) result is finished before the clock stops
   fast_s, fast_cpu_s = time.perf_counter() - start, time.process_time() - cpu
@@ -199,11 +199,12 @@ def main(argv=None):
   rows, joint = [], None
   if any(spec.startswith("jax") for spec in args.backends):  # start jax's CPU client once, outside every timed row
     tiny_keep = make_keep(6, 2, np.random.default_rng(0))
-    lira.leave_one_out(np.ones((6, 2, 2), np.float32), tiny_keep, covariance="univariate", shared=True, backend="jax")
+    lira.leave_one_out(np.ones((6, 2, 2), np.float32), tiny_keep, covariance="univariate", shared=True, backend="jax",
+                       balance_counts=False)
   if args.joint:
     start, cpu = time.perf_counter(), time.process_time()
-    llrs = lira.loo.leave_one_out_variants(loss_MxNxT, keep_MxN, variants=[VARIANTS[v] for v in args.variants],
-                                           reduction=None, statistic="logit")
+    plain = lira.Scoring(balance_counts=False)
+    llrs = lira.leave_one_out_variants(loss_MxNxT, keep_MxN, [plain.variant(*VARIANTS[v]) for v in args.variants])
     joint = {"variants": args.variants, "seconds": time.perf_counter() - start, "cpu_s": time.process_time() - cpu,
              "loadavg": os.getloadavg()}
     print(f"  all {len(args.variants)} variants in one pass (numpy): {joint['seconds']:.3f} s", flush=True)

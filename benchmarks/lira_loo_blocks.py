@@ -2,7 +2,7 @@
 
   python benchmarks/lira_loo_blocks.py --M 484 --B 100 --T 128
 
-Times lira.loo's internals (the per-token statistic, _position_features, _diag_block, gram.oas_llr) on one block
+Times lira.gaussian's block kernels (the per-token statistic, position_features, loo_diag, gram.loo_oas) on one block
 of B random canaries with BLAS on one thread, best of --reps; prints ms per canary and the load average.
 """
 
@@ -17,7 +17,7 @@ import threadpoolctl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from lira import gram, loo, transforms  # noqa: E402
+from lira import gaussian, gram, transforms  # noqa: E402
 from lira.synthetic import keep_matrix  # noqa: E402
 
 
@@ -44,13 +44,13 @@ def main(argv=None):
   print(f"M={args.M} B={args.B} T={args.T}, one BLAS thread; load average {os.getloadavg()}")
   with threadpoolctl.threadpool_limits(1, user_api="blas"):
     timed("logit statistic", lambda: transforms.logit_scale(loss_MxBxT))
-    x, valid = timed("features (all positions)", lambda: loo._position_features(loss_MxBxT, None, None, "logit"))
-    xu, vu = loo._univariate(x, valid)
+    x, valid = timed("features (all positions)", lambda: gaussian.position_features(loss_MxBxT, None, None, "logit"))
+    xu, vu = gaussian.univariate(x, valid)
     for shared in (False, True):
       kind = "shared" if shared else "class-wise"
-      timed(f"univariate {kind}", lambda: loo._diag_block(xu, keep_MxB, vu, shared, False, 1.0, 1e-8, None))
-      timed(f"independent {kind}", lambda: loo._diag_block(x, keep_MxB, valid, shared, False, 1.0, 1e-8, None))
-      timed(f"OAS {kind}", lambda: gram.oas_llr(x, keep_MxB, valid, shared=shared, offline=False, sign=1.0,
+      timed(f"univariate {kind}", lambda: gaussian.loo_diag(xu, keep_MxB, vu, shared, False, 1.0, 1e-8, None))
+      timed(f"independent {kind}", lambda: gaussian.loo_diag(x, keep_MxB, valid, shared, False, 1.0, 1e-8, None))
+      timed(f"OAS {kind}", lambda: gram.loo_oas(x, keep_MxB, valid, shared=shared, offline=False, sign=1.0,
                                                  floor=1e-8))
   print(f"load average {os.getloadavg()}")
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import lira  # noqa: E402
-from lira import evaluation, synthetic  # noqa: E402
+from lira import synthetic  # noqa: E402
 
 
 def main(argv=None):
@@ -37,7 +37,7 @@ def main(argv=None):
   for M in args.M:
     loss, keep, _ = synthetic.synthetic_losses(num_models=M, num_canaries=args.N, seq_len=args.T, shift=0.0,
                                                seed=args.seed + M)
-    for name, covariance, shared in evaluation.VARIANTS:
+    for name, covariance, shared in lira.VARIANTS:
       row = {"M": M, "N": args.N, "T": args.T, "variant": name}
       for mode, balance in (("plain", False), ("balanced", True)):
         start = time.perf_counter()

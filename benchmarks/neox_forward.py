@@ -4,7 +4,7 @@
   python benchmarks/neox_forward.py --sizes tiny --reps 2 --out /tmp/n.json   # smoke test
 
 Two jobs, each timed for both frameworks on the same random weights and tokens:
-  * extraction: forward pass + per-token (loss, mu, sigma) (training.extract.token_statistics; in torch the same
+  * extraction: forward pass + per-token (loss, mu, sigma) (models.token_loss.token_statistics; in torch the same
     log_softmax / gather / p * logp sums under inference_mode);
   * fine-tuning: one AdamW step (training.trainer.make_step with G = 1 stacked copy; in torch forward,
     cross-entropy, backward, optimizer.step) on BOS-shifted inputs scoring all T positions.
@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from models import get_model, hf_convert  # noqa: E402
+from models.token_loss import token_statistics  # noqa: E402
 from training import trainer  # noqa: E402
-from training.extract import token_statistics  # noqa: E402
 
 # name -> GPTNeoXConfig fields, (batch, T) for extraction, (batch, T) for fine-tuning. rotary_pct 0.25 is the default.
 SIZES = {

@@ -7,11 +7,11 @@ pair_lp[p, x] is the lp of text x with text p alone as prefix (Kim et al. 2024);
 paths run in this process on the same randomly initialised pythia_tiny base architecture (vocab 512, hidden 128,
 2 layers, 4 heads, MLP 512, rotary 0.25: experiments/configs/pythia.py; random init, as the cost does not depend
 on the weights) and the same random texts of 32-64 tokens (right-padded to T = 64):
-  * cached: training.prefix_lp.pair_lp: each prefix once (KV cache), --prefix_batch prefixes x --batch_size texts
-    per call, texts attending to the cache;
+  * cached: training.pretraining.prefix_lp.pair_lp: each prefix once (KV cache), --prefix_batch prefixes x
+    --batch_size texts per call, texts attending to the cache;
   * naive: one jitted forward pass on [prefix + text] for every pair, right-padded to the longest possible pair
     (2 T = 128 tokens) so the shape never changes; --prefix_batch x --batch_size pairs per call, the last batch
-    padded; the same loss function (training.extract.token_loss) on the text positions.
+    padded; the same loss function (models.token_loss.token_loss) on the text positions.
 Both are jitted with the parameters as arguments and compile once (a warm-up call of each, not timed). Only
 --rows prefix rows (x all N texts) are timed and the time is extrapolated linearly to all N rows: every row costs
 the same (the same N texts after a prefix padded to one length). The rounds alternate cached and naive, each
@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM  # noqa: E402
-from training import prefix_lp  # noqa: E402
-from training.extract import token_loss  # noqa: E402
+from models.token_loss import token_loss  # noqa: E402
+from training.pretraining import prefix_lp  # noqa: E402
 
 ARCH = dict(vocab_size=512, hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
             rotary_pct=0.25, max_position_embeddings=256)

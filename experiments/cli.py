@@ -8,6 +8,7 @@ message alone. Anything else is a bug and keeps its traceback.
 import sys
 
 from absl import app
+from absl import flags
 
 from lira.errors import UserError
 
@@ -30,6 +31,11 @@ def report(error):
   hint = " (see --help)" if isinstance(error, app.UsageError) else ""
   print(f"error: {message(error)}{hint}", file=sys.stderr)
   return EXIT_USER_ERROR
+
+
+def flag_defaults(names):
+  """{name: default} of the named absl flags: what a report's file name leaves out (the flags are the one source)."""
+  return {name: flags.FLAGS[name].default for name in names}
 
 
 def run(main):

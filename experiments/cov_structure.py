@@ -20,13 +20,13 @@ from lira import transforms
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder: losses.npy [M, N, T], keep.npy [M, N], optional mask.npy.")
-flags.DEFINE_enum("cov_class", "out", list(cov_structure_report.COV_CLASSES), "Models of each canary tested: "
+flags.DEFINE_enum("cov_class", cov_structure_report.DEFAULTS["cov_class"], list(cov_structure_report.COV_CLASSES), "Models of each canary tested: "
                   "OUT (default; the IN models of a memorised canary predict it almost exactly) or IN.")
-flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-position statistic (LiRA's: logit).")
-flags.DEFINE_integer("max_canaries", None, "Test the first N canaries only; default all.")
-flags.DEFINE_integer("max_positions", 64, "Test the first T positions (the paper's Fig. 8: 64).")
-flags.DEFINE_integer("permutations", 199, "Permutations per canary; the smallest p-value is 1 / (permutations + 1).")
-flags.DEFINE_integer("seed", 0, "Seed of the permutations.")
+flags.DEFINE_enum("statistic", cov_structure_report.DEFAULTS["statistic"], list(transforms.STATISTICS), "Per-position statistic (LiRA's: logit).")
+flags.DEFINE_integer("max_canaries", cov_structure_report.DEFAULTS["max_canaries"], "Test the first N canaries only; default all.")
+flags.DEFINE_integer("max_positions", cov_structure_report.DEFAULTS["max_positions"], "Test the first T positions (the paper's Fig. 8: 64).")
+flags.DEFINE_integer("permutations", cov_structure_report.DEFAULTS["permutations"], "Permutations per canary; the smallest p-value is 1 / (permutations + 1).")
+flags.DEFINE_integer("seed", cov_structure_report.DEFAULTS["seed"], "Seed of the permutations.")
 flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/cov_structure.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 

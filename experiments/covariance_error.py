@@ -35,7 +35,6 @@ flags.DEFINE_integer("seed", 0, "Seed for the canary subset and the model subset
 flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/covariance_error.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
-DEFAULTS = {"statistic": "logit", "shadow_counts": None, "draws": 5, "max_canaries": 1000, "seed": 0, "canary": 0}
 
 
 def validated_settings(run):
@@ -95,10 +94,11 @@ def output_paths(out_dir, settings):
   """Every output's path, named by the settings that change it (the heatmap: statistic and canary only)."""
   named = {k: v for k, v in settings.items() if k != "canary"}
   heatmap = {"statistic": settings["statistic"], "canary": settings["canary"]}
-  paths = {f"{stem}.{ext}": provenance.report_path(out_dir, stem, ext, named, DEFAULTS) for stem, ext in (
+  paths = {f"{stem}.{ext}": provenance.report_path(out_dir, stem, ext, named, cli.flag_defaults(named)) for stem, ext in (
       ("covariance_error", "csv"), ("covariance_error_summary", "csv"), ("covariance_error", "json"),
       ("error_vs_shadow_models", "png"), ("relative_error", "png"))}
-  paths["covariance_heatmap.png"] = provenance.report_path(out_dir, "covariance_heatmap", "png", heatmap, DEFAULTS)
+  paths["covariance_heatmap.png"] = provenance.report_path(out_dir, "covariance_heatmap", "png", heatmap,
+                                                             cli.flag_defaults(heatmap))
   return paths
 
 

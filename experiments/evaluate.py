@@ -16,32 +16,23 @@ from absl import flags
 
 from attacks import shadow
 from experiments import cli
+from experiments import scoring_flags
+from lira import metrics
 from lira.reports import provenance
 from lira.reports import loo_report
-from lira import transforms
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder with losses.npy [M, N, T], keep.npy [M, N], optional mask.npy.")
-flags.DEFINE_string("reduction", None, "Length reduction before fitting: group:K, min:K or max:K (default none).")
-flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token statistic the Gaussians model.")
 flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six).")
-flags.DEFINE_bool("offline", False, "Score with the OUT Gaussian only (one-sided; class-wise variants only).")
-flags.DEFINE_enum("offline_shift", "std", ["uniform", "std"], "Offline test direction: the same shift at every "
-                  "position (uniform) or one OUT standard deviation per position (std: scale-free).")
-flags.DEFINE_bool("fix_variance", False, "LiRA's global variance pooled over canaries (univariate/independent).")
-flags.DEFINE_bool("balance_counts", True, "Fit both classes on the same number of models (balanced leave-one-out).")
+scoring_flags.define()
 flags.DEFINE_bool("save_scores", True, "Write each variant's [M, N] leave-one-out scores (scores_<variant>.npy).")
-flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
+flags.DEFINE_integer("n_boot", metrics.N_BOOT, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
 flags.DEFINE_list("attacks", None, f"Reference-free attacks to add as rows: {','.join(shadow.SHADOW_ATTACKS)} "
                   "(default none).")
-flags.DEFINE_float("k", 0.2, "Min-K% and Min-K%++: the fraction of each canary's lowest tokens averaged, in (0, 1].")
+flags.DEFINE_float("k", shadow.DEFAULTS["k"], "Min-K% and Min-K%++: the fraction of each canary's lowest tokens averaged, in (0, 1].")
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the run folder.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
-flags.DEFINE_enum("backend", "numpy", ["numpy", "jax"], "Leave-one-out on the host (numpy, threads) or jitted on the "
-                  "local devices, sharded over them (jax).")
-flags.DEFINE_enum("precision", "float64", ["float64", "float32"], "jax backend: float64 (CPU, GPU) or float32 "
-                  "(TPUs; its error is documented in the README).")
 flags.DEFINE_integer("num_processes", 1, "Processes sharing the canaries (multi-host; needs --backend=jax).")
 flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes).")
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0; calls jax.distributed.initialize.")
@@ -58,14 +49,13 @@ def main(argv):
   if FLAGS.coordinator_address:
     from lira import loo_jax
     loo_jax.initialize_processes(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+  scoring = scoring_flags.scoring()  # checked before the attack rows' and the run's files are read
   attack_rows = None
   if FLAGS.attacks:  # before LiRA: a missing mu.npy or tokenizer.json is reported before the long work
     attack_rows = shadow.shadow_rows(FLAGS.run_dir, FLAGS.attacks, k=FLAGS.k, n_boot=FLAGS.n_boot, seed=FLAGS.seed)
   table, result = loo_report.evaluate_run(
-      FLAGS.run_dir, FLAGS.out_dir, reduction=FLAGS.reduction, statistic=FLAGS.statistic, variants=FLAGS.variants,
-      offline=FLAGS.offline, fix_variance=FLAGS.fix_variance, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
-      progress=FLAGS.progress, offline_shift=FLAGS.offline_shift, balance_counts=FLAGS.balance_counts,
-      save_scores=FLAGS.save_scores, attack_rows=attack_rows, backend=FLAGS.backend, precision=FLAGS.precision)
+      FLAGS.run_dir, FLAGS.out_dir, scoring, variants=FLAGS.variants, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
+      progress=FLAGS.progress, save_scores=FLAGS.save_scores, attack_rows=attack_rows)
   if table is None:
     print(f"process {FLAGS.process_id}: scored its share of the canaries; process 0 writes the report.")
     return

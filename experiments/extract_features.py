@@ -51,7 +51,7 @@ def neighbours_of(texts, source_neighbours):
   import json
   import os
   from lira.errors import InputError
-  from training import neighbours as neighbours_lib
+  from training.pretraining import neighbours as neighbours_lib
   spec = FLAGS.neighbours
   if not spec:
     return None, None
@@ -68,8 +68,8 @@ def neighbours_of(texts, source_neighbours):
 
 def main(argv):
   del argv
-  from training import features
-  from training import mia_data
+  from training.pretraining import feature_extraction
+  from training.pretraining import mia_data
   texts, labels, source_neighbours = mia_data.load_source(FLAGS.texts)
   prefix_texts = mia_data.load_source(FLAGS.prefix_texts)[0] if FLAGS.prefix_texts else None
   if FLAGS.ensemble and not (FLAGS.shots or prefix_texts):
@@ -81,13 +81,13 @@ def main(argv):
     from training import shadow_model
     module, _, bos_id = shadow_model.load_shadow_model(FLAGS.model, FLAGS.model_id)
     model, tokenizer = f"{FLAGS.model} (shadow model {FLAGS.model_id})", tokenizer or FLAGS.model
-  out = features.build_features(
+  out = feature_extraction.build_features(
       FLAGS.out_dir, model, texts, labels, tokenizer=tokenizer, max_length=FLAGS.max_length,
       batch_size=FLAGS.batch_size, prefix_shots=FLAGS.shots, prefix_texts=prefix_texts, ensemble=FLAGS.ensemble,
       separator=FLAGS.separator, pairs=FLAGS.pairs, reference_model=FLAGS.reference_model, neighbours=neighbours,
       neighbour_method=method, seed=FLAGS.seed, dtype=FLAGS.dtype, overwrite=FLAGS.overwrite,
       progress=FLAGS.progress, argv=sys.argv, module=module, bos_id=bos_id)
-  print(features.summary(out))
+  print(feature_extraction.summary(out))
 
 
 if __name__ == "__main__":

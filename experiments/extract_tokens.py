@@ -60,19 +60,19 @@ def main(argv):
   from lira.reports import run_folder
   from models import hf_convert
   from training import data as data_lib
-  from training import extract
-  from training import mia_data
+  from training import per_token
+  from training.pretraining import mia_data
   texts = mia_data.load_source(FLAGS.texts)[0]  # the texts reader every command shares
   keep_MxN = check_flags(len(texts))
   tokenizer = data_lib.load_tokenizer(FLAGS.tokenizer or FLAGS.model[0])  # before the (possibly long) model load
-  ids_NxT, mask_NxT = extract.encode_batch(tokenizer, texts, FLAGS.max_length)
+  ids_NxT, mask_NxT = per_token.encode_batch(tokenizer, texts, FLAGS.max_length)
   out = FLAGS.out_dir
   lp_MxNxT = []
   for name in FLAGS.model:
     module = hf_convert.from_pretrained(name, dtype=FLAGS.dtype)
     if ids_NxT.max() >= module.config.vocab_size:
       raise InputError(f"the tokenizer gives id {ids_NxT.max()} but {name} embeds {module.config.vocab_size}")
-    lp, mu, sigma = extract.causal_lm_statistics(module, ids_NxT, mask_NxT, FLAGS.batch_size)
+    lp, mu, sigma = per_token.causal_lm_statistics(module, ids_NxT, mask_NxT, FLAGS.batch_size)
     lp_MxNxT.append(lp)
   if not FLAGS.run_arrays:
     for name, array in (("token_ids", ids_NxT), ("mask", mask_NxT), ("lp", lp), ("mu", mu), ("sigma", sigma)):

@@ -9,32 +9,24 @@ from absl import app
 from absl import flags
 
 from experiments import cli
+from experiments import scoring_flags
 from lira import evaluation
 from lira import metrics
 from lira.reports import plots
 from lira.reports import provenance
 from lira.reports import run_folder
-from lira import transforms
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder with losses.npy [M, N, T] and keep.npy [M, N].")
 flags.DEFINE_list("lengths", None, "Reduced lengths K; default 1, 2, 4, ... up to the shortest canary.")
 flags.DEFINE_list("strategies", ["group", "min", "max"], "Reduction strategies.")
 flags.DEFINE_list("covariances", ["independent", "oas"], "Covariance estimators (paper: independent and OAS).")
-flags.DEFINE_bool("shared", True, "Shared IN/OUT covariance (else class-wise).")
-flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token statistic.")
+scoring_flags.define(("shared", "statistic", "balance_counts", "backend", "precision"))
 flags.DEFINE_float("fpr", 1e-4, "Target false positive rate.")
-flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
+flags.DEFINE_integer("n_boot", metrics.N_BOOT, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
-flags.DEFINE_bool("balance_counts", True, "Fit both classes on the same number of models (balanced leave-one-out).")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
-flags.DEFINE_enum("backend", "numpy", ["numpy", "jax"], "Leave-one-out on the host (numpy) or jitted on the local "
-                  "devices (jax).")
-flags.DEFINE_enum("precision", "float64", ["float64", "float32"], "jax backend: float64 (CPU, GPU) or float32 (TPUs).")
-
-DEFAULTS = {"lengths": None, "strategies": ["group", "min", "max"], "covariances": ["independent", "oas"],
-            "shared": True, "statistic": "logit", "fpr": 1e-4, "n_boot": 200, "seed": 0, "balance_counts": True}
 
 
 def _interval(lo, hi, scale=100.0, fmt="{:.2f}"):
@@ -65,6 +57,7 @@ def main(argv):
   bad += [c for c in FLAGS.covariances if c not in ("univariate", "independent", "oas")]
   if bad:
     raise app.UsageError(f"unknown strategies/covariances: {bad}")
+  scoring = scoring_flags.scoring()
   run = run_folder.load_run(FLAGS.run_dir, mmap=True)
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
@@ -78,12 +71,10 @@ def main(argv):
               "strategies": list(FLAGS.strategies), "covariances": list(FLAGS.covariances), "shared": FLAGS.shared,
               "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "n_boot": FLAGS.n_boot, "seed": FLAGS.seed,
               "balance_counts": FLAGS.balance_counts}
-  rows = evaluation.length_grid(run.loss_MxNxT, run.keep_MxN, lengths=lengths, strategies=FLAGS.strategies,
-                                covariances=FLAGS.covariances, shared=FLAGS.shared, mask_NxT=run.mask_NxT,
-                                statistic=FLAGS.statistic, fpr=FLAGS.fpr, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
-                                progress=FLAGS.progress, balance_counts=FLAGS.balance_counts,
-                                backend=FLAGS.backend, precision=FLAGS.precision)
-  paths = [provenance.report_path(out_dir, "length_grid", ext, settings, DEFAULTS) for ext in ("json", "csv", "png")]
+  rows = evaluation.length_grid(run.loss_MxNxT, run.keep_MxN, scoring, lengths=lengths, strategies=FLAGS.strategies,
+                                covariances=FLAGS.covariances, mask_NxT=run.mask_NxT, fpr=FLAGS.fpr,
+                                n_boot=FLAGS.n_boot, seed=FLAGS.seed, progress=FLAGS.progress)
+  paths = [provenance.report_path(out_dir, "length_grid", ext, settings, cli.flag_defaults(settings)) for ext in ("json", "csv", "png")]
   recorded = {**settings, "lengths": lengths, "level": 0.95}
   run_folder.save_json(paths[0], {**provenance.header("length_grid", FLAGS.run_dir, run, recorded, "seqlira.length_grid"),
                               "fpr": FLAGS.fpr, "rows": rows})

@@ -8,7 +8,7 @@ from absl import app
 from absl import flags
 
 from experiments import cli
-from lira import synthetic
+from lira.reports import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", "runs/synthetic", "Folder to write losses.npy, keep.npy, config.json into.")
@@ -29,7 +29,7 @@ def main(argv):
   del argv
   if FLAGS.num_models < 6 or FLAGS.num_models % 2:
     raise app.UsageError(f"--num_models must be even and >= 6 for leave-one-out, got {FLAGS.num_models}")
-  config = synthetic.write_synthetic_run(
+  config = run_folder.write_synthetic_run(
       FLAGS.run_dir, num_models=FLAGS.num_models, num_canaries=FLAGS.num_canaries, seq_len=FLAGS.seq_len,
       overwrite=FLAGS.overwrite, rho=FLAGS.rho, shift=FLAGS.shift, shift_units=FLAGS.shift_units,
       frac_shifted=FLAGS.frac_shifted, ragged=FLAGS.ragged, seed=FLAGS.seed)

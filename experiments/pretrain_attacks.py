@@ -12,23 +12,23 @@ import os
 from absl import app
 from absl import flags
 
-from attacks import features
+from attacks import feature_folder
 from attacks import report
 from experiments import cli
 from lira.reports import provenance
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("features", None, "Features folder (features.json, lp.npy, labels.npy, ...; docs/outputs.md).")
-flags.DEFINE_list("attacks", None, f"Attacks to run, from {','.join(features.ATTACKS)} (default: every attack "
+flags.DEFINE_list("attacks", None, f"Attacks to run, from {','.join(feature_folder.ATTACKS)} (default: every attack "
                   "whose arrays the folder holds).")
-flags.DEFINE_float("k", 0.2, "Min-K%, Min-K%++ (and EM-MIA's Min-K%++ start): fraction of tokens averaged, in (0, 1].")
-flags.DEFINE_float("gamma", None, "Con-ReCall's gamma; without it 0.1 .. 1.0 are swept and the best is reported, "
+flags.DEFINE_float("k", report.DEFAULTS["k"], "Min-K%, Min-K%++ (and EM-MIA's Min-K%++ start): fraction of tokens averaged, in (0, 1].")
+flags.DEFINE_float("gamma", report.DEFAULTS["gamma"], "Con-ReCall's gamma; without it 0.1 .. 1.0 are swept and the best is reported, "
                    "labelled 'tuned on the evaluated set'.")
-flags.DEFINE_integer("shots", None, "ReCaLL: non-member shots in the prefix (default all stored); recall_shots "
+flags.DEFINE_integer("shots", report.DEFAULTS["shots"], "ReCaLL: non-member shots in the prefix (default all stored); recall_shots "
                      "sweeps 1 .. all.")
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the features folder.")
-flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over texts for the 95% intervals (0 = none).")
-flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+flags.DEFINE_integer("n_boot", report.DEFAULTS["n_boot"], "Bootstrap replicates over texts for the 95% intervals (0 = none).")
+flags.DEFINE_integer("seed", report.DEFAULTS["seed"], "Bootstrap seed.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 

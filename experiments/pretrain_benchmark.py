@@ -18,7 +18,7 @@ from ml_collections import config_flags
 from experiments import cli
 from lira.reports import provenance
 from lira.reports import run_folder
-from training import mia_benchmark
+from training.pretraining import offline_benchmark
 from training import pipeline
 
 FLAGS = flags.FLAGS
@@ -41,14 +41,14 @@ def column_names(cfg):
 
 def build_features(cfg, features_dir, model_path, texts, labels, tokenizer_path, reference_model):
   """A features folder for `texts` under `model_path` (its finished stages are kept: a killed build resumes)."""
-  from training import features
-  from training import neighbours
+  from training.pretraining import feature_extraction
+  from training.pretraining import neighbours
   f = cfg.features
   nbrs = method = None
   if f.neighbours:  # the offline fallback: nothing downloaded (README, "Which neighbours a table used")
     nbrs = neighbours.offline_neighbours(texts, f.neighbours, seed=cfg.seed)
     method = neighbours.OFFLINE
-  return features.build_features(features_dir, model_path, texts, labels, tokenizer=tokenizer_path,
+  return feature_extraction.build_features(features_dir, model_path, texts, labels, tokenizer=tokenizer_path,
                                  max_length=f.max_length, batch_size=f.batch_size, prefix_shots=f.prefix_shots,
                                  ensemble=f.ensemble, pairs=f.pairs, reference_model=reference_model,
                                  neighbours=nbrs, neighbour_method=method, seed=cfg.seed, progress=FLAGS.progress)
@@ -56,13 +56,13 @@ def build_features(cfg, features_dir, model_path, texts, labels, tokenizer_path,
 
 def evaluate(cfg, features_dir):
   """(table text, rows [{"name", "summary", ...}]) of the configured attacks on a features folder."""
-  from attacks import features
+  from attacks import feature_folder
   from attacks import report
   a = cfg.attacks
   names = a.names
   if names is None:  # every attack the folder supports; with one shot the shot sweep is ReCaLL's row again
-    folder = features.load_features(features_dir)
-    names = [n for n in features.ATTACKS if not folder.available(n)
+    folder = feature_folder.load_features(features_dir)
+    names = [n for n in feature_folder.ATTACKS if not folder.available(n)
              and not (n == "recall_shots" and cfg.features.prefix_shots <= 1)]
   table, result = report.run_attacks(features_dir, attacks=names, k=a.k, gamma=a.gamma, n_boot=a.n_boot,
                                      seed=cfg.seed, out_dir=features_dir)
@@ -130,18 +130,18 @@ def main(argv):
   pipeline.check_config(cfg, out)
   seconds = {}
   t0 = time.perf_counter()
-  sets, tokenizer = mia_benchmark.prepare_data(cfg, out, progress=FLAGS.progress)
+  sets, tokenizer = offline_benchmark.prepare_data(cfg, out, progress=FLAGS.progress)
   seconds["data"] = time.perf_counter() - t0
   seconds.update({f"pretrain_{k}": v for k, v in
-                  mia_benchmark.pretrain_models(cfg, out, sets, tokenizer, progress=FLAGS.progress).items()})
-  tok_path, ref = os.path.join(out, "tokenizer.json"), mia_benchmark.reference_checkpoint(cfg, out)
+                  offline_benchmark.pretrain_models(cfg, out, sets, tokenizer, progress=FLAGS.progress).items()})
+  tok_path, ref = os.path.join(out, "tokenizer.json"), offline_benchmark.reference_checkpoint(cfg, out)
   jobs = {f"epoch_{e}": ("main", e) for e in cfg.pretrain.checkpoint_epochs}
   jobs[SHIFT] = (SHIFT, cfg.shift_epoch)
   aucs, tables, tuned = {}, {}, {}
   for col, (split, epoch) in jobs.items():
-    texts, labels = mia_benchmark.read_jsonl(os.path.join(out, mia_benchmark.SPLIT_FILES[split]))
+    texts, labels = offline_benchmark.read_jsonl(os.path.join(out, offline_benchmark.SPLIT_FILES[split]))
     t0 = time.perf_counter()
-    folder = build_features(cfg, os.path.join(out, "features", col), mia_benchmark.target_checkpoint(out, epoch),
+    folder = build_features(cfg, os.path.join(out, "features", col), offline_benchmark.target_checkpoint(out, epoch),
                             texts, labels, tok_path, ref)
     seconds[f"features_{col}"] = time.perf_counter() - t0
     t0 = time.perf_counter()

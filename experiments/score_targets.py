@@ -10,22 +10,19 @@ attack.json; with the targets' membership KEEP.npy ([K, N] or [N] bool) also the
 from absl import flags
 
 from experiments import cli
+from experiments import scoring_flags
+from lira import metrics
 from lira.reports import provenance
 from lira.reports import target_report
-from lira import transforms
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Shadow run folder: losses.npy [M, N, T], keep.npy [M, N], optional mask.npy.")
 flags.DEFINE_string("target", None, "Target models' per-token losses of the run's canaries: [N, T] or [K, N, T] .npy.")
 flags.DEFINE_string("target_keep", None, "Optional: the targets' true membership, bool [K, N] (or [N]) .npy.")
 flags.DEFINE_string("out_dir", None, "Where the scores and reports go.")
-flags.DEFINE_string("reduction", None, "Length reduction before fitting: group:K, min:K or max:K (default none).")
-flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token statistic the Gaussians model.")
 flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six).")
-flags.DEFINE_bool("offline", False, "Score with the OUT Gaussian only (one-sided; class-wise variants only).")
-flags.DEFINE_enum("offline_shift", "std", ["uniform", "std"], "Offline test direction (see evaluate --help).")
-flags.DEFINE_bool("fix_variance", False, "LiRA's global variance pooled over canaries (univariate/independent).")
-flags.DEFINE_integer("n_boot", 200, "Bootstrap replicates over canaries for the 95% intervals (with --target_keep).")
+scoring_flags.define(("reduction", "statistic", "offline", "offline_shift", "fix_variance"))
+flags.DEFINE_integer("n_boot", metrics.N_BOOT, "Bootstrap replicates over canaries for the 95% intervals (with --target_keep).")
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 flags.mark_flags_as_required(["run_dir", "target", "out_dir"])
@@ -34,9 +31,8 @@ flags.mark_flags_as_required(["run_dir", "target", "out_dir"])
 def main(argv):
   del argv
   text, result = target_report.attack_run(
-      FLAGS.run_dir, FLAGS.target, FLAGS.out_dir, FLAGS.target_keep, reduction=FLAGS.reduction,
-      statistic=FLAGS.statistic, variants=FLAGS.variants, offline=FLAGS.offline, offline_shift=FLAGS.offline_shift,
-      fix_variance=FLAGS.fix_variance, n_boot=FLAGS.n_boot, seed=FLAGS.seed, progress=FLAGS.progress)
+      FLAGS.run_dir, FLAGS.target, FLAGS.out_dir, FLAGS.target_keep, scoring_flags.scoring(), variants=FLAGS.variants,
+      n_boot=FLAGS.n_boot, seed=FLAGS.seed, progress=FLAGS.progress)
   print(text)
   print(f"\n{result['seconds']:.1f} s.")
   print(provenance.wrote([f"{FLAGS.out_dir}/{name}" for name in result["files"]]))

@@ -11,31 +11,24 @@ from absl import flags
 import numpy as np
 
 from experiments import cli
+from experiments import scoring_flags
 from lira import evaluation
 from lira import metrics
 from lira.reports import plots
 from lira.reports import provenance
 from lira.reports import run_folder
-from lira import transforms
+from lira import scoring as scoring_lib
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder with losses.npy [M, N, T] and keep.npy [M, N].")
 flags.DEFINE_list("counts", None, "Numbers of models m per subset; default 4, 8, 16, ... and M (larger ones dropped).")
 flags.DEFINE_integer("draws", 3, "Random subsets per m (m = M has one).")
 flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six).")
-flags.DEFINE_string("reduction", None, "Length reduction: group:K, min:K or max:K (default none).")
-flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token statistic.")
+scoring_flags.define(("reduction", "statistic", "balance_counts", "backend", "precision"))
 flags.DEFINE_float("fpr", 1e-4, "Target false positive rate.")
 flags.DEFINE_integer("seed", 0, "Seed for the model subsets.")
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
-flags.DEFINE_bool("balance_counts", True, "Fit both classes on the same number of models (balanced leave-one-out).")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
-flags.DEFINE_enum("backend", "numpy", ["numpy", "jax"], "Leave-one-out on the host (numpy) or jitted on the local "
-                  "devices (jax).")
-flags.DEFINE_enum("precision", "float64", ["float64", "float32"], "jax backend: float64 (CPU, GPU) or float32 (TPUs).")
-
-DEFAULTS = {"counts": None, "draws": 3, "variants": None, "reduction": None, "statistic": "logit", "fpr": 1e-4,
-            "seed": 0, "balance_counts": True}
 
 
 def _cell(rows):
@@ -71,8 +64,8 @@ def main(argv):
   del argv
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
-  variants = evaluation.select_variants(FLAGS.variants)
-  transforms.parse_reduction(FLAGS.reduction)
+  variants = scoring_lib.select_variants(FLAGS.variants)
+  scoring = scoring_flags.scoring()
   run = run_folder.load_run(FLAGS.run_dir, mmap=True)
   M, N, T = run.loss_MxNxT.shape
   try:
@@ -86,18 +79,16 @@ def main(argv):
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   if note:
     print(note)
-  keys = [evaluation.variant_key(v) for v in variants]
+  keys = [scoring_lib.variant_key(v) for v in variants]
   settings = {"counts": None if counts == evaluation.default_shadow_counts(M) else counts, "draws": FLAGS.draws,
-              "variants": None if sorted(keys) == sorted(map(evaluation.variant_key, evaluation.VARIANTS)) else keys,
-              "reduction": None if transforms.parse_reduction(FLAGS.reduction)[0] is None else FLAGS.reduction,
+              "variants": None if sorted(keys) == sorted(map(scoring_lib.variant_key, scoring_lib.VARIANTS)) else keys,
+              "reduction": scoring.reduction,
               "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "seed": FLAGS.seed,
               "balance_counts": FLAGS.balance_counts}
-  rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=counts, draws=FLAGS.draws,
-                                       variants=variants, mask_NxT=run.mask_NxT, reduction=FLAGS.reduction,
-                                       statistic=FLAGS.statistic, fpr=FLAGS.fpr, seed=FLAGS.seed,
-                                       progress=FLAGS.progress, balance_counts=FLAGS.balance_counts,
-                                       backend=FLAGS.backend, precision=FLAGS.precision)
-  paths = [provenance.report_path(out_dir, "shadow_sweep", ext, settings, DEFAULTS) for ext in ("json", "csv", "png")]
+  rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, scoring, counts=counts, draws=FLAGS.draws,
+                                       variants=variants, mask_NxT=run.mask_NxT, fpr=FLAGS.fpr, seed=FLAGS.seed,
+                                       progress=FLAGS.progress)
+  paths = [provenance.report_path(out_dir, "shadow_sweep", ext, settings, cli.flag_defaults(settings)) for ext in ("json", "csv", "png")]
   recorded = {**settings, "counts": counts, "variants": keys, "dropped_counts_note": note}
   run_folder.save_json(paths[0], {**provenance.header("shadow_sweep", FLAGS.run_dir, run, recorded,
                                                   "seqlira.shadow_sweep"), "fpr": FLAGS.fpr, "rows": rows})

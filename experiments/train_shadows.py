@@ -134,7 +134,8 @@ def main(argv):
     print(f"this process's groups are done; other groups are still missing in {run_dir}/losses. Re-run the command "
           "(any process) once they are finished to assemble losses.npy and evaluate.")
     return
-  beside = "keep.npy, canaries.npy, config.json" + ("" if pipeline.is_image_run(cfg) else ", tokenizer.json")
+  beside = "keep.npy, canaries.npy, config.json" + ("" if pipeline.family(cfg).data_kind == "images" else
+                                                    ", tokenizer.json")
   print(f"per-position losses: {run_dir}/losses.npy; {beside} beside it")
   if FLAGS.evaluate:
     table, _ = loo_report.evaluate_run(run_dir, out_dir, progress=FLAGS.progress)

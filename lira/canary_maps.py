@@ -15,6 +15,7 @@ import dataclasses
 
 import numpy as np
 
+from lira import checks
 from lira import transforms
 from lira.errors import InputError
 
@@ -178,7 +179,7 @@ def canary_maps(loss_MxNxT, keep_MxN, canary, pixel, *, statistic="loss", cov_cl
   if n_in < 2 or n_out < 2:
     raise InputError(f"canary {canary} has {n_in} IN and {n_out} OUT models; the maps need at least 2 of each")
   loss_MxT = np.asarray(loss_MxNxT[:, canary])
-  transforms.check_losses(loss_MxT[:, None, :], canary_ids=[canary])
+  checks.check_losses(loss_MxT[:, None, :], canary_ids=[canary])
   stat_MxT = transforms.to_statistic(loss_MxT, statistic)
   mean_in_T, mean_out_T = stat_MxT[keep_M].mean(0), stat_MxT[~keep_M].mean(0)
   xc_in, xc_out = stat_MxT[keep_M] - mean_in_T, stat_MxT[~keep_M] - mean_out_T

@@ -12,7 +12,7 @@ from lira import metrics
 from lira.errors import InputError
 
 
-def paired_difference(scores_a_MxN, scores_b_MxN, labels_MxN, fprs=metrics.DEFAULT_FPRS, n_boot=1000, level=0.95,
+def paired_difference(scores_a_MxN, scores_b_MxN, labels_MxN, fprs=metrics.DEFAULT_FPRS, n_boot=1000, level=metrics.LEVEL,
                       seed=0, valid_MxN=None):
   """TPR(A) - TPR(B) at each FPR and AUC(A) - AUC(B), with paired-bootstrap percentile intervals.
 

@@ -3,9 +3,10 @@
 import numpy as np
 
 from lira import covariance
-from lira import loo
 from lira import transforms
 from lira.evaluation import default_shadow_counts  # noqa: F401 (one definition; experiments use it from here)
+from lira.checks import check_arrays
+from lira.loo import columns
 from lira.errors import InputError
 
 ESTIMATORS = covariance.ESTIMATORS
@@ -91,7 +92,7 @@ def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic
   """Canary-averaged Frobenius error of each estimator/mode vs the all-M-models MLE, per m and draw (Figs. 2, 6a).
 
   The statistic (default logit) is taken in float64. Inputs are checked as leave_one_out checks them
-  (lira.loo.check_arrays): a loss that is not finite and >= 0 at a scored position raises InputError naming
+  (lira.checks.check_arrays): a loss that is not finite and >= 0 at a scored position raises InputError naming
   model, canary and position. With a mask, only canaries whose mask is all True are used (InputError if none).
   At most max_canaries canaries (random, with the seed) are analysed, streamed a block at a time (losses may
   be memory-mapped): memory is about 2 x 64 MiB of T x T gold standards, whatever N. For each m, `draws`
@@ -111,7 +112,7 @@ def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic
   if draws < 1:
     raise InputError(f"draws must be >= 1, got {draws}")
   # The checks of every other command: a bad loss at a scored position anywhere is refused, not skipped.
-  loo.check_arrays(loss_MxNxT, keep_MxN, mask_NxT)
+  check_arrays(loss_MxNxT, keep_MxN, mask_NxT)
   index_N = select_canaries(keep_MxN, mask_NxT, max_canaries, seed)
   keep_MxN = keep_MxN[:, index_N]
   n_in_N = keep_MxN.sum(axis=0)
@@ -127,7 +128,7 @@ def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic
   wrap = progress if progress is not None else (lambda it: it)
   for lo in wrap(range(0, len(index_N), step)):
     cols = index_N[lo:lo + step]
-    stat_MxBxT = transforms.to_statistic(loo._columns(loss_MxNxT, cols), statistic)
+    stat_MxBxT = transforms.to_statistic(columns(loss_MxNxT, cols), statistic)
     gold_in, gold_out = _gold(stat_MxBxT, keep_MxN[:, lo:lo + step])
     for j, (_, _, models) in enumerate(jobs):
       for key, error_B in subset_errors(stat_MxBxT[models], keep_MxN[models, lo:lo + step], gold_in,

@@ -28,7 +28,7 @@ def _swap(a):
   return xp.permute_dims(a, tuple(range(a.ndim - 2)) + (a.ndim - 1, a.ndim - 2))
 
 
-class _Fit:
+class Fit:
   """Eigenbasis of the scatter of one class (or the shared pool) for a batch of canaries (array API: numpy or jax)."""
 
   def __init__(self, z_BxnxD, p_B, n=None):
@@ -145,20 +145,20 @@ def sorted_groups(keep_MxB):
   return groups
 
 
-def oas_llr(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor, offline_shift="std"):
+def loo_oas(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor, offline_shift="std"):
   """Leave-one-out OAS log-likelihood ratios (or offline z-scores) for a block of canaries, [M, B]."""
   M, B, D = x_MxBxD.shape
   out_MxB = np.empty((M, B))
   for k, cols, order_BxM in sorted_groups(keep_MxB):
     x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD[:, cols], 0, 1), order_BxM[:, :, None], axis=1)
-    llr_BxM = _sorted_llr(x_BxMxD, k, valid_BxD[cols], shared, offline, floor, offline_shift)
+    llr_BxM = sorted_loo(x_BxMxD, k, valid_BxD[cols], shared, offline, floor, offline_shift)
     unsorted = np.empty_like(llr_BxM)
     np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
     out_MxB[:, cols] = sign * unsorted.T if offline else unsorted.T
   return out_MxB
 
 
-def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std"):
+def sorted_loo(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std"):
   """Scores for canaries whose first k models are IN and the rest OUT; [B, M] in that order.
 
   Array API (numpy or jax.numpy, no in-place updates): the jax backend jits this one copy (k static).
@@ -185,7 +185,7 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="st
     return _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, offline_shift)
 
   if shared:
-    fit = _Fit(z_BxMxD, p_B)
+    fit = Fit(z_BxMxD, p_B)
     pz = fit.project(z_BxMxD)  # [B, M, R]
     p_delta = fit.project(delta_BxD[:, None, :])  # [B, 1, R]
     alpha, beta = fit.loo_params(pz, zz_BxM, c_M[None], M - 1.0, floor)
@@ -218,7 +218,7 @@ def _sorted_llr(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="st
     other = fit.bilinear(pr, pr, oth_dot_oth[:, oth], alpha_f, beta_f) + fit.logdet(alpha_f, beta_f)
     return own, other
 
-  fit_in, fit_out = _Fit.pair(z_BxMxD[:, :k], z_BxMxD[:, k:], p_B)
+  fit_in, fit_out = Fit.pair(z_BxMxD[:, :k], z_BxMxD[:, k:], p_B)
   own_in, oth_out = class_terms(fit_in, slice(0, k), slice(k, M), 1.0)  # IN fit: IN targets' own, OUT targets' other
   own_out, oth_in = class_terms(fit_out, slice(k, M), slice(0, k), -1.0)
   own = xp.concat([own_in, own_out], axis=1)
@@ -238,7 +238,7 @@ def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift):
   p_B = xp.sum(valid, axis=1)
   out = slice(k, M)
   z_out = z_BxMxD[:, out]
-  fit = _Fit(z_out, p_B)
+  fit = Fit(z_out, p_B)
   n = fit.n
   c = n / (n - 1.0)
 

@@ -1,6 +1,6 @@
 """The jax backend of lira.leave_one_out: the same block scoring, jitted, sharded over devices and split over processes.
 
-The maths is not copied here: lira/loo.py (_diag_block) and lira/gram.py (_sorted_llr) are written against the
+The maths is not copied here: lira/gaussian.py (loo_diag) and lira/gram.py (sorted_loo) are written against the
 Python array API and run on jax.numpy arrays under jax.jit. What stays on the host, in numpy float64, is what
 has data-dependent shapes: the per-token statistic and the length reduction (argsort, array_split), grouping
 canaries by IN count and sorting their models IN-first (lira.gram.sorted_groups), LiRA's pooled variance, and
@@ -23,12 +23,9 @@ import functools
 
 import numpy as np
 
+from lira import gaussian
 from lira import gram
-from lira import loo
 from lira.errors import MissingPackageError
-
-PRECISIONS = ("float64", "float32")
-
 
 def check_available():
   """Raise MissingPackageError if jax cannot be imported."""
@@ -52,9 +49,9 @@ def x64_context(precision):
 @functools.lru_cache(maxsize=None)
 def _jitted():
   import jax
-  diag = jax.jit(loo._diag_block,
+  diag = jax.jit(gaussian.loo_diag,
                  static_argnames=("shared", "offline", "sign", "floor", "offline_shift", "model_axis"))
-  oas = jax.jit(gram._sorted_llr, static_argnames=("k", "shared", "offline", "floor", "offline_shift"))
+  oas = jax.jit(gram.sorted_loo, static_argnames=("k", "shared", "offline", "floor", "offline_shift"))
   return diag, oas
 
 
@@ -99,14 +96,17 @@ def _process_slice(idx_N):
   return idx_N[lo:hi], list(zip(bounds[:-1], bounds[1:]))
 
 
-def score_canaries(features, keep_MxN, idx_N, *, covariance, shared, offline, sign, floor, offline_shift, global_var,
-                   block_size, precision, progress=False, desc="LOO"):
-  """Leave-one-out scores [M, len(idx_N)] (numpy float64) of canaries idx_N; features(cols) -> (x_MxBxD, valid_BxD).
+def score_canaries(features, keep_MxN, idx_N, scoring, *, global_var, block_size, progress=False):
+  """Plain leave-one-out scores [M, len(idx_N)] (numpy float64) of canaries idx_N under a lira.Scoring;
+  features(cols) -> (x_MxBxD, valid_BxD).
 
   Over several processes each scores its slice and every process gets all of them (process_allgather).
   """
   import jax
   from tqdm.auto import tqdm
+  covariance, shared, offline, sign = scoring.covariance, scoring.shared, scoring.offline, scoring.sign
+  floor, offline_shift, precision = scoring.var_floor, scoring.offline_shift, scoring.precision
+  desc = f"LOO {covariance}{' shared' if shared else ''}"
   mine, bounds = _process_slice(np.asarray(idx_N))
   placer = _Placer()
   ndev = len(placer.devices)

@@ -1,6 +1,7 @@
-"""A synthetic run folder: correlated Gaussian per-token logits with a known membership shift.
+"""Synthetic per-token losses: correlated Gaussian per-token logits with a known membership shift.
 
-Stands in for trained shadow models when testing the LiRA stages. For canary n and model m the
+Stand in for trained shadow models when testing the LiRA stages (lira.reports.run_folder.write_synthetic_run
+writes them as a run folder). For canary n and model m the
 per-token logit (ln p - ln(1-p)) is
   z[m, n] = mu[n] + sigma[n] * e[m, n] + keep[m, n] * shift * sigma[n] * b[n]    (shift_units="std"),
 with e ~ N(0, C) where C[s, t] = rho^|s - t| (AR(1) correlation between neighbouring tokens),
@@ -11,11 +12,8 @@ standard deviations. With shift_units="logit" the raise is `shift` logit units a
 lira.logit_scale(loss) recovers z.
 """
 
-import os
-
 import numpy as np
 
-from lira.reports import run_folder
 from lira.errors import InputError
 
 
@@ -55,26 +53,3 @@ def synthetic_losses(num_models=32, num_canaries=2000, seq_len=32, *, rho=0.6, s
     mask_NxT = np.arange(T)[None, :] < length_N[:, None]
     loss_MxNxT[:, ~mask_NxT] = np.nan
   return loss_MxNxT, keep_MxN, mask_NxT
-
-
-def write_synthetic_run(run_dir, overwrite=False, **kwargs):
-  """Write losses.npy, keep.npy, (mask.npy) and config.json of a synthetic run; returns the config.
-
-  A folder that already holds a run is refused unless `overwrite`; then a stale mask.npy is removed too.
-  """
-  if not overwrite:
-    run_folder.check_no_run(run_dir)
-  run_folder.check_writable(run_dir, "choose another --run_dir")
-  loss_MxNxT, keep_MxN, mask_NxT = synthetic_losses(**kwargs)
-  M, N, T = loss_MxNxT.shape
-  config = {"source": "synthetic", "generator": "lira.synthetic.synthetic_losses", "num_models": M,
-            "num_canaries": N, "seq_len": T, **{k: v for k, v in kwargs.items() if k not in ("num_models",
-                                                                                         "num_canaries", "seq_len")}}
-  run_folder.save_npy(f"{run_dir}/losses.npy", loss_MxNxT)
-  run_folder.save_npy(f"{run_dir}/keep.npy", keep_MxN)
-  if mask_NxT is not None:
-    run_folder.save_npy(f"{run_dir}/mask.npy", mask_NxT)
-  elif os.path.exists(f"{run_dir}/mask.npy"):  # a replaced ragged run's mask would apply to the new losses
-    os.remove(f"{run_dir}/mask.npy")
-  run_folder.save_json(f"{run_dir}/config.json", config)
-  return config

@@ -55,36 +55,6 @@ def check_reduction(reduction, length_N):
   return kind, k
 
 
-def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chunk_elements=2**22):
-  """Raise InputError naming model, canary and position of the first loss not finite and >= 0 at a scored position.
-
-  Every command checks its losses with this (through lira.loo.check_arrays, which checks the shapes first)
-  before any work. model_ids / canary_ids name the rows and columns
-  when the arrays are a subset of a run (default: their indices). Reads the losses canary chunk by canary chunk
-  (about chunk_elements at a time), so a memory-mapped file is never loaded whole.
-  """
-  M, N, T = np.shape(loss_MxNxT)
-  model_ids = np.arange(M) if model_ids is None else np.asarray(model_ids)
-  canary_ids = np.arange(N) if canary_ids is None else np.asarray(canary_ids)
-  step = max(1, chunk_elements // max(1, M * T))
-  first, count = None, 0
-  for lo in range(0, N, step):
-    loss_MxBxT = np.asarray(loss_MxNxT[:, lo:lo + step])
-    bad_MxBxT = ~(np.isfinite(loss_MxBxT) & (loss_MxBxT >= 0))
-    if mask_NxT is not None:
-      bad_MxBxT &= np.asarray(mask_NxT[lo:lo + step], bool)[None]
-    if bad_MxBxT.any():
-      count += int(bad_MxBxT.sum())
-      if first is None:
-        m, b, t = (int(i[0]) for i in np.nonzero(bad_MxBxT))
-        first = (model_ids[m], canary_ids[lo + b], t, loss_MxBxT[m, b, t])
-  if first is not None:
-    m, n, t, value = first
-    raise InputError(
-        f"loss of model {m} on canary {n} at position {t} is {value}; losses must be finite and >= 0 at scored "
-        f"positions ({count} such entries; mask them out with mask.npy if they are not meant to be scored)")
-
-
 def _group_index(valid_NxT, k):
   """Chunk id of every valid position (numpy.array_split of the valid positions into k chunks); -1 if invalid."""
   rank_NxT = np.cumsum(valid_NxT, axis=1) - 1

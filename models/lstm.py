@@ -15,6 +15,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models import token_loss
+
 
 @dataclasses.dataclass(frozen=True)
 class LSTMConfig:
@@ -143,15 +145,14 @@ class LSTMLanguageModel(nnx.Module):
 
 def lm_loss(module, tokens_BxT, bos_id, key):
   """models.lm_loss of the LSTM, -ln p(x_t | BOS, x_<t) [B, T], with the head and loss computed in chunks of positions
-  (training.extract.linear_token_loss), so the [B, T, V] logits and their gradient are never materialised whole."""
-  from training import extract
+  (models.token_loss.linear_token_loss), so the [B, T, V] logits and their gradient are never materialised whole."""
   del key
-  h_TxBxH, _ = module.features(extract.with_bos(tokens_BxT, bos_id))
+  h_TxBxH, _ = module.features(token_loss.with_bos(tokens_BxT, bos_id))
   T, B, H = h_TxBxH.shape
   kernel_HxV = module.head.kernel[...]
   # One chunk when all logits fit in 1 MiB (the CPU default's N = V = 512): two chunks of 256 rows cost a loop and
   # the backward's accumulators for no cache gain (BENCHMARKS.md); larger ones take chunk_rows.
   rows = T * B if T * B * kernel_HxV.shape[1] <= 2**18 else None
-  loss_N = extract.linear_token_loss(h_TxBxH.reshape(T * B, H), kernel_HxV, module.head.bias[...],
-                                     tokens_BxT.T.reshape(-1), rows)
+  loss_N = token_loss.linear_token_loss(h_TxBxH.reshape(T * B, H), kernel_HxV, module.head.bias[...],
+                                        tokens_BxT.T.reshape(-1), rows)
   return loss_N.reshape(T, B).T

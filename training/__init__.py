@@ -1,1 +1,6 @@
-"""training package (see README)."""
+"""Shadow-model training and what reads its models (see README).
+
+pipeline (the run folder's stages), trainer (many models at once), data, canaries, images, preemption, partial (the
+first K models as a run of their own), shadow_model (one trained model back as a module), per_token (per-token arrays
+of trained models, in batches). Pretraining-data feature extraction: the training.pretraining subpackage.
+"""

@@ -11,11 +11,9 @@ counts, and a canary the K models leave with no IN or no OUT model is refused th
 import json
 import os
 
-import numpy as np
-
-from lira.reports import run_folder
-from lira.errors import InputError, MissingFileError
 import models
+from lira.errors import InputError, MissingFileError
+from lira.reports import run_folder
 
 COPIED = ("canaries.npy", "mask.npy", "tokenizer.json")  # run files that do not depend on the number of models
 
@@ -26,18 +24,19 @@ def _losses_path(run_dir, g):
 
 def read_config(run_dir):
   """The run's config.json as a dict; MissingFileError / InputError name the file."""
-  path = os.path.join(run_dir, "config.json")
-  if not os.path.exists(path):
-    raise MissingFileError(f"{path} does not exist: not a run folder of experiments.train_shadows")
-  with open(path) as f:
-    try:
-      config = json.load(f)
-    except json.JSONDecodeError as e:
-      raise InputError(f"{path}: not valid JSON ({e})") from e
+  config = run_folder.load_config(run_dir, "not a run folder of experiments.train_shadows")
   shadow = config.get("shadow", {})
   if not all(isinstance(shadow.get(k), int) and shadow[k] > 0 for k in ("num_models", "group_size")):
-    raise InputError(f"{path}: needs shadow.num_models and shadow.group_size (positive integers)")
+    raise InputError(f"{run_folder.config_path(run_dir)}: needs shadow.num_models and shadow.group_size (positive "
+                     "integers)")
   return config
+
+
+def stored_statistics(config):
+  """The statistics the run's family stores beside losses.npy (assemble() writes them); a config that names no
+  known family (a run folder written elsewhere) may hold a language model's mu and sigma, copied when present."""
+  name = config.get("model", {}).get("name")
+  return models.FAMILIES[name].stat_names if name in models.FAMILIES else models.LM_STATS
 
 
 def finished_models(run_dir, config):
@@ -96,24 +95,22 @@ def write_partial_run(run_dir, out_dir, num_models=None):
     run_folder.save_npy(path, array)
     written.append(path)
 
-  save("losses.npy", np.concatenate([run_folder.load_npy(p) for p in parts]))
+  save("losses.npy", run_folder.load_stacked(parts))
   save("keep.npy", keep_MxN[:K])
-  for stat in models.stat_names(config.get("model", {}).get("name")):  # the family's extras, as assemble() writes
+  for stat in stored_statistics(config):  # the family's extras, as assemble() writes them
     stat_parts = [run_folder.stat_path(p, stat) for p in parts]
     if all(os.path.exists(p) for p in stat_parts):
-      save(f"{stat}.npy", np.concatenate([run_folder.load_npy(p) for p in stat_parts]))
+      save(f"{stat}.npy", run_folder.load_stacked(stat_parts))
   for name in COPIED:
     if os.path.exists(os.path.join(run_dir, name)):
       path = os.path.join(out_dir, name)
-      with open(os.path.join(run_dir, name), "rb") as f:
-        run_folder.save_bytes(path, f.read())
+      run_folder.copy_file(os.path.join(run_dir, name), path)
       written.append(path)
   new = json.loads(json.dumps(config))
   new["shadow"]["num_models"] = K
   new["partial_of"] = {"run_dir": os.path.abspath(run_dir), "num_models": M, "models": [0, K],
                        "note": f"the first {K} of {M} models; membership drawn for {M} models"}
-  path = os.path.join(out_dir, "config.json")
-  run_folder.save_json(path, new)
-  written.append(path)
+  run_folder.save_config(out_dir, new)
+  written.append(run_folder.config_path(out_dir))
   return new, written
 

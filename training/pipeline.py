@@ -37,8 +37,9 @@ class RunData:
   pretrain_SxT: np.ndarray  # train-split sequences left out of examples_ExT (data.max_train_sequences): base pretraining
 
 
-def is_image_run(cfg):
-  return cfg.model.name == "pixelcnn_pp"
+def family(cfg):
+  """The model family of the config (model.name); InputError for an unknown name."""
+  return models.family(cfg.model.name)
 
 
 def _config_dict(cfg):
@@ -60,16 +61,13 @@ def _diff(a, b, prefix=""):
 def check_config(cfg, run_dir):
   """Refuse a run folder written by a different config; otherwise record the config in it."""
   wanted = _config_dict(cfg)
-  path = os.path.join(run_dir, "config.json")
-  if os.path.exists(path):
-    with open(path) as f:
-      have = json.load(f)
-    diffs = _diff(have, wanted)
+  if os.path.exists(run_folder.config_path(run_dir)):
+    diffs = _diff(run_folder.load_config(run_dir), wanted)
     if diffs:
       raise InputError(f"run folder {run_dir} was written by a different config; use another --run_dir or the same "
                        "config:\n  " + "\n  ".join(diffs))
   else:
-    run_folder.save_json(path, wanted)
+    run_folder.save_config(run_dir, wanted)
 
 
 def validate(cfg):
@@ -79,9 +77,10 @@ def validate(cfg):
     raise InputError(f"shadow.num_models must be even and >= 2 (every canary IN for exactly M/2 models), got {M}")
   if G < 1:
     raise InputError(f"shadow.group_size must be >= 1, got {G}")
-  if not is_image_run(cfg) and cfg.data.seq_len < 2:
+  images = family(cfg).data_kind == "images"
+  if not images and cfg.data.seq_len < 2:
     raise InputError(f"data.seq_len must be >= 2, got {cfg.data.seq_len}")
-  if is_image_run(cfg) and cfg.data.source not in images_lib.SOURCES:
+  if images and cfg.data.source not in images_lib.SOURCES:
     raise InputError(f"data.source must be one of {', '.join(images_lib.SOURCES)}, got {cfg.data.source!r}")
   if cfg.canaries.kind not in ("worst", "average"):
     raise InputError(f"canaries.kind must be 'worst' or 'average', got {cfg.canaries.kind!r}")
@@ -126,7 +125,7 @@ def _save_once(run_dir, arrays):
     path = os.path.join(run_dir, f"{name}.npy")
     if not os.path.exists(path):
       run_folder.save_npy(path, array)
-    elif not np.array_equal(np.load(path), array):
+    elif not np.array_equal(run_folder.load_npy(path), array):
       raise InputError(f"{path} differs from what this config produces (different data or tokenizer?)")
 
 
@@ -162,7 +161,7 @@ def prepare_images(cfg, run_dir, progress=True):
 def prepare_data(cfg, run_dir, progress=True):
   """Corpus -> split -> tokenizer -> T-token sequences -> canaries and keep, saved in the run folder (images:
   prepare_images)."""
-  if is_image_run(cfg):
+  if family(cfg).data_kind == "images":
     return prepare_images(cfg, run_dir, progress)
   t0 = time.perf_counter()
   train_conv, heldout_conv = data_lib.split_conversations(_corpus(cfg), cfg.data.heldout_fraction, cfg.shadow.seed)
@@ -197,13 +196,15 @@ def prepare_data(cfg, run_dir, progress=True):
 
 
 def build_model(cfg, data, run_dir, progress=True):
-  """The model every shadow copy starts as: a fresh LSTM or PixelCNN++, or a GPT-NeoX base checkpoint to fine-tune."""
+  """The model every shadow copy starts as: a fresh one (LSTM, PixelCNN++), or a base checkpoint to fine-tune
+  (GPT-NeoX: the family fine-tunes)."""
   kwargs = dict(cfg.model)
   name = kwargs.pop("name")
-  if is_image_run(cfg):
-    return models.get_model(name, **kwargs)
-  if name != "gpt_neox":
-    return models.get_model(name, vocab_size=data.vocab_size, **kwargs)
+  fam = models.family(name)
+  if fam.data_kind == "images":
+    return fam.build(**kwargs)
+  if not fam.fine_tunes:
+    return fam.build(vocab_size=data.vocab_size, **kwargs)
   from models import hf_convert
   base = cfg.model.base
   if base == "pretrain":
@@ -233,8 +234,8 @@ def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
                      f"beyond data.max_train_sequences={cfg.data.max_train_sequences}; the split has "
                      f"{len(sequences_SxT)}. Lower data.max_train_sequences or use a checkpoint as model.base")
   arch = dict(cfg.model.arch)
-  model = models.get_model("gpt_neox", vocab_size=data.vocab_size, bos_token_id=data.bos_id,
-                           eos_token_id=data.bos_id, dtype=cfg.model.dtype, **arch)
+  model = family(cfg).build(vocab_size=data.vocab_size, bos_token_id=data.bos_id, eos_token_id=data.bos_id,
+                            dtype=cfg.model.dtype, **arch)
   tcfg = trainer.TrainConfig(p.epochs, p.batch_size, p.learning_rate, p.weight_decay, cfg.shadow.seed)
   t0 = time.perf_counter()
   state, loss = trainer.train_group(model, sequences_SxT, [np.arange(len(sequences_SxT))], [0], tcfg,
@@ -323,11 +324,11 @@ def _stack(run_dir, name, parts):
   re-running a finished run writes nothing (and works on a read-only folder).
   """
   path = os.path.join(run_dir, f"{name}.npy")
-  shapes = [np.load(p, mmap_mode="r").shape for p in parts]
+  shapes = [run_folder.load_npy(p, mmap=True).shape for p in parts]
   want = (sum(s[0] for s in shapes),) + shapes[0][1:]
-  if os.path.exists(path) and np.load(path, mmap_mode="r").shape == want:
+  if os.path.exists(path) and run_folder.load_npy(path, mmap=True).shape == want:
     return
-  run_folder.save_npy(path, np.concatenate([np.load(p) for p in parts]))
+  run_folder.save_npy(path, run_folder.load_stacked(parts))
 
 
 def assemble(cfg, run_dir):
@@ -340,7 +341,7 @@ def assemble(cfg, run_dir):
   parts = [run_folder.group_paths(run_dir, g)[1] for g, _ in groups_of(cfg)]
   if not all(os.path.exists(p) for p in parts):
     return False
-  for stat in models.stat_names(cfg.model.name):
+  for stat in family(cfg).stat_names:
     stat_parts = [run_folder.stat_path(p, stat) for p in parts]
     if missing := [os.path.relpath(p, run_dir) for p in stat_parts if not os.path.exists(p)]:
       warnings.warn(f"{stat}.npy not written: {len(missing)} group(s) have no {stat} file ({', '.join(missing)}); "

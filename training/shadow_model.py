@@ -1,6 +1,5 @@
 """One model of a shadow run folder as an NNX module, with the run's tokenizer (for prefix or pair features)."""
 
-import json
 import os
 import types
 
@@ -9,10 +8,11 @@ import ml_collections
 import orbax.checkpoint as ocp
 from flax import nnx
 
+import models
 from lira.errors import InputError, MissingFileError
+from lira.reports import run_folder
 from training import data as data_lib
 from training import pipeline
-from lira.reports import run_folder
 from training import trainer
 
 
@@ -20,11 +20,7 @@ def load_shadow_model(run_dir, model_id):
   """(module, tokenizer, bos_id) of shadow model `model_id` (LSTM or GPT-NeoX) of a run folder: the architecture
   from RUN_DIR/config.json, the parameters from its group's orbax checkpoint (training/pipeline.py stores the
   group's copies stacked), the tokenizer from RUN_DIR/tokenizer.json. The run's models read BOS first."""
-  path = os.path.join(run_dir, "config.json")
-  if not os.path.exists(path):
-    raise MissingFileError(f"{path} does not exist: not a shadow run folder")
-  with open(path) as f:
-    cfg = ml_collections.ConfigDict(json.load(f))
+  cfg = ml_collections.ConfigDict(run_folder.load_config(run_dir, "not a shadow run folder"))
   M = cfg.shadow.num_models
   if not 0 <= model_id < M:
     raise InputError(f"model_id {model_id} outside the run's {M} models")
@@ -37,7 +33,7 @@ def load_shadow_model(run_dir, model_id):
   checkpoint = run_folder.group_paths(run_dir, group)[0]
   if not os.path.exists(checkpoint):
     raise MissingFileError(f"{checkpoint} does not exist: group {group} (model {model_id}) is not trained yet")
-  if cfg.model.name == "gpt_neox" and cfg.model.base == "pretrain":
+  if models.family(cfg.model.name).fine_tunes and cfg.model.base == "pretrain":
     base = os.path.join(run_dir, "base_model", "config.json")
     if not os.path.exists(base):  # build_model would pretrain one; a loader never trains
       raise MissingFileError(f"{base} does not exist: the run's base model was never saved")

@@ -16,7 +16,7 @@ import optax
 from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
-from training import extract
+from training import per_token
 from training import preemption
 from lira.errors import InputError, UserError
 
@@ -282,5 +282,5 @@ def canary_statistics(model, params, canaries_NxT, *, bos_id=None, batch_size=25
   """
   fn = _stats_fn(model, bos_id)
   params = _put(params, mesh)
-  return extract.batched(lambda c_BxT: fn(params, _put(jnp.asarray(c_BxT), mesh, 0)), (canaries_NxT,), batch_size,
-                         axis=1)
+  return per_token.batched(lambda c_BxT: fn(params, _put(jnp.asarray(c_BxT), mesh, 0)), (canaries_NxT,), batch_size,
+                           axis=1)

@@ -1,4 +1,4 @@
-"""The off-diagonal covariance test of a run folder written out (experiments/cov_permutation.py; docs/outputs.md).
+"""The off-diagonal covariance test of a run folder written out (experiments/cov_structure.py; docs/outputs.md).
 
 cov_structure.json (schema "seqlira.cov_structure"): the block every report opens with (lira.reports.provenance.header),
 then `summary` (lira.cov_permutation.summary_of), `levels` (share of tested canaries with p <= alpha for each alpha
@@ -13,7 +13,7 @@ import numpy as np
 from matplotlib.figure import Figure
 
 from lira import cov_permutation
-from lira import loo
+from lira import checks
 from lira.reports import provenance
 from lira.reports import run_folder
 from lira import transforms
@@ -76,7 +76,7 @@ def write_cov_structure(run_dir, out_dir=None, *, cov_class="out", statistic="lo
   run = run_folder.load_run(run_dir, mmap=True)
   M, N, T = run.loss_MxNxT.shape
   n, t = N if max_canaries is None else min(N, max_canaries), min(T, max_positions)
-  loo.check_arrays(run.loss_MxNxT[:, :n, :t], run.keep_MxN[:, :n],
+  checks.check_arrays(run.loss_MxNxT[:, :n, :t], run.keep_MxN[:, :n],
                    None if run.mask_NxT is None else run.mask_NxT[:n, :t])
   out_dir = out_dir or os.path.join(run_dir, "cov_structure")
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")

@@ -1,4 +1,4 @@
-"""The pictures of one image canary written into a run folder (experiments/canary_maps.py; docs/outputs.md).
+"""The pictures of one image canary written into a run folder (experiments/image_maps.py; docs/outputs.md).
 
 image_maps.json (schema "seqlira.image_maps"): the block every report opens with (lira.reports.provenance.header), then
 image_shape, num_levels, canary, canary_gap (mean OUT - mean IN loss, nats) and its rank, pixel and
@@ -12,7 +12,7 @@ import numpy as np
 from lira.reports import cov_plots
 from lira import canary_maps
 from lira.reports import image_plots
-from lira import loo
+from lira import checks
 from lira.reports import provenance
 from lira.reports import run_folder
 from lira.errors import InputError, MissingFileError
@@ -65,7 +65,7 @@ def write_image_maps(run_dir, out_dir=None, *, canary=None, pixel=None, cov_clas
     raise InputError(f"cov_class must be one of {canary_maps.COV_CLASSES}, got {cov_class!r}")
   out_dir = out_dir or os.path.join(run_dir, "image_maps")
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
-  loo.check_arrays(run.loss_MxNxT, run.keep_MxN, run.mask_NxT)
+  checks.check_arrays(run.loss_MxNxT, run.keep_MxN, run.mask_NxT)
   gap_N = canary_maps.loss_gaps(run.loss_MxNxT, run.keep_MxN, progress=progress)
   chosen = canary_maps.default_canary(gap_N) if canary is None else canary
   if run.mask_NxT is not None and not np.asarray(run.mask_NxT[chosen]).all():

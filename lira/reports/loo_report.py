@@ -11,28 +11,35 @@ roc {fpr, tpr}); seconds; files (the report's file names); run_config (the run's
 attacks [{name, attack, params, summary, scores_file}], pooled over the same pairs, and settings.attacks, settings.k.
 """
 
+import dataclasses
 import os
 import time
 
 from lira import evaluation
 from lira import metrics
+from lira import scoring as scoring_lib
+from lira.errors import InputError
 from lira.reports import plots
 from lira.reports import provenance
 from lira.reports import run_folder
-from lira import transforms
-from lira.errors import InputError
+from lira.reports import tables
+from lira.scoring import Scoring
 
-DEFAULTS = {"variants": None, "reduction": None, "statistic": "logit", "offline": False, "offline_shift": "std",
-            "fix_variance": False, "balance_counts": True, "n_boot": 200, "seed": 0}
 # Settings that change the scores themselves (the bootstrap's n_boot and seed change only the intervals).
 SCORE_SETTINGS = ("reduction", "statistic", "offline", "offline_shift", "fix_variance", "balance_counts")
-LEVEL = 0.95
+LEVEL = metrics.LEVEL
 
 
-def choose_variants(variants, offline, fix_variance):
-  """(requested, chosen, dropped [{name, reason}]) for variant names and the scoring options; error if none is left."""
-  requested = evaluation.select_variants(variants)
-  chosen, dropped = evaluation.applicable_variants(requested, offline=offline, fix_variance=fix_variance)
+def defaults():
+  """The settings a report's file names leave out: Scoring's defaults, all six variants, the bootstrap's defaults."""
+  return {"variants": None, **{k: scoring_lib.defaults()[k] for k in SCORE_SETTINGS}, "n_boot": metrics.N_BOOT,
+          "seed": 0}
+
+
+def choose_variants(variants, scoring, scorer="leave_one_out"):
+  """(requested, chosen, dropped [{name, reason}]) for variant names under a Scoring; error if none is left."""
+  requested = scoring_lib.select_variants(variants)
+  chosen, dropped = scoring_lib.applicable_variants(requested, scoring, scorer)
   dropped = [{"name": name, "reason": reason} for name, reason in dropped]
   if not chosen:
     raise InputError("no variant left to evaluate: " + "; ".join(f"{d['name']}: {d['reason']}" for d in dropped))
@@ -47,15 +54,14 @@ def dropped_notes(dropped):
   return [f"not evaluated: {', '.join(names)}: {reason}." for reason, names in by_reason.items()]
 
 
-def report_settings(chosen, reduction, statistic, offline, fix_variance, n_boot, seed, offline_shift="std",
-                    balance_counts=False):
+def report_settings(chosen, scoring, n_boot, seed):
   """The settings that change the report's numbers, in the order its file names list them."""
-  keys = [evaluation.variant_key(v) for v in chosen]
-  every = [evaluation.variant_key(v) for v in evaluation.VARIANTS]
-  return {"variants": None if sorted(keys) == sorted(every) else keys,
-          "reduction": None if transforms.parse_reduction(reduction)[0] is None else reduction, "statistic": statistic,
-          "offline": bool(offline), "offline_shift": offline_shift if offline else DEFAULTS["offline_shift"],
-          "fix_variance": bool(fix_variance), "balance_counts": bool(balance_counts), "n_boot": int(n_boot),
+  keys = [scoring_lib.variant_key(v) for v in chosen]
+  every = [scoring_lib.variant_key(v) for v in scoring_lib.VARIANTS]
+  return {"variants": None if sorted(keys) == sorted(every) else keys, "reduction": scoring.reduction,
+          "statistic": scoring.statistic, "offline": scoring.offline,
+          "offline_shift": scoring.offline_shift if scoring.offline else defaults()["offline_shift"],
+          "fix_variance": scoring.fix_variance, "balance_counts": scoring.balance_counts, "n_boot": int(n_boot),
           "seed": int(seed)}
 
 
@@ -77,7 +83,7 @@ def title(shape, settings):
 def scores_path(out_dir, variant, settings):
   """Where a variant's [M, N] scores go: scores_oas-shared[_settings].npy (only settings that change scores)."""
   score_settings = {k: settings[k] for k in SCORE_SETTINGS}
-  return provenance.report_path(out_dir, f"scores_{evaluation.variant_key(variant)}", "npy", score_settings, DEFAULTS)
+  return provenance.report_path(out_dir, f"scores_{scoring_lib.variant_key(variant)}", "npy", score_settings, defaults())
 
 
 def _first_process():
@@ -85,40 +91,36 @@ def _first_process():
   return loo_jax.is_first_process()
 
 
-def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", variants=None, offline=False,
-                 fix_variance=False, n_boot=200, seed=0, progress=True, offline_shift="std", balance_counts=True,
-                 save_scores=True, attack_rows=None, backend="numpy", precision="float64"):
-  """Evaluate a run folder, write the reports (named by their settings), and return (table text, result dict).
+def evaluate_run(run_dir, out_dir=None, scoring=None, *, variants=None, n_boot=metrics.N_BOOT, seed=0, progress=True,
+                 save_scores=True, attack_rows=None, **fields):
+  """Evaluate a run folder under a lira.Scoring (fields as keywords override it), write the reports (named by their
+  settings), and return (table text, result dict).
 
   With save_scores, each variant's leave-one-out scores llr_MxN (float64, higher = member) are written as
   scores_<variant>[_settings].npy beside the report, for analyses of one's own. attack_rows (attacks.shadow.AttackRows,
   computed beforehand) adds reference-free attack rows to the same table, results.json and roc.png. losses.npy is
-  memory-mapped and read a block of canaries at a time. backend / precision: lira.leave_one_out's; in a
-  jax.distributed run every process scores its share, and only the first pools the ROCs and writes (the others
-  return (None, None)).
+  memory-mapped and read a block of canaries at a time. With the jax backend in a jax.distributed run every process
+  scores its share, and only the first pools the ROCs and writes (the others return (None, None)).
   """
+  scoring = Scoring.of(scoring, **fields)
   balance_note = None
-  if balance_counts and fix_variance:  # LiRA's pooled variance is a plain leave-one-out quantity
-    balance_counts = False
+  if scoring.balance_counts and scoring.fix_variance:  # LiRA's pooled variance is a plain leave-one-out quantity
+    scoring = dataclasses.replace(scoring, balance_counts=False)
     balance_note = ("note: --fix_variance pools one variance over all canaries, which balanced counts do not apply "
                     "to; plain leave-one-out was used (--nobalance_counts)")
-  transforms.parse_reduction(reduction)
-  requested, chosen, dropped = choose_variants(variants, offline, fix_variance)
+  requested, chosen, dropped = choose_variants(variants, scoring)
   run = run_folder.load_run(run_dir, mmap=True)
   out_dir = out_dir or run_dir
-  first = backend != "jax" or _first_process()
+  first = scoring.backend != "jax" or _first_process()
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
-  settings = report_settings(requested, reduction, statistic, offline, fix_variance, n_boot, seed, offline_shift,
-                             balance_counts)
-  defaults = DEFAULTS
+  settings = report_settings(requested, scoring, n_boot, seed)
+  names_default = defaults()
   if attack_rows is not None:
-    settings, defaults = {**settings, **attack_rows.settings}, {**DEFAULTS, **attack_rows.defaults}
+    settings, names_default = {**settings, **attack_rows.settings}, {**names_default, **attack_rows.defaults}
   start = time.perf_counter()
-  rows, scores = evaluation.evaluate_variants(
-      run.loss_MxNxT, run.keep_MxN, mask_NxT=run.mask_NxT, reduction=reduction, statistic=statistic,
-      variants=chosen, n_boot=n_boot, seed=seed, progress=progress, offline=offline, fix_variance=fix_variance,
-      offline_shift=offline_shift, balance_counts=balance_counts, backend=backend, precision=precision,
-      summarize=first)
+  rows, scores = evaluation.evaluate_variants(run.loss_MxNxT, run.keep_MxN, scoring, mask_NxT=run.mask_NxT,
+                                              variants=chosen, n_boot=n_boot, seed=seed, progress=progress,
+                                              summarize=first)
   seconds = time.perf_counter() - start
   if not first:
     return None, None
@@ -126,7 +128,7 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   shape = {"M": M, "N": N, "T": T}
   setting = (f"{provenance.shape_line(shape)}; {scoring_words(settings)}; leave-one-out; "
              f"{n_boot} bootstrap replicates over canaries (seed {seed}, {LEVEL:.0%} percentile intervals)")
-  paths = {ext: provenance.report_path(out_dir, stem, ext, settings, defaults)
+  paths = {ext: provenance.report_path(out_dir, stem, ext, settings, names_default)
            for stem, ext in (("results", "json"), ("results", "md"), ("roc", "png"))}
   if save_scores:
     for variant in chosen:
@@ -136,7 +138,7 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   extra = [] if attack_rows is None else [dict(r) for r in attack_rows.rows]
   for row in extra:
     if save_scores:
-      path = provenance.report_path(out_dir, f"scores_{row['attack']}", "npy", row["params"], defaults)
+      path = provenance.report_path(out_dir, f"scores_{row['attack']}", "npy", row["params"], names_default)
       run_folder.save_npy(path, attack_rows.scores[row["attack"]])
       paths[f"scores {row['attack']}"] = path
       row["scores_file"] = os.path.basename(path)
@@ -145,23 +147,24 @@ def evaluate_run(run_dir, out_dir=None, reduction=None, statistic="logit", varia
   if extra:
     notes.append(f"{', '.join(r['name'] for r in extra)}: reference-free, each target model scored from its own "
                  "losses (and mu, sigma) alone, no shadow models; pooled over the same (model, canary) pairs.")
-  result = provenance.header("evaluate", run_dir, run, {**settings, "variants": [evaluation.variant_key(v) for v in chosen],
-                                                        "requested_variants": [evaluation.variant_key(v) for v in requested],
+  result = provenance.header("evaluate", run_dir, run, {**settings, "variants": [scoring_lib.variant_key(v) for v in chosen],
+                                                        "requested_variants": [scoring_lib.variant_key(v) for v in requested],
                                                         "level": LEVEL, "fprs": list(metrics.DEFAULT_FPRS)},
                              "seqlira.results")
-  result.update({"setting": setting, "statistic": statistic, "reduction": reduction, "offline": offline,
-                 "offline_shift": offline_shift, "fix_variance": fix_variance, "balance_counts": balance_counts,
+  result.update({"setting": setting, "statistic": scoring.statistic, "reduction": scoring.reduction,
+                 "offline": scoring.offline, "offline_shift": scoring.offline_shift,
+                 "fix_variance": scoring.fix_variance, "balance_counts": scoring.balance_counts,
                  "n_boot": n_boot, "seed": seed, "level": LEVEL,
                  "dropped_variants": dropped, "seconds": seconds, "variants": rows,
                  **({"attacks": extra} if extra else {}),
                  "files": [os.path.basename(p) for p in paths.values()]})
   run_folder.save_json(paths["json"], result)
   md_notes = "".join(f"\n{n}  " for n in notes)
-  run_folder.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{metrics.format_markdown(table_rows)}\n"
+  run_folder.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{tables.format_markdown(table_rows)}\n"
                                 f"{md_notes}\n")
   curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"])
             for r in rows + extra]
   run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title(shape, settings),
                                                     styles=None if attack_rows is None else attack_rows.styles))
-  text = "\n".join([setting, "", metrics.format_table(table_rows)] + notes)
+  text = "\n".join([setting, "", tables.format_table(table_rows)] + notes)
   return text, result

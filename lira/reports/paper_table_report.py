@@ -13,12 +13,13 @@ import os
 import numpy as np
 
 from lira import compare
-from lira import evaluation
+from lira import scoring as scoring_lib
 from lira import metrics
 from lira.reports import provenance
 from lira.reports import loo_report
 from lira.reports import run_folder
 from lira.errors import InputError
+from lira.reports import tables
 
 VARIANTS = ("univariate-classwise", "univariate-shared", "independent-classwise", "independent-shared",
             "oas-classwise", "oas-shared")
@@ -57,7 +58,7 @@ def load_scores(run_dir, results):
     path = loo_report.scores_path(run_dir, variant, results["settings"])
     if not os.path.exists(path):
       raise InputError(f"{path}: not found (evaluate saves it unless --nosave_scores; run it again)")
-    out[evaluation.variant_key(variant)] = run_folder.load_npy(path).astype(np.float64)
+    out[scoring_lib.variant_key(variant)] = run_folder.load_npy(path).astype(np.float64)
   missing = [v for v in VARIANTS if v not in out]
   if missing:
     raise InputError(f"{run_dir}: the report has no {missing[0]} row; evaluate all six variants")
@@ -75,7 +76,7 @@ def build(run_dir, results_name="results.json", setting="none", n_boot=1000, see
   rows = []
   paper = dict(zip(VARIANTS, PAPER_TABLE_II[setting])) if setting in PAPER_TABLE_II else None
   for r in results["variants"] + results.get("attacks", []):
-    key = evaluation.variant_key((r["name"], r["covariance"], r["shared"])) if "covariance" in r else None
+    key = scoring_lib.variant_key((r["name"], r["covariance"], r["shared"])) if "covariance" in r else None
     s = r["summary"]
     entries = [s["tpr"][metrics.fpr_key(f)] for f in FPRS]
     rows.append({"name": r["name"], "paper": list(paper[key]) if paper and key in paper else None,
@@ -106,7 +107,7 @@ def markdown(table):
            "|---|---:|---:|---:|---:|---:|"]
   for r in table["rows"]:
     p = r["paper"] or (None, None)
-    cells = [metrics._cell(t, c) + ("" if ok else " (n/r)") for t, c, ok in zip(r["tpr"], r["ci"], r["resolved"])]
+    cells = [tables.cell(t, c) + ("" if ok else " (n/r)") for t, c, ok in zip(r["tpr"], r["ci"], r["resolved"])]
     lines.append(f"| {r['name']} | {'-' if p[0] is None else f'{p[0]:.2f}'} | {cells[0]} | "
                  f"{'-' if p[1] is None else f'{p[1]:.2f}'} | {cells[1]} | {r['auc']:.4f} |")
   lines += ["", f"Paired differences A - B in TPR points, {table['n_boot']} bootstrap replicates over canaries "
@@ -119,6 +120,6 @@ def markdown(table):
     for e in t["fprs"]:
       lo, hi = e["ci"]
       cells += ["-" if e["paper_diff"] is None else f"{e['paper_diff']:+.2f}",
-                f"{100 * e['diff']:+.2f} [{metrics._pct(lo)}, {metrics._pct(hi)}] p={e['p_le_0']:.3f}", e["verdict"]]
+                f"{100 * e['diff']:+.2f} [{tables.pct(lo)}, {tables.pct(hi)}] p={e['p_le_0']:.3f}", e["verdict"]]
     lines.append(f"| {t['a']} - {t['b']} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"

@@ -12,7 +12,7 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from lira import metrics
-from lira.evaluation import VARIANTS
+from lira.scoring import VARIANTS
 
 COVARIANCE_COLORS = {"univariate": "tab:blue", "independent": "tab:orange", "oas": "tab:green"}
 MODE_LINESTYLES = {"shared": "-", "classwise": "--"}

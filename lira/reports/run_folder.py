@@ -17,6 +17,7 @@ import tempfile
 
 import numpy as np
 
+from lira import synthetic
 from lira.errors import InputError, MissingFileError
 
 
@@ -69,14 +70,52 @@ def load_run(run_dir, mmap=False):
     if mask.shape != loss.shape[1:] or mask.dtype != bool:
       raise InputError(f"{paths['mask']}: expected bool [N, T] = {loss.shape[1:]}, got {mask.dtype} {mask.shape}")
   config = {}
-  cfg_path = os.path.join(run_dir, "config.json")
+  cfg_path = config_path(run_dir)
   if os.path.exists(cfg_path):
-    with open(cfg_path) as f:
-      try:
-        config = json.load(f)
-      except json.JSONDecodeError as e:
-        raise InputError(f"{cfg_path}: not valid JSON ({e})") from e
+    config = load_json(cfg_path)
   return Run(loss, keep, mask, config)
+
+
+def config_path(run_dir):
+  """RUN_DIR/config.json: the config that wrote the run."""
+  return os.path.join(run_dir, "config.json")
+
+
+def load_json(path):
+  """A JSON file of the run folder (config.json, texts.json); InputError naming it when it is not valid JSON."""
+  with open(path) as f:
+    try:
+      return json.load(f)
+    except json.JSONDecodeError as e:
+      raise InputError(f"{path}: not valid JSON ({e})") from e
+
+
+def load_config(run_dir, missing="not a run folder"):
+  """RUN_DIR/config.json as a dict. MissingFileError when the file does not exist (`missing` says what that means
+  to the caller), InputError naming the file when it is not valid JSON or not a JSON object."""
+  path = config_path(run_dir)
+  if not os.path.exists(path):
+    raise MissingFileError(f"{path} does not exist: {missing}")
+  config = load_json(path)
+  if not isinstance(config, dict):
+    raise InputError(f"{path}: expected a JSON object (the run's config), got {type(config).__name__}")
+  return config
+
+
+def save_config(run_dir, config):
+  """Write RUN_DIR/config.json (strict JSON, atomically)."""
+  save_json(config_path(run_dir), config)
+
+
+def load_stacked(paths):
+  """Group files (each [G, ...], as RUN_DIR/losses/group_GGGG.npy) stacked on the model axis, read without pickle."""
+  return np.concatenate([load_npy(p) for p in paths])
+
+
+def copy_file(source, destination):
+  """Copy a run file (canaries.npy, tokenizer.json, ...) byte for byte, written atomically."""
+  with open(source, "rb") as f:
+    save_bytes(destination, f.read())
 
 
 def _umask():
@@ -181,6 +220,29 @@ def save_csv(path, rows):
   writer.writeheader()
   writer.writerows(rows)
   save_text(path, buf.getvalue())
+
+
+def write_synthetic_run(run_dir, overwrite=False, **kwargs):
+  """Write losses.npy, keep.npy, (mask.npy) and config.json of a synthetic run; returns the config.
+
+  A folder that already holds a run is refused unless `overwrite`; then a stale mask.npy is removed too.
+  """
+  if not overwrite:
+    check_no_run(run_dir)
+  check_writable(run_dir, "choose another --run_dir")
+  loss_MxNxT, keep_MxN, mask_NxT = synthetic.synthetic_losses(**kwargs)
+  M, N, T = loss_MxNxT.shape
+  config = {"source": "synthetic", "generator": "lira.synthetic.synthetic_losses", "num_models": M,
+            "num_canaries": N, "seq_len": T, **{k: v for k, v in kwargs.items() if k not in ("num_models",
+                                                                                         "num_canaries", "seq_len")}}
+  save_npy(f"{run_dir}/losses.npy", loss_MxNxT)
+  save_npy(f"{run_dir}/keep.npy", keep_MxN)
+  if mask_NxT is not None:
+    save_npy(f"{run_dir}/mask.npy", mask_NxT)
+  elif os.path.exists(f"{run_dir}/mask.npy"):  # a replaced ragged run's mask would apply to the new losses
+    os.remove(f"{run_dir}/mask.npy")
+  save_json(f"{run_dir}/config.json", config)
+  return config
 
 
 # A shadow run's groups: pure path arithmetic, no model code.

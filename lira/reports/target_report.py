@@ -6,15 +6,16 @@ import time
 
 import numpy as np
 
-from lira import evaluation
 from lira import metrics
 from lira.reports import plots
 from lira.reports import provenance
 from lira.reports import loo_report
 from lira.reports import run_folder
 from lira import targets
-from lira import transforms
+from lira import scoring as scoring_lib
 from lira.errors import InputError
+from lira.scoring import Scoring
+from lira.reports import tables
 
 def load_targets(target_path, keep_path, num_canaries):
   """Target losses [K, N, T] (an [N, T] file is K = 1) and their membership [K, N] or None, checked against N."""
@@ -36,31 +37,27 @@ def load_targets(target_path, keep_path, num_canaries):
   return loss, keep
 
 
-def attack_run(run_dir, target_path, out_dir, target_keep_path=None, *, reduction=None, statistic="logit",
-               variants=None, offline=False, offline_shift="std", fix_variance=False, n_boot=200, seed=0,
-               progress=True):
+def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=None, *, variants=None,
+               n_boot=metrics.N_BOOT, seed=0, progress=True, **fields):
   """Score target models' canary losses with Gaussians fitted on all shadows of run_dir; write and return reports.
 
   Writes attack_scores_<variant>[_settings].npy ([K, N] float64, higher = member) and attack[_settings].json; with
   the targets' membership also attack[_settings].md (the evaluate table) and attack_roc[_settings].png.
   Returns (text to print, result dict).
   """
-  transforms.parse_reduction(reduction)
-  requested, chosen, dropped = loo_report.choose_variants(variants, offline, fix_variance)
+  scoring = Scoring.of(scoring, **fields)
+  requested, chosen, dropped = loo_report.choose_variants(variants, scoring, scorer="targets")
   run = run_folder.load_run(run_dir, mmap=True)
   target_loss, target_keep = load_targets(target_path, target_keep_path, run.keep_MxN.shape[1])
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
-  settings = loo_report.report_settings(requested, reduction, statistic, offline, fix_variance, n_boot, seed,
-                                    offline_shift)
+  settings = loo_report.report_settings(requested, scoring, n_boot, seed)
   del settings["balance_counts"]  # every target is scored from all M shadows: nothing to balance
   start = time.perf_counter()
   scores, rows = {}, []
   for variant in chosen:
     name, covariance, shared = variant
-    scores[name] = targets.score_targets(
-        run.loss_MxNxT, run.keep_MxN, target_loss, covariance=covariance, shared=shared, reduction=reduction,
-        statistic=statistic, mask_NxT=run.mask_NxT, offline=offline, offline_shift=offline_shift,
-        fix_variance=fix_variance, progress=progress)
+    scores[name] = targets.score_targets(run.loss_MxNxT, run.keep_MxN, target_loss, scoring.variant(covariance, shared),
+                                         mask_NxT=run.mask_NxT, progress=progress)
     row = {"name": name, "covariance": covariance, "shared": shared}
     if target_keep is not None:
       row["summary"] = metrics.summarize(scores[name], target_keep, n_boot=n_boot, seed=seed)
@@ -73,26 +70,26 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, *, reductio
   paths = {}
   for variant in chosen:
     score_settings = {k: settings[k] for k in loo_report.SCORE_SETTINGS if k in settings}
-    paths[variant[0]] = provenance.report_path(out_dir, f"attack_scores_{evaluation.variant_key(variant)}", "npy",
-                                               score_settings, loo_report.DEFAULTS)
+    paths[variant[0]] = provenance.report_path(out_dir, f"attack_scores_{scoring_lib.variant_key(variant)}", "npy",
+                                               score_settings, loo_report.defaults())
     run_folder.save_npy(paths[variant[0]], scores[variant[0]])
   for stem, ext in (("attack", "json"),) + ((("attack", "md"), ("attack_roc", "png")) if target_keep is not None
                                             else ()):
-    paths[ext] = provenance.report_path(out_dir, stem, ext, settings, loo_report.DEFAULTS)
+    paths[ext] = provenance.report_path(out_dir, stem, ext, settings, loo_report.defaults())
   notes = loo_report.dropped_notes(dropped)
   if target_keep is None:
     text = "\n".join([setting, "", _score_table(scores)] + notes)
   else:
     table_rows = [(r["name"], r["summary"]) for r in rows]
-    text = "\n".join([setting, "", metrics.format_table(table_rows)] + notes)
+    text = "\n".join([setting, "", tables.format_table(table_rows)] + notes)
     md_notes = "".join(f"\n{n}  " for n in notes)
-    run_folder.save_text(paths["md"], f"# LiRA on target models\n\n{setting}\n\n{metrics.format_markdown(table_rows)}\n"
+    run_folder.save_text(paths["md"], f"# LiRA on target models\n\n{setting}\n\n{tables.format_markdown(table_rows)}\n"
                                   f"{md_notes}\n")
     curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"]) for r in rows]
     title = f"LiRA on {K} target model(s), {M} shadow models, N={N}, T={T}\n{loo_report.scoring_words(settings)}"
     run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title))
   result = provenance.header("score_targets", run_dir, run,
-                             {**settings, "variants": [evaluation.variant_key(v) for v in chosen]}, "seqlira.attack")
+                             {**settings, "variants": [scoring_lib.variant_key(v) for v in chosen]}, "seqlira.attack")
   result.update({"target": os.path.abspath(target_path), "target_keep": target_keep_path and os.path.abspath(
       target_keep_path), "num_targets": K, "setting": setting, "dropped_variants": dropped, "seconds": seconds,
       "variants": [{**r, "scores_file": os.path.basename(paths[r["name"]])} for r in rows],

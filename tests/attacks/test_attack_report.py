@@ -15,10 +15,10 @@ from absl import flags
 from sklearn import metrics as skm
 
 import attacks as A
-from attacks import features as features_lib
+from attacks import feature_folder
 from lira import metrics
-from lira import synthetic
 from lira.errors import InputError, MissingFileError
+from lira.reports import run_folder
 
 N, T, S, G, J = 40, 7, 3, 2, 2  # 20 non-members: TPR at 5% FPR is resolved
 
@@ -58,11 +58,11 @@ def make_features(folder, seed=0):
       "neighbour_lp": per_token(J, width=T + 1, shift=0.0).transpose(1, 0, 2),
   }
   for name, array in arrays.items():
-    features_lib.write_array(folder, name, array)
+    feature_folder.write_array(folder, name, array)
   texts = [" ".join(["member" if labels_N[n] else "other"] * int(rng.integers(1, 6))) for n in range(N)]
-  features_lib.write_json(folder, "texts", texts)
-  features_lib.write_json(folder, "neighbours", [[t + " x"] * J for t in texts])
-  features_lib.write_meta(folder, {"model": "hand-made", "n_texts": N, "notes": []})
+  feature_folder.write_json(folder, "texts", texts)
+  feature_folder.write_json(folder, "neighbours", [[t + " x"] * J for t in texts])
+  feature_folder.write_meta(folder, {"model": "hand-made", "n_texts": N, "notes": []})
   return arrays, texts
 
 
@@ -131,11 +131,11 @@ def test_pretrain_attacks_rows_match_sklearn(tmp_path, pretrain_cli, capsys):
   run_cli(pretrain_cli, f"--features={tmp_path}")
   printed = capsys.readouterr().out
   result = strict_json(tmp_path / "results.json")
-  written = set(features_lib.FILES.values()) - {"prefix.json"}
+  written = set(feature_folder.FILES.values()) - {"prefix.json"}
   assert sorted(os.listdir(tmp_path)) == sorted(written | {"results.json", "results.md", "roc.png"})
   assert result["schema"]["name"] == "seqlira.pretrain_attacks" and result["skipped"] == []
-  assert result["settings"]["attacks"] == list(features_lib.ATTACKS)
-  assert {r["attack"] for r in result["rows"]} == set(features_lib.ATTACKS)
+  assert result["settings"]["attacks"] == list(feature_folder.ATTACKS)
+  assert {r["attack"] for r in result["rows"]} == set(feature_folder.ATTACKS)
   labels = arrays["labels"] == 1
   expected = expected_scores(arrays, texts)
   for row in result["rows"]:
@@ -181,7 +181,7 @@ def test_pretrain_attacks_settings_in_names_gamma_and_shots(tmp_path, pretrain_c
 
 def test_auc_below_half_is_not_flipped(tmp_path, pretrain_cli):
   arrays, _ = make_features(tmp_path)
-  features_lib.write_array(tmp_path, "labels", 1 - arrays["labels"])  # members now score lower
+  feature_folder.write_array(tmp_path, "labels", 1 - arrays["labels"])  # members now score lower
   run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=loss", "--n_boot=20")
   auc = strict_json(tmp_path / "results_attacks-loss_nboot-20.json")["rows"][0]["summary"]["auc"]
   scores = A.loss(arrays["lp"])
@@ -217,9 +217,9 @@ def test_shape_mismatch_is_refused_before_any_work(tmp_path, name, bad, file):
   from attacks import report
   arrays, _ = make_features(tmp_path)
   if name == "texts":
-    features_lib.write_json(tmp_path, "texts", bad(arrays))
+    feature_folder.write_json(tmp_path, "texts", bad(arrays))
   else:
-    features_lib.write_array(tmp_path, name, bad(arrays))
+    feature_folder.write_array(tmp_path, name, bad(arrays))
   with pytest.raises(InputError, match=file.replace(".", r"\.")):
     report.run_attacks(str(tmp_path), n_boot=0)
   assert not (tmp_path / "results_nboot-0.json").exists()
@@ -230,7 +230,7 @@ def test_all_nan_row_names_the_file(tmp_path):
   arrays, _ = make_features(tmp_path)
   ref = arrays["ref_lp"].copy()
   ref[4] = np.nan
-  features_lib.write_array(tmp_path, "ref_lp", ref)
+  feature_folder.write_array(tmp_path, "ref_lp", ref)
   with pytest.raises(InputError, match=r"ref_lp\.npy: row 4 has no scored position"):
     report.run_attacks(str(tmp_path), ["loss", "reference"], n_boot=0)
 
@@ -247,11 +247,11 @@ def test_unknown_labels_refused(tmp_path, pretrain_cli):
   arrays, _ = make_features(tmp_path)
   labels = arrays["labels"].copy()
   labels[[2, 5]] = -1
-  features_lib.write_array(tmp_path, "labels", labels)
+  feature_folder.write_array(tmp_path, "labels", labels)
   with pytest.raises(InputError, match=r"labels\.npy: 2 text\(s\) have label -1"):
     run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=loss")
   labels[[2, 5]] = 3
-  features_lib.write_array(tmp_path, "labels", labels)
+  feature_folder.write_array(tmp_path, "labels", labels)
   with pytest.raises(InputError, match=r"labels\.npy: text 2 has label 3"):
     report_run(tmp_path)
 
@@ -264,14 +264,14 @@ def report_run(folder):
 def test_writer_helpers_and_reader(tmp_path):
   arrays, texts = make_features(tmp_path)
   meta = json.loads((tmp_path / "features.json").read_text())
-  assert meta["schema"] == features_lib.SCHEMA and meta["arrays"]["pair_lp"] == [N, N, T]
-  features = features_lib.load_features(str(tmp_path))
+  assert meta["schema"] == feature_folder.SCHEMA and meta["arrays"]["pair_lp"] == [N, N, T]
+  features = feature_folder.load_features(str(tmp_path))
   assert (features.N, features.T) == (N, T) and features["texts"] == texts
   np.testing.assert_array_equal(features.arrays_for("min_k_pp")["sigma"], arrays["sigma"])
   with pytest.raises(InputError, match="unknown features array"):
-    features_lib.write_array(tmp_path, "lp_typo", arrays["lp"])
+    feature_folder.write_array(tmp_path, "lp_typo", arrays["lp"])
   with pytest.raises(MissingFileError, match="does not exist"):
-    features_lib.load_features(str(tmp_path / "nope"))
+    feature_folder.load_features(str(tmp_path / "nope"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -290,7 +290,7 @@ def tiny_tokenizer(path, vocab_size):
 def shadow_run(tmp_path):
   """A ragged synthetic run (mask.npy) with fake mu / sigma, canary ids and a word-level tokenizer."""
   run = tmp_path / "run"
-  synthetic.write_synthetic_run(str(run), num_models=8, num_canaries=16, seq_len=5, ragged=True, seed=3)
+  run_folder.write_synthetic_run(str(run), num_models=8, num_canaries=16, seq_len=5, ragged=True, seed=3)
   rng = np.random.default_rng(0)
   loss = np.load(run / "losses.npy")
   np.save(run / "mu.npy", (-loss + rng.normal(0.3, 0.2, loss.shape)).astype(np.float32))

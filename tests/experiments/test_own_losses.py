@@ -1,4 +1,4 @@
-"""README, 'Bring your own losses': its PyTorch example makes a run folder equal to extract_tokens --run_arrays."""
+"""docs/own_losses.md: its PyTorch example makes a run folder equal to extract_tokens --run_arrays."""
 
 import json
 import os
@@ -18,14 +18,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 M = 6  # the fewest models leave-one-out accepts for every variant (3 IN and 3 OUT per canary)
 
 
-def readme_example():
-  """The python block the README marks as the own-losses example, as a namespace of its functions."""
-  with open(os.path.join(ROOT, "README.md")) as f:
+DOC = os.path.join("docs", "own_losses.md")
+
+
+def doc_example():
+  """The python block docs/own_losses.md marks as the own-losses example, as a namespace of its functions."""
+  with open(os.path.join(ROOT, DOC)) as f:
     text = f.read()
   block = re.search(r"<!-- own-losses-example.*?-->\n```python\n(.*?)```", text, re.S)
-  assert block, "README lost its own-losses example"
+  assert block, f"{DOC} lost its own-losses example"
   namespace = {}
-  exec(compile(block.group(1), "README.md (own-losses example)", "exec"), namespace)  # noqa: S102
+  exec(compile(block.group(1), f"{DOC} (own-losses example)", "exec"), namespace)  # noqa: S102
   return namespace
 
 
@@ -54,13 +57,13 @@ def checkpoints(tmp_path_factory):
 
 
 @pytest.mark.slow
-def test_readme_example_equals_extract_tokens_run_arrays(checkpoints, tmp_path):
+def test_doc_example_equals_extract_tokens_run_arrays(checkpoints, tmp_path):
   import torch
-  from training import extract
+  from training import per_token
   folder, models, tokenizer, texts, keep_MxN = checkpoints
-  ids_NxT, mask_NxT = extract.encode_batch(tokenizer, texts, max_length=128)  # right-padded
-  example = readme_example()
-  ours = tmp_path / "from_readme"
+  ids_NxT, mask_NxT = per_token.encode_batch(tokenizer, texts, max_length=128)  # right-padded
+  example = doc_example()
+  ours = tmp_path / "from_doc"
   example["write_run"](str(ours), models, torch.from_numpy(ids_NxT.astype(np.int64)),
                        torch.from_numpy(mask_NxT.astype(np.int64)), keep_MxN)
 

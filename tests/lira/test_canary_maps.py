@@ -1,4 +1,4 @@
-"""Tests for lira.image_maps, lira.image_plots and experiments.image_maps: per-pixel maps of an image canary."""
+"""Tests for lira.canary_maps, lira.reports.image_plots and experiments.image_maps: per-pixel maps of an image canary."""
 
 import json
 import os

@@ -11,12 +11,13 @@ import lira.errors
 from lira import evaluation, synthetic
 from lira.reports import loo_report
 from lira.reports import run_folder
+from lira import scoring as scoring_lib
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("run"))
-  synthetic.write_synthetic_run(path, num_models=8, num_canaries=150, seq_len=6, seed=3)
+  run_folder.write_synthetic_run(path, num_models=8, num_canaries=150, seq_len=6, seed=3)
   return path
 
 
@@ -70,13 +71,13 @@ def test_atomic_writes_leave_no_temporary_files(tmp_path):
 def test_evaluate_command_writes_reports(run_dir, tmp_path):
   out = str(tmp_path)
   table, result = loo_report.evaluate_run(run_dir, out, n_boot=20, progress=False)
-  scores = [f"scores_{evaluation.variant_key(v)}.npy" for v in evaluation.VARIANTS]  # n_boot changes no score
+  scores = [f"scores_{scoring_lib.variant_key(v)}.npy" for v in scoring_lib.VARIANTS]  # n_boot changes no score
   assert set(os.listdir(out)) == {"results_nboot-20.json", "results_nboot-20.md", "roc_nboot-20.png", *scores}
   assert result["files"] == ["results_nboot-20.json", "results_nboot-20.md", "roc_nboot-20.png"] + scores
   with open(os.path.join(out, "results_nboot-20.json")) as f:
     saved = json.load(f)
   assert (saved["n_boot"], saved["seed"], saved["level"], saved["dropped_variants"]) == (20, 0, 0.95, [])
-  assert [v["name"] for v in saved["variants"]] == [v[0] for v in evaluation.VARIANTS]
+  assert [v["name"] for v in saved["variants"]] == [v[0] for v in scoring_lib.VARIANTS]
   # 8 models x 150 canaries = 600 negatives: 1% is resolved, 0.1% and 0.01% are not, and say so.
   tpr = saved["variants"][0]["summary"]["tpr"]
   assert tpr["0.01"]["resolved"] and not tpr["0.001"]["resolved"] and not tpr["0.0001"]["resolved"]
@@ -111,7 +112,7 @@ def test_length_grid_baseline_and_group_full_length_agree(run_dir):
 def test_shadow_count_sweep_excludes_undefined_pairs(run_dir):
   run = run_folder.load_run(run_dir)
   rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 8], draws=2, fpr=0.01,
-                                       variants=evaluation.select_variants(["oas-shared", "univariate-classwise"]),
+                                       variants=scoring_lib.select_variants(["oas-shared", "univariate-classwise"]),
                                        progress=False)
   assert len(rows) == (2 + 1) * 2
   full = [r for r in rows if r["m"] == 8]
@@ -150,36 +151,36 @@ def test_leave_one_out_names_subset_models_by_their_run_ids(run_dir):
 
 
 def test_select_variants_accepts_keys_and_table_names_in_any_spelling():
-  by_key = {evaluation.variant_key(v): v for v in evaluation.VARIANTS}
+  by_key = {scoring_lib.variant_key(v): v for v in scoring_lib.VARIANTS}
   assert list(by_key) == ["univariate-classwise", "univariate-shared", "independent-classwise", "independent-shared",
                           "oas-classwise", "oas-shared"]
   for spelling in ("oas-shared", "oas_shared", "OAS-Shared", "OAS Shared", " oas_SHARED "):
-    assert evaluation.select_variants([spelling]) == (by_key["oas-shared"],)
+    assert scoring_lib.select_variants([spelling]) == (by_key["oas-shared"],)
   for spelling in ("Univariate Class-Wise", "univariate_classwise", "UNIVARIATE-CLASSWISE", "univariate class-wise"):
-    assert evaluation.select_variants([spelling]) == (by_key["univariate-classwise"],)
+    assert scoring_lib.select_variants([spelling]) == (by_key["univariate-classwise"],)
   # Order as given, each variant once.
-  assert evaluation.select_variants(["oas_shared", "independent-classwise", "OAS Shared"]) == (
+  assert scoring_lib.select_variants(["oas_shared", "independent-classwise", "OAS Shared"]) == (
       by_key["oas-shared"], by_key["independent-classwise"])
-  assert evaluation.select_variants(None) == evaluation.VARIANTS
+  assert scoring_lib.select_variants(None) == scoring_lib.VARIANTS
   with pytest.raises(lira.errors.InputError) as err:
-    evaluation.select_variants(["oas-global"])
+    scoring_lib.select_variants(["oas-global"])
   assert str(err.value) == ("unknown variant 'oas-global'; choose from univariate-classwise, univariate-shared, "
                             "independent-classwise, independent-shared, oas-classwise, oas-shared")
 
 
 def test_applicable_variants_says_what_is_dropped_and_why():
-  kept, dropped = evaluation.applicable_variants(evaluation.VARIANTS)
-  assert kept == evaluation.VARIANTS and dropped == []
-  kept, dropped = evaluation.applicable_variants(evaluation.VARIANTS, offline=True)
+  kept, dropped = scoring_lib.applicable_variants(scoring_lib.VARIANTS, lira.Scoring())
+  assert kept == scoring_lib.VARIANTS and dropped == []
+  kept, dropped = scoring_lib.applicable_variants(scoring_lib.VARIANTS, lira.Scoring(offline=True))
   assert [v[0] for v in kept] == ["Univariate Class-Wise", "Independent Class-Wise", "OAS Class-Wise"]
   assert [d[0] for d in dropped] == ["Univariate Shared", "Independent Shared", "OAS Shared"]
   assert all("offline" in reason for _, reason in dropped)
-  kept, dropped = evaluation.applicable_variants(evaluation.VARIANTS, offline=True, fix_variance=True)
+  kept, dropped = scoring_lib.applicable_variants(scoring_lib.VARIANTS, lira.Scoring(offline=True, fix_variance=True))
   assert [v[0] for v in kept] == ["Univariate Class-Wise", "Independent Class-Wise"]
   reasons = dict(dropped)
   assert "offline" in reasons["OAS Shared"] and "fix_variance" in reasons["OAS Shared"]
   assert "offline" not in reasons["OAS Class-Wise"] and "fix_variance" in reasons["OAS Class-Wise"]
-  kept, dropped = evaluation.applicable_variants(evaluation.select_variants(["oas-shared"]), offline=True)
+  kept, dropped = scoring_lib.applicable_variants(scoring_lib.select_variants(["oas-shared"]), lira.Scoring(offline=True))
   assert kept == () and dropped[0][0] == "OAS Shared"
 
 
@@ -193,7 +194,7 @@ def test_default_shadow_counts():
 @pytest.mark.slow
 @pytest.mark.parametrize("module,outputs", [
     ("experiments.evaluate", ["results.json", "results.md", "roc.png"]
-     + [f"scores_{evaluation.variant_key(v)}.npy" for v in evaluation.VARIANTS]),
+     + [f"scores_{scoring_lib.variant_key(v)}.npy" for v in scoring_lib.VARIANTS]),
     ("experiments.length_grid", ["length_grid_lengths-1+2.json", "length_grid_lengths-1+2.csv",
                                  "length_grid_lengths-1+2.png"]),
     ("experiments.shadow_sweep", ["shadow_sweep_counts-6+8_draws-1_variants-oas-shared.json",

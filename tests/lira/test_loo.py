@@ -15,6 +15,13 @@ from bruteforce import bruteforce_llr
 VARIANTS = [(c, s) for c in ("univariate", "independent", "oas") for s in (False, True)]
 
 
+
+def plain_loo(loss, keep, scoring=None, **kw):
+  """lira.leave_one_out with plain (unbalanced) leave-one-out unless the test asks for balanced counts: the closed
+  forms under test here are the plain ones (balanced refits are tested against the brute force separately)."""
+  return lira.leave_one_out(loss, keep, scoring, **({**kw} if scoring is not None else {"balance_counts": False, **kw}))
+
+
 def make_losses(M=10, N=5, T=7, seed=0, shift=0.3, rho=0.6):
   """Correlated (AR(1)) per-token logits with a membership shift, returned as float32 losses."""
   rng = np.random.default_rng(seed)
@@ -37,7 +44,7 @@ def assert_scores_close(fast, ref):
 def test_matches_bruteforce(covariance, shared, reduction):
   # crc32, not hash(): Python randomises str hashes per process, and every run must draw the same numbers
   loss, keep = make_losses(M=8, N=4, T=7, seed=zlib.crc32(repr((covariance, shared, reduction)).encode()) % 1000)
-  fast = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, reduction=reduction)
+  fast = plain_loo(loss, keep, covariance=covariance, shared=shared, reduction=reduction)
   ref = bruteforce_llr(loss, keep, covariance=covariance, shared=shared, reduction=reduction)
   assert_scores_close(fast, ref)
 
@@ -49,7 +56,7 @@ def test_ragged_mask_in_gram_and_position_space(covariance, shared, M, T):
   loss, keep = make_losses(M=M, N=4, T=T, seed=3)
   mask = np.random.default_rng(3).uniform(size=(4, T)) < 0.6
   mask[:, 0] = True
-  fast = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask)
+  fast = plain_loo(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask)
   ref = bruteforce_llr(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask)
   assert_scores_close(fast, ref)
 
@@ -60,7 +67,7 @@ def test_offline_matches_bruteforce(covariance, statistic):
   loss, keep = make_losses(M=10, N=4, T=6, seed=5)
   for shift in ("uniform", "std"):
     kw = dict(covariance=covariance, shared=False, offline=True, statistic=statistic, offline_shift=shift)
-    assert_scores_close(lira.leave_one_out(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
+    assert_scores_close(plain_loo(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
 
 
 @pytest.mark.parametrize("covariance", ["univariate", "independent", "oas"])
@@ -72,7 +79,7 @@ def test_offline_std_shift_matches_bruteforce(covariance, M, T):
   mask[:, :2] = True
   for statistic in ("logit", "loss"):
     kw = dict(covariance=covariance, shared=False, offline=True, statistic=statistic, mask_NxT=mask)
-    fast = lira.leave_one_out(loss, keep, offline_shift="std", **kw)
+    fast = plain_loo(loss, keep, offline_shift="std", **kw)
     assert_scores_close(fast, bruteforce_llr(loss, keep, offline_shift="std", **kw))
 
 
@@ -83,8 +90,8 @@ def test_offline_std_shift_does_not_depend_on_the_units_of_a_position():
   x[:, :, 1] *= 3.0
   scaled = np.logaddexp(0, -x)  # the loss whose logit is x
   for shift, same in (("std", True), ("uniform", False)):
-    a = lira.leave_one_out(loss, keep, covariance="independent", shared=False, offline=True, offline_shift=shift)
-    b = lira.leave_one_out(scaled, keep, covariance="independent", shared=False, offline=True, offline_shift=shift)
+    a = plain_loo(loss, keep, covariance="independent", shared=False, offline=True, offline_shift=shift)
+    b = plain_loo(scaled, keep, covariance="independent", shared=False, offline=True, offline_shift=shift)
     assert np.allclose(a, b, rtol=1e-6) == same  # logit -> loss -> logit round trip: ~1e-12 relative
 
 
@@ -98,7 +105,7 @@ def test_balanced_counts_match_bruteforce(covariance, shared, M, T):
   mask[:, :3] = True
   for reduction in (None, "min:2"):
     kw = dict(covariance=covariance, shared=shared, mask_NxT=mask, reduction=reduction, balance_counts=True)
-    assert_scores_close(lira.leave_one_out(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
+    assert_scores_close(plain_loo(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
 
 
 @pytest.mark.parametrize("covariance", ["univariate", "independent", "oas"])
@@ -107,22 +114,22 @@ def test_balanced_offline_matches_bruteforce(covariance, shift):
   loss, keep = make_losses(M=10, N=4, T=6, seed=23)
   kw = dict(covariance=covariance, shared=False, offline=True, offline_shift=shift, balance_counts=True,
             statistic="loss")
-  assert_scores_close(lira.leave_one_out(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
+  assert_scores_close(plain_loo(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
 
 
 def test_balanced_refuses_too_few_models_per_class_after_balancing():
   loss, keep = make_losses(M=8, N=3, T=4, seed=1)
   keep[:, 1] = np.arange(8) < 2
   with pytest.raises(InputError, match="canary 1 has 2 IN and 6 OUT models"):
-    lira.leave_one_out(loss, keep, covariance="independent", shared=True, balance_counts=True)
+    plain_loo(loss, keep, covariance="independent", shared=True, balance_counts=True)
   with pytest.raises(InputError, match="fix_variance"):
-    lira.leave_one_out(loss, keep, covariance="independent", shared=True, balance_counts=True, fix_variance=True)
+    plain_loo(loss, keep, covariance="independent", shared=True, balance_counts=True, fix_variance=True)
 
 
 def test_loss_statistic_matches_bruteforce():
   loss, keep = make_losses(M=8, N=3, T=5, seed=9)
   for covariance, shared in VARIANTS:
-    fast = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, statistic="loss")
+    fast = plain_loo(loss, keep, covariance=covariance, shared=shared, statistic="loss")
     ref = bruteforce_llr(loss, keep, covariance=covariance, shared=shared, statistic="loss")
     assert_scores_close(fast, ref)
 
@@ -134,7 +141,7 @@ def test_unbalanced_keep_matches_bruteforce():
   keep[:3, :] = True
   keep[3:6, :] = False
   for covariance, shared in VARIANTS:
-    fast = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared)
+    fast = plain_loo(loss, keep, covariance=covariance, shared=shared)
     ref = bruteforce_llr(loss, keep, covariance=covariance, shared=shared)
     assert_scores_close(fast, ref)
 
@@ -142,7 +149,7 @@ def test_unbalanced_keep_matches_bruteforce():
 def test_leave_one_out_equals_refit_without_target():
   """Score of target m = Gaussians fitted (sklearn OAS) on the data set with model m deleted, then scored."""
   loss, keep = make_losses(M=8, N=3, T=6, seed=2)
-  llr = lira.leave_one_out(loss, keep, covariance="oas", shared=False)
+  llr = plain_loo(loss, keep, covariance="oas", shared=False)
   stat = lira.logit_scale(loss)
   for m in (0, 5):
     others = np.delete(np.arange(8), m)
@@ -158,15 +165,15 @@ def test_group_one_equals_univariate():
   loss, keep = make_losses(M=8, N=5, T=9, seed=4)
   for shared in (False, True):
     for covariance in ("independent", "oas"):
-      a = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, reduction="group:1")
-      b = lira.leave_one_out(loss, keep, covariance="univariate", shared=shared)
+      a = plain_loo(loss, keep, covariance=covariance, shared=shared, reduction="group:1")
+      b = plain_loo(loss, keep, covariance="univariate", shared=shared)
       # Two float64 paths to the same mean (chunk einsum vs masked sum): rounding ~1e-15, cancelled a little in the llr.
       np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
 def test_full_density_with_diagonal_covariance_equals_independent():
   loss, keep = make_losses(M=8, N=3, T=5, seed=6)
-  llr = lira.leave_one_out(loss, keep, covariance="independent", shared=False)
+  llr = plain_loo(loss, keep, covariance="independent", shared=False)
   stat = lira.logit_scale(loss)
   for m in range(8):
     for n in range(3):
@@ -181,10 +188,10 @@ def test_full_density_with_diagonal_covariance_equals_independent():
 @pytest.mark.parametrize("shared", [False, True])
 def test_single_position_reduces_every_variant_to_univariate(shared):
   loss, keep = make_losses(M=10, N=6, T=1, seed=7)
-  ref = lira.leave_one_out(loss, keep, covariance="univariate", shared=shared)
+  ref = plain_loo(loss, keep, covariance="univariate", shared=shared)
   for covariance in ("independent", "oas"):
     # Gram / diagonal code paths vs the scalar one: float64 rounding of the same sums, ~1e-14.
-    np.testing.assert_allclose(lira.leave_one_out(loss, keep, covariance=covariance, shared=shared), ref, rtol=1e-10)
+    np.testing.assert_allclose(plain_loo(loss, keep, covariance=covariance, shared=shared), ref, rtol=1e-10)
   # ... and univariate is LiRA: log N(x | mu_in, var_in) - log N(x | mu_out, var_out) from np.mean / np.var.
   stat = lira.logit_scale(loss)[:, :, 0]
   m, n = 3, 2
@@ -224,7 +231,7 @@ def test_identical_distributions_auc_is_below_chance_with_few_models(covariance,
   # at 1,000 canaries it was 1.1-1.2x the observed spread, so it is not optimistic).
   for M, lo, hi in ((16, 0.45, 0.50), (64, 0.485, 0.515)):
     loss, keep = make_losses(M=M, N=6000, T=6, seed=8, shift=0.0)
-    llr = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared)
+    llr = plain_loo(loss, keep, covariance=covariance, shared=shared)
     auc, se = clustered_auc_se(llr, keep)
     # The same statistic: rank sums vs sklearn's trapezoid, float64 sums of ~5e4 terms in different orders.
     assert auc == pytest.approx(roc_auc_score(keep.ravel(), llr.ravel()), abs=1e-12)
@@ -245,9 +252,9 @@ def test_known_shift_gives_gaussian_theory_auc():
   loss = np.logaddexp(0, -z)
   theory = scipy.stats.norm.cdf(np.linalg.norm(delta) / np.sqrt(2))
   for covariance in ("independent", "oas"):
-    llr = lira.leave_one_out(loss, keep, covariance=covariance, shared=True)
+    llr = plain_loo(loss, keep, covariance=covariance, shared=True)
     assert abs(roc_auc_score(keep.ravel(), llr.ravel()) - theory) < 0.01, covariance
-  llr = lira.leave_one_out(loss, keep, covariance="univariate", shared=True)
+  llr = plain_loo(loss, keep, covariance="univariate", shared=True)
   theory_mean = scipy.stats.norm.cdf(delta.mean() / np.sqrt(2 / T))  # mean of T unit tokens has var 1/T
   assert abs(roc_auc_score(keep.ravel(), llr.ravel()) - theory_mean) < 0.01
 
@@ -257,7 +264,7 @@ def test_zero_variance_positions_give_finite_scores(covariance, shared):
   loss, keep = make_losses(M=8, N=3, T=6, seed=12)
   loss[:, :, 2] = 0.0  # every model predicts this token perfectly
   loss[:, 1, 4] = 0.25  # the same loss from every model
-  llr = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared)
+  llr = plain_loo(loss, keep, covariance=covariance, shared=shared)
   assert np.isfinite(llr).all()
   ref = bruteforce_llr(loss, keep, covariance=covariance, shared=shared)
   assert_scores_close(llr, ref)
@@ -267,19 +274,19 @@ def test_non_finite_loss_names_model_and_canary():
   loss, keep = make_losses(M=8, N=4, T=5)
   loss[5, 2, 3] = np.nan
   with pytest.raises(ValueError, match=r"model 5 on canary 2 at position 3"):
-    lira.leave_one_out(loss, keep, covariance="oas", shared=True)
+    plain_loo(loss, keep, covariance="oas", shared=True)
   loss[5, 2, 3] = np.inf
   with pytest.raises(ValueError, match=r"model 5 on canary 2"):
-    lira.leave_one_out(loss, keep, covariance="independent", shared=False)
+    plain_loo(loss, keep, covariance="independent", shared=False)
 
 
 def test_non_finite_loss_at_masked_position_is_ignored():
   loss, keep = make_losses(M=8, N=4, T=5)
   mask = np.ones((4, 5), bool)
   mask[2, 3] = False
-  clean = lira.leave_one_out(loss, keep, covariance="oas", shared=True, mask_NxT=mask)
+  clean = plain_loo(loss, keep, covariance="oas", shared=True, mask_NxT=mask)
   loss[:, 2, 3] = np.nan
-  dirty = lira.leave_one_out(loss, keep, covariance="oas", shared=True, mask_NxT=mask)
+  dirty = plain_loo(loss, keep, covariance="oas", shared=True, mask_NxT=mask)
   np.testing.assert_array_equal(clean, dirty)
 
 
@@ -288,32 +295,32 @@ def test_too_few_models_names_canary():
   keep[:, 3] = False
   keep[:2, 3] = True  # 2 IN models: 1 left when an IN target is removed
   with pytest.raises(ValueError, match=r"canary 3 has 2 IN and 6 OUT"):
-    lira.leave_one_out(loss, keep, covariance="oas", shared=False)
-  llr = lira.leave_one_out(loss, keep, covariance="oas", shared=False, on_undefined="nan")
+    plain_loo(loss, keep, covariance="oas", shared=False)
+  llr = plain_loo(loss, keep, covariance="oas", shared=False, on_undefined="nan")
   assert np.isnan(llr[:, 3]).all() and np.isfinite(llr[:, :3]).all()
 
 
 def test_bad_arguments_are_named():
   loss, keep = make_losses(M=8, N=4, T=5)
   with pytest.raises(ValueError, match="covariance"):
-    lira.leave_one_out(loss, keep, covariance="full", shared=False)
+    plain_loo(loss, keep, covariance="full", shared=False)
   with pytest.raises(ValueError, match="statistic"):
-    lira.leave_one_out(loss, keep, covariance="oas", shared=False, statistic="prob")
+    plain_loo(loss, keep, covariance="oas", shared=False, statistic="prob")
   with pytest.raises(ValueError, match="reduction"):
-    lira.leave_one_out(loss, keep, covariance="oas", shared=False, reduction="mean:2")
+    plain_loo(loss, keep, covariance="oas", shared=False, reduction="mean:2")
   with pytest.raises(ValueError, match="canary 0 has 5"):
-    lira.leave_one_out(loss, keep, covariance="oas", shared=False, reduction="min:6")
+    plain_loo(loss, keep, covariance="oas", shared=False, reduction="min:6")
   with pytest.raises(ValueError, match="keep"):
-    lira.leave_one_out(loss, keep[:, :3], covariance="oas", shared=False)
+    plain_loo(loss, keep[:, :3], covariance="oas", shared=False)
   with pytest.raises(ValueError, match="offline"):
-    lira.leave_one_out(loss, keep, covariance="oas", shared=True, offline=True)
+    plain_loo(loss, keep, covariance="oas", shared=True, offline=True)
 
 
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("covariance", ["univariate", "independent"])
 def test_fixed_global_variance_matches_pooled_loop(covariance, shared):
   loss, keep = make_losses(M=8, N=5, T=4, seed=13)
-  llr = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, fix_variance=True)
+  llr = plain_loo(loss, keep, covariance=covariance, shared=shared, fix_variance=True)
   stat = lira.logit_scale(loss)
   if covariance == "univariate":
     stat = stat.mean(axis=2, keepdims=True)
@@ -347,7 +354,10 @@ def test_variants_in_one_pass_equal_one_call_each(options):
     variants.append(("independent", True))
   if options.get("fix_variance"):
     variants = [v for v in variants if v[0] != "oas"]
-  together = lira.loo.leave_one_out_variants(loss, keep, variants=variants, mask_NxT=mask, **options)
+  run_options = {k: options[k] for k in options if k == "block_size"}
+  scoring = lira.Scoring(**{"balance_counts": False, **{k: v for k, v in options.items() if k != "block_size"}})
+  together = lira.leave_one_out_variants(loss, keep, [scoring.variant(c, s) for c, s in variants], mask_NxT=mask,
+                                         **run_options)
   for (covariance, shared), llr in zip(variants, together):
-    alone = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, **options)
+    alone = plain_loo(loss, keep, scoring.variant(covariance, shared), mask_NxT=mask, **run_options)
     np.testing.assert_array_equal(llr, alone)  # the same operations on the same block: bit for bit

@@ -18,6 +18,13 @@ VARIANTS = [(c, s) for c in ("univariate", "independent", "oas") for s in (False
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+
+def plain_loo(loss, keep, scoring=None, **kw):
+  """lira.leave_one_out with plain (unbalanced) leave-one-out unless the test asks for balanced counts: the closed
+  forms under test here are the plain ones (balanced refits are tested against the brute force separately)."""
+  return lira.leave_one_out(loss, keep, scoring, **({**kw} if scoring is not None else {"balance_counts": False, **kw}))
+
+
 def ragged(M=12, N=9, T=9, seed=0):
   """Losses with a ragged mask (2 to 9 scored positions) and canaries of different IN counts (5, 6 or 7 of 12)."""
   loss, keep = make_losses(M=M, N=N, T=T, seed=seed)
@@ -40,8 +47,8 @@ def assert_backends_equal(numpy_llr, jax_llr):
 
 
 def both(loss, keep, **kw):
-  return (lira.leave_one_out(loss, keep, balance_counts=False, **kw),
-          lira.leave_one_out(loss, keep, balance_counts=False, backend="jax", **kw))
+  return (plain_loo(loss, keep, balance_counts=False, **kw),
+          plain_loo(loss, keep, balance_counts=False, backend="jax", **kw))
 
 
 @pytest.mark.parametrize("covariance,shared", VARIANTS)
@@ -95,21 +102,21 @@ def test_errors_are_the_same(bad):
     kw.update(shared=True, offline=True)
   elif bad == "shape":
     keep = keep[:, :3]
-  messages = {_message(lambda: lira.leave_one_out(loss, keep, backend=b, **kw)) for b in ("numpy", "jax")}
+  messages = {_message(lambda: plain_loo(loss, keep, backend=b, **kw)) for b in ("numpy", "jax")}
   assert len(messages) == 1
 
 
 def test_backend_and_precision_are_checked():
   loss, keep = make_losses(M=8, N=4, T=6)
-  assert "backend" in _message(lambda: lira.leave_one_out(loss, keep, covariance="oas", shared=True, backend="torch"))
-  assert "precision" in _message(lambda: lira.leave_one_out(loss, keep, covariance="oas", shared=True,
+  assert "backend" in _message(lambda: plain_loo(loss, keep, covariance="oas", shared=True, backend="torch"))
+  assert "precision" in _message(lambda: plain_loo(loss, keep, covariance="oas", shared=True,
                                                             backend="numpy", precision="float32"))
 
 
 def test_x64_does_not_leak():
   loss, keep = make_losses(M=8, N=4, T=6)
   before = jax.config.jax_enable_x64
-  lira.leave_one_out(loss, keep, covariance="oas", shared=True, backend="jax")
+  plain_loo(loss, keep, covariance="oas", shared=True, backend="jax")
   assert jax.config.jax_enable_x64 == before
   assert jax.numpy.zeros(1).dtype == (np.float64 if before else np.float32)
 
@@ -117,8 +124,8 @@ def test_x64_does_not_leak():
 @pytest.mark.parametrize("covariance,shared", VARIANTS)
 def test_float32_within_its_error(covariance, shared):
   loss, keep, mask = ragged(M=16, N=12, T=9, seed=7)
-  ref = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=False)
-  f32 = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=False,
+  ref = plain_loo(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=False)
+  f32 = plain_loo(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=False,
                            backend="jax", precision="float32")
   # float32 rounds the features and every sum to eps = 1.2e-7 relative. The leave-one-out downdates subtract a
   # target's share from its class's scatter (W - c z z^T), cancelling up to a factor n = 8 here, and the llr is a
@@ -131,20 +138,20 @@ def test_float32_within_its_error(covariance, shared):
 def test_float32_within_its_error_at_paper_shape(covariance, shared):
   # The paper's shape, M = 64 models and T = 128 correlated positions (lira.synthetic), with N = 64 canaries.
   loss, keep, _ = synthetic.synthetic_losses(num_models=64, num_canaries=64, seq_len=128, seed=3)
-  ref = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, balance_counts=False)
-  f32 = lira.leave_one_out(loss, keep, covariance=covariance, shared=shared, balance_counts=False, backend="jax",
+  ref = plain_loo(loss, keep, covariance=covariance, shared=shared, balance_counts=False)
+  f32 = plain_loo(loss, keep, covariance=covariance, shared=shared, balance_counts=False, backend="jax",
                            precision="float32")
-  # The README's float32 bound, per pair: |llr32 - llr64| <= 2e-3 max(1, |llr64|). The llr is a difference of two
-  # quadratic forms (and log-determinants) of D = 128 positions, each term about 1 for whitened residuals, so each
-  # form is about D in size whatever the llr; float32 rounds every term to eps = 1.2e-7 relative, and the
-  # leave-one-out downdate (W - c z z^T) cancels up to a factor n = 32 (a class's rows): eps x n x D = 5e-4 of
-  # max(1, |llr|), and 2e-3 leaves a factor 4 for the two forms and the OAS eigenbasis.
+  # The float32 bound of docs/statistics.md, per pair: |llr32 - llr64| <= 2e-3 max(1, |llr64|). The llr is a
+  # difference of two quadratic forms (and log-determinants) of D = 128 positions, each term about 1 for whitened
+  # residuals, so each form is about D in size whatever the llr; float32 rounds every term to eps = 1.2e-7
+  # relative, and the leave-one-out downdate (W - c z z^T) cancels up to a factor n = 32 (a class's rows):
+  # eps x n x D = 5e-4 of max(1, |llr|), and 2e-3 leaves a factor 4 for the two forms and the OAS eigenbasis.
   err = np.abs(f32 - ref) / np.maximum(1.0, np.abs(ref))
   assert err.max() <= 2e-3, err.max()
 
 
 def _python(code, env_extra, timeout=300):
-  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.path.join(ROOT, "tests"), **env_extra}
+  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.path.join(ROOT, "tests", "lira"), **env_extra}
   return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT, capture_output=True,
                         text=True, timeout=timeout)
 
@@ -165,7 +172,7 @@ def test_sharded_over_four_devices_equals_numpy(tmp_path):
   assert out.returncode == 0, out.stderr[-3000:]
   loss, keep, mask = ragged(N=11)
   for cov, shared in (("oas", False), ("oas", True), ("independent", False)):
-    ref = lira.leave_one_out(loss, keep, covariance=cov, shared=shared, mask_NxT=mask, balance_counts=False)
+    ref = plain_loo(loss, keep, covariance=cov, shared=shared, mask_NxT=mask, balance_counts=False)
     assert_backends_equal(ref, np.load(tmp_path / f"{cov}{shared}.npy"))
 
 
@@ -191,7 +198,7 @@ def test_two_processes_equal_one(tmp_path):
                                balance_counts=False, backend="jax", block_size=3)
       np.save("{out}/" + cov + str(pid) + ".npy", llr)
   """.format(port=port, out=tmp_path)
-  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.path.join(ROOT, "tests"), "JAX_PLATFORMS": "cpu"}
+  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.path.join(ROOT, "tests", "lira"), "JAX_PLATFORMS": "cpu"}
   procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(p)], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in (0, 1)]
   for p in procs:
@@ -199,7 +206,7 @@ def test_two_processes_equal_one(tmp_path):
     assert p.returncode == 0, err[-3000:]
   loss, keep, mask = ragged(N=13)
   for cov, fix in (("oas", False), ("independent", True)):
-    ref = lira.leave_one_out(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask,
+    ref = plain_loo(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask,
                              balance_counts=False)
     for pid in (0, 1):  # every process gets all the scores
       assert_backends_equal(ref, np.load(tmp_path / f"{cov}{pid}.npy"))

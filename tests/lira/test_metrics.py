@@ -7,6 +7,7 @@ import pytest
 from sklearn import metrics as skm
 
 from lira import metrics
+from lira.reports import tables
 
 # Tiny example with ties across classes. Sorted by score (label 1 = member):
 #   0.9:+   0.8:+ 0.8:-   0.7:+   0.5:- 0.5:+   0.3:-   0.1:-       (4 positives, 4 negatives)
@@ -145,7 +146,7 @@ def test_bootstrap_counts_and_leaves_out_replicates_without_a_roc():
   np.testing.assert_allclose(summary["auc_ci"], np.percentile(auc_B, [2.5, 97.5]), rtol=1e-12)
   k = summary["n_boot_undefined"]
   note = f"X: intervals from {n_boot - k} of {n_boot} bootstrap replicates; {k} drew no member or no non-member"
-  assert note in metrics.format_table([("X", summary)])
+  assert note in tables.format_table([("X", summary)])
 
 
 def test_bootstrap_weights_resample_canaries():
@@ -188,11 +189,11 @@ def test_summarize_marks_unresolved_and_is_json():
   assert summary["tpr"]["0.0001"]["min_negatives"] == 10_000
   assert summary["tpr"]["0.01"]["tpr"] == metrics.tpr_at_fpr(scores_MxN, keep_MxN, 0.01)
   assert summary["auc"] == metrics.auc(scores_MxN, keep_MxN)
-  table = metrics.format_table([("Independent Shared", summary)])
+  table = tables.format_table([("Independent Shared", summary)])
   assert "n/r" in table and "10,000" in table and "1,000" in table and "200" in table
   row = table.splitlines()[2]
   assert row.count("n/r") == 2 and f"{100 * summary['tpr']['0.01']['tpr']:.2f}" in row
-  md = metrics.format_markdown([("Independent Shared", summary), ("OAS Shared", summary)])
+  md = tables.format_markdown([("Independent Shared", summary), ("OAS Shared", summary)])
   assert md.startswith("| variant | AUC | TPR@1% | TPR@0.1% | TPR@0.01% |")
   assert "n/r = not resolved" in md
 

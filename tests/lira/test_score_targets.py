@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 
 import lira
-from lira import evaluation, metrics, synthetic
+from lira import metrics, synthetic
 from lira.reports import run_folder
 from lira.reports import target_report
 from lira.errors import InputError
+from lira import scoring as scoring_lib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,7 +38,7 @@ def test_scores_and_report_with_known_membership(folders, tmp_path):
   text, result = target_report.attack_run(str(root / "shadows"), str(root / "target.npy"), str(tmp_path),
                                           str(root / "target_keep.npy"), n_boot=20, progress=False)
   assert "OAS Shared" in text and result["num_targets"] == 3
-  for variant, row in zip(evaluation.VARIANTS, result["variants"]):
+  for variant, row in zip(scoring_lib.VARIANTS, result["variants"]):
     _, covariance, shared = variant
     want = lira.score_targets(loss[:12], keep[:12], loss[12:15], covariance=covariance, shared=shared, mask_NxT=mask)
     saved = np.load(tmp_path / row["scores_file"])

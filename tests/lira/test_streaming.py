@@ -9,6 +9,7 @@ import numpy as np
 
 import lira
 from lira import evaluation
+from lira import scoring as scoring_lib
 from test_loo import make_losses
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -21,7 +22,7 @@ def test_memory_mapped_equals_in_memory(tmp_path):
   for cov, shared in (("oas", True), ("independent", False)):
     kw = dict(covariance=cov, shared=shared, reduction="min:3", block_size=7)
     np.testing.assert_array_equal(lira.leave_one_out(mapped, keep, **kw), lira.leave_one_out(loss, keep, **kw))
-  sweep = dict(counts=[6, 10], draws=2, variants=evaluation.VARIANTS[:3], progress=False)
+  sweep = dict(counts=[6, 10], draws=2, variants=scoring_lib.VARIANTS[:3], progress=False)
   assert evaluation.shadow_count_sweep(mapped, keep, **sweep) == evaluation.shadow_count_sweep(loss, keep, **sweep)
 
 

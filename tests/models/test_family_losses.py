@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from models import get_model
+from models import token_loss
 from test_trainer import tiny_task
-from training import extract
 from training import trainer
 
 LSTM_PINS = dict(
@@ -66,11 +66,11 @@ def test_the_lm_family_loss_is_the_token_loss_of_the_logits():
     model = family()[0]
     params = model.init(jax.random.PRNGKey(3))
     tokens_BxT = jnp.array([[3, 7, 1, 20, 2], [5, 5, 2, 0, 9]], jnp.int32)
-    before = extract.token_loss(model.apply(params, extract.with_bos(tokens_BxT, 0)), tokens_BxT)
+    before = token_loss.token_loss(model.apply(params, token_loss.with_bos(tokens_BxT, 0)), tokens_BxT)
     np.testing.assert_array_equal(model.loss(params, tokens_BxT, 0), before)  # same operations: bit for bit
     np.testing.assert_array_equal(model.loss(params, tokens_BxT, 0, key=jax.random.PRNGKey(1)), before)  # no dropout
     stats = model.statistics(params, tokens_BxT, 0)
-    want = extract.sequence_statistics(lambda x, m: model.apply(params, x, m), tokens_BxT, bos_id=0)
+    want = token_loss.sequence_statistics(lambda x, m: model.apply(params, x, m), tokens_BxT, bos_id=0)
     assert len(stats) == 1 + len(model.stat_names) == 3
     for a, b in zip(stats, want):
       np.testing.assert_array_equal(a, b)

@@ -1,5 +1,5 @@
 """models.lstm's hand-written layer against nnx.RNN + OptimizedLSTMCell, and the chunked head + loss against the
-whole-logits token_loss (training.extract.linear_token_loss)."""
+whole-logits token_loss (models.token_loss.linear_token_loss)."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,7 @@ from flax import nnx
 
 from models import get_model
 from models import lstm
-from training import extract
+from models import token_loss
 
 V, D, H = 24, 8, 16
 
@@ -79,7 +79,8 @@ def test_token_loss_gradient_is_softmax_minus_one_hot_to_float32_rounding():
   rng = np.random.default_rng(2)
   logits_NxV = rng.normal(size=(1, 9, 50)) * 6
   targets_N = rng.integers(0, 50, (1, 9))
-  grad = jax.grad(lambda z: extract.token_loss(z, jnp.asarray(targets_N)).sum())(jnp.asarray(logits_NxV, jnp.float32))
+  grad = jax.grad(lambda z: token_loss.token_loss(z, jnp.asarray(targets_N)).sum())(
+      jnp.asarray(logits_NxV, jnp.float32))
   p = np.exp(logits_NxV - logits_NxV.max(-1, keepdims=True))
   p /= p.sum(-1, keepdims=True)
   want = p - (np.arange(50) == targets_N[..., None])
@@ -97,10 +98,10 @@ def test_linear_token_loss_equals_token_loss_of_whole_logits_with_padded_chunks(
   g_N = jnp.asarray(rng.normal(size=7), jnp.float32)
 
   def whole(x, k, b):
-    return extract.token_loss((x @ k + b)[None], targets_N[None])[0]
+    return token_loss.token_loss((x @ k + b)[None], targets_N[None])[0]
 
   for rows in (3, 7):  # 3: chunks 3 + 3 + 1 real rows, the last padded with two rows that must not count
-    chunked = lambda x, k, b: extract.linear_token_loss(x, k, b, targets_N, rows)  # noqa: E731
+    chunked = lambda x, k, b: token_loss.linear_token_loss(x, k, b, targets_N, rows)  # noqa: E731
     # Each row's logits are the same length-H dot products and its loss the same operations: a few ulps at most.
     np.testing.assert_allclose(chunked(x_NxH, kernel_HxV, bias_V), whole(x_NxH, kernel_HxV, bias_V), rtol=1e-6)
     ours = jax.grad(lambda *a: jnp.sum(chunked(*a) * g_N), argnums=(0, 1, 2))(x_NxH, kernel_HxV, bias_V)
@@ -116,5 +117,5 @@ def test_the_lstm_family_loss_is_the_token_loss_of_its_logits_in_a_jitted_step()
   params = model.init(jax.random.PRNGKey(4))
   tokens_BxT = tokens(B=4, T=5, seed=5)
   loss_BxT = jax.jit(lambda p: model.loss(p, tokens_BxT, 0))(params)
-  want_BxT = extract.token_loss(model.apply(params, extract.with_bos(tokens_BxT, 0)), tokens_BxT)
+  want_BxT = token_loss.token_loss(model.apply(params, token_loss.with_bos(tokens_BxT, 0)), tokens_BxT)
   np.testing.assert_allclose(loss_BxT, want_BxT, rtol=1e-6)  # same operations per row; jit may fuse differently

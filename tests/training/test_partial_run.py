@@ -1,10 +1,8 @@
-"""training.partial / experiments.partial_run: the first K finished models of a run as a run folder, checked
-against the group files stacked by hand, and every refusal named before anything is written."""
+"""training.partial: the first K finished models of a run as a run folder, checked against the group files stacked
+by hand, and every refusal named before anything is written (the command: tests/e2e/test_partial_run_command.py)."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,8 +10,6 @@ import pytest
 from lira.reports import run_folder
 from lira.errors import InputError, MissingFileError
 from training import partial
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def fake_run(path, M=8, G=2, N=5, T=3, finished=3, stats=True):
@@ -73,8 +69,3 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path):
   partial.write_partial_run(src, str(tmp_path / "e"))
   with pytest.raises(InputError, match="already holds a run"):
     partial.write_partial_run(src, str(tmp_path / "e"))
-  proc = subprocess.run([sys.executable, "-m", "experiments.partial_run", f"--run_dir={tmp_path}/none",
-                         f"--out_run_dir={tmp_path}/f"], capture_output=True, text=True, cwd=REPO)
-  assert proc.returncode == 2
-  assert proc.stderr.strip().splitlines() == [f"error: {tmp_path}/none/config.json does not exist: not a run "
-                                              "folder of experiments.train_shadows"]

@@ -1,9 +1,7 @@
-"""Tests for training.pipeline and the train_shadows CLI: run folder, resumption, bad input."""
+"""Tests for training.pipeline: run folder, resumption, bad input (the commands that run it: tests/e2e/)."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,8 +13,6 @@ from resume_check import assert_killed_run_resumes
 from training import data as data_lib
 from training import pipeline
 from training import trainer
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +107,8 @@ def test_a_finished_run_reruns_without_writing_anything(finished_run, monkeypatc
   writer that fails stand in for a read-only folder)."""
   before = _mtimes(finished_run)
   for writer in ("save_npy", "save_json", "save_text", "save_bytes"):
-    monkeypatch.setattr(rundir, writer, lambda *a, _w=writer, **k: pytest.fail(f"run_folder.{_w}{a[:1]} on a re-run"))
+    monkeypatch.setattr(run_folder, writer,
+                        lambda *a, _w=writer, **k: pytest.fail(f"run_folder.{_w}{a[:1]} on a re-run"))
   monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("retrained a finished group"))
   assert pipeline.run(tiny_cfg(), finished_run, progress=False)
   assert _mtimes(finished_run) == before
@@ -210,27 +207,6 @@ def test_a_tokenizer_with_another_vocabulary_is_refused_on_resume(tmp_path, monk
     pipeline.run(cfg, run_dir, progress=False)
 
 
-@pytest.mark.slow
-def test_train_shadows_cli_runs_end_to_end_and_prints_the_table(tmp_path):
-  run_dir = str(tmp_path / "cli")
-  cmd = [sys.executable, "-m", "experiments.train_shadows", "--config=experiments/configs/lstm.py:tiny",
-         f"--run_dir={run_dir}", "--noprogress", "--config.canaries.num_canaries=32"]
-  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  for variant in ("Univariate", "Independent", "OAS"):
-    assert variant in proc.stdout
-  assert "TPR@0.1%" in proc.stdout or "0.1%" in proc.stdout
-  for name in ("losses.npy", "keep.npy", "canaries.npy", "tokenizer.json", "config.json", "results.json",
-               "roc.png"):
-    assert os.path.exists(os.path.join(run_dir, name)), name
-  assert run_folder.load_run(run_dir).loss_MxNxT.shape == (6, 32, 12)
-  # re-running the same command resumes: nothing left to train, same arrays
-  before = np.load(os.path.join(run_dir, "losses.npy"))
-  proc = subprocess.run(cmd + ["--noevaluate"], cwd=ROOT, capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")), before)
-
-
 # ---------------------------------------------------------------- fine-tuned GPT-NeoX (pythia configs)
 
 
@@ -257,7 +233,7 @@ def test_pythia_run_pretrains_a_base_then_fine_tunes_copies_of_it(pythia_run):
   import jax
   import orbax.checkpoint as ocp
   from flax import nnx
-  from training import extract
+  from models import token_loss
   data = pipeline.prepare_data(cfg, pythia_run, progress=False)
   model = pipeline.build_model(cfg, data, pythia_run, progress=False)
   params = ocp.StandardCheckpointer().restore(os.path.abspath(os.path.join(pythia_run, "checkpoints", "group_0001")))
@@ -265,7 +241,8 @@ def test_pythia_run_pretrains_a_base_then_fine_tunes_copies_of_it(pythia_run):
   nnx.replace_by_pure_dict(state, params)
   one = jax.tree.map(lambda x: x[1], state)
   canaries_NxT = np.load(os.path.join(pythia_run, "canaries.npy"))
-  loss, mu, sigma = extract.sequence_statistics(lambda x, m: model.apply(one, x, m), canaries_NxT, bos_id=data.bos_id)
+  loss, mu, sigma = token_loss.sequence_statistics(lambda x, m: model.apply(one, x, m), canaries_NxT,
+                                                   bos_id=data.bos_id)
   for ours, stored in zip((loss, mu, sigma), (run.loss_MxNxT[4], mu_MxNxT[4], sigma_MxNxT[4])):
     np.testing.assert_allclose(stored, ours, rtol=1e-5, atol=1e-5)  # same params; rounding order only (~1e-6)
   # fine-tuning moved the copy away from the base
@@ -316,41 +293,6 @@ def test_pythia_base_folder_loads_in_transformers_with_the_same_logits(pythia_ru
   # torch and XLA round differently (test_gpt_neox.assert_logits_close: ~1e-6 relative on O(1-10) logits); 1e-4
   # leaves room for a trained base's larger logits and stays far below the O(0.1-1) a conversion error causes.
   np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
-
-
-@pytest.mark.slow
-def test_extract_tokens_cli_on_the_base_checkpoint(tmp_path, pythia_run):
-  """lp, mu, sigma of padded texts equal each text scored alone; and transformers' log-probs where torch exists."""
-  import jax.numpy as jnp
-  from models import gpt_neox
-  from training import extract
-  base = os.path.join(pythia_run, "base_model")
-  texts = ["hi there, how are you doing today?", "fine", "I like to go hiking with my dog on weekends."]
-  (tmp_path / "t.jsonl").write_text("\n".join(json.dumps({"text": t}) for t in texts) + "\n")
-  out = tmp_path / "out"
-  cmd = [sys.executable, "-m", "experiments.extract_tokens", f"--model={base}", f"--texts={tmp_path / 't.jsonl'}",
-         f"--out_dir={out}", "--batch_size=2"]
-  proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  ids_BxT, mask_BxT, lp, mu, sigma = (np.load(out / f"{n}.npy") for n in ("token_ids", "mask", "lp", "mu", "sigma"))
-  assert json.loads((out / "texts.json").read_text())["texts"] == texts
-  assert np.isnan(lp[:, 0]).all() and np.isnan(lp[~mask_BxT]).all()
-  module = gpt_neox.from_pretrained(base)
-  for b in range(3):
-    n = int(mask_BxT[b].sum())
-    alone = [np.asarray(s)[0] for s in extract.sequence_statistics(
-        lambda x, m: module(x, attention_mask=m), jnp.asarray(ids_BxT[b:b + 1, :n]))]
-    for ours, ref in zip((-lp[b, 1:n], mu[b, 1:n], sigma[b, 1:n]), alone):
-      # padded and unpadded rows have other shapes, so other reduction orders (~1e-6 of O(1-10) values): as above
-      np.testing.assert_allclose(ours, ref[1:], rtol=1e-4, atol=1e-5)
-  torch = pytest.importorskip("torch")
-  transformers = pytest.importorskip("transformers")
-  hf = transformers.GPTNeoXForCausalLM.from_pretrained(base, attn_implementation="eager").eval()
-  with torch.no_grad():
-    logp = torch.log_softmax(hf(torch.from_numpy(ids_BxT.astype(np.int64)),
-                                attention_mask=torch.from_numpy(mask_BxT.astype(np.int64))).logits, -1).numpy()
-  hf_lp = np.take_along_axis(logp[:, :-1], ids_BxT[:, 1:, None], -1)[..., 0]
-  np.testing.assert_allclose(lp[:, 1:][mask_BxT[:, 1:]], hf_lp[mask_BxT[:, 1:]], rtol=1e-4, atol=1e-4)  # as above
 
 
 def test_pythia_configs_hold_table_one_and_are_reachable_from_lstm_py():

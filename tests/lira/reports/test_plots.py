@@ -5,9 +5,10 @@ import io
 import matplotlib.colors as mcolors
 import numpy as np
 
-from lira import evaluation, metrics
+from lira import metrics
 from lira.reports import cov_plots
 from lira.reports import plots
+from lira import scoring as scoring_lib
 
 
 def _png(fig):
@@ -60,7 +61,7 @@ def test_roc_figure():
 
 def test_a_variant_keeps_its_colour_whatever_the_subset_drawn():
   fpr, tpr, auc = _curve(np.random.default_rng(1))
-  names = [v[0] for v in evaluation.VARIANTS]
+  names = [v[0] for v in scoring_lib.VARIANTS]
   all_six = _styles(plots.roc_figure([(n, fpr, tpr, auc) for n in names]).axes[0])
   two = _styles(plots.roc_figure([(n, fpr, tpr, auc) for n in ("OAS Class-Wise", "Independent Shared")]).axes[0])
   sweep_rows = [{"variant": n, "m": m, "draw": 0, "tpr": 0.1, "resolved": True}

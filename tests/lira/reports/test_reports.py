@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import lira
-from lira import evaluation, synthetic
 from lira.reports import provenance
 from lira.reports import loo_report
 from lira.reports import run_folder
 from lira.errors import InputError
+from lira import scoring as scoring_lib
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
@@ -39,7 +39,7 @@ def command(module, *args):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("run"))
-  synthetic.write_synthetic_run(path, num_models=8, num_canaries=120, seq_len=6, seed=5)
+  run_folder.write_synthetic_run(path, num_models=8, num_canaries=120, seq_len=6, seed=5)
   return path
 
 
@@ -92,7 +92,7 @@ def test_two_evaluate_runs_with_other_settings_leave_two_reports(run_dir, tmp_pa
                    "--statistic=loss", "--seed=2")
   assert first.returncode == 0 and second.returncode == 0, second.stderr[-2000:]
   stem = "_reduction-min4_statistic-loss_seed-2"
-  keys = [evaluation.variant_key(v) for v in evaluation.VARIANTS]
+  keys = [scoring_lib.variant_key(v) for v in scoring_lib.VARIANTS]
   scores = [f"scores_{k}{s}.npy" for k in keys for s in ("", "_reduction-min4_statistic-loss")]  # no bootstrap seed
   assert sorted(os.listdir(tmp_path)) == sorted(["results.json", "results.md", "roc.png", f"results{stem}.json",
                                                  f"results{stem}.md", f"roc{stem}.png"] + scores)

@@ -7,7 +7,6 @@ import numpy as np
 import pytest
 
 from lira.reports import run_folder
-from lira import synthetic
 from lira.errors import InputError
 
 
@@ -43,7 +42,7 @@ def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path, umask, mas
 @pytest.mark.parametrize("cut", [50, 200])
 @pytest.mark.parametrize("mmap", [False, True])
 def test_truncated_losses_file_is_named(tmp_path, cut, mmap):
-  synthetic.write_synthetic_run(str(tmp_path), num_models=6, num_canaries=20, seq_len=4)
+  run_folder.write_synthetic_run(str(tmp_path), num_models=6, num_canaries=20, seq_len=4)
   path = tmp_path / "losses.npy"
   path.write_bytes(path.read_bytes()[:cut])
   with pytest.raises(InputError, match=r"losses\.npy: cannot be read"):
@@ -51,19 +50,19 @@ def test_truncated_losses_file_is_named(tmp_path, cut, mmap):
 
 
 def test_pickled_array_is_refused_with_its_name(tmp_path):
-  synthetic.write_synthetic_run(str(tmp_path), num_models=6, num_canaries=20, seq_len=4)
+  run_folder.write_synthetic_run(str(tmp_path), num_models=6, num_canaries=20, seq_len=4)
   np.save(tmp_path / "keep.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
   with pytest.raises(InputError, match=r"keep\.npy: holds pickled objects, .*without pickle"):
     run_folder.load_run(str(tmp_path))
 
 
 def test_synthetic_run_refuses_to_replace_a_run(tmp_path):
-  synthetic.write_synthetic_run(str(tmp_path), num_models=6, num_canaries=20, seq_len=4, ragged=True)
+  run_folder.write_synthetic_run(str(tmp_path), num_models=6, num_canaries=20, seq_len=4, ragged=True)
   before = {f: os.stat(tmp_path / f).st_mtime_ns for f in os.listdir(tmp_path)}
   with pytest.raises(InputError, match="already holds a run .*--overwrite"):
-    synthetic.write_synthetic_run(str(tmp_path), num_models=8, num_canaries=20, seq_len=4)
+    run_folder.write_synthetic_run(str(tmp_path), num_models=8, num_canaries=20, seq_len=4)
   assert {f: os.stat(tmp_path / f).st_mtime_ns for f in os.listdir(tmp_path)} == before
-  synthetic.write_synthetic_run(str(tmp_path), overwrite=True, num_models=8, num_canaries=20, seq_len=4)
+  run_folder.write_synthetic_run(str(tmp_path), overwrite=True, num_models=8, num_canaries=20, seq_len=4)
   run = run_folder.load_run(str(tmp_path))
   assert run.loss_MxNxT.shape == (8, 20, 4) and run.mask_NxT is None  # the old ragged run's mask is gone
 

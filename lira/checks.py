@@ -1,0 +1,58 @@
+"""Checks of LiRA's input arrays before any scoring: shapes, the mask, the reduction length and every scored loss.
+
+A bad input raises InputError naming the model, canary and position, before any long work starts.
+"""
+
+import numpy as np
+
+from lira.errors import InputError
+from lira.transforms import check_reduction
+
+
+def check_arrays(loss_MxNxT, keep_MxN, mask_NxT=None, reduction=None, model_ids=None):
+  """Check shapes, the mask, the reduction length and every scored loss; InputError names model, canary, position.
+
+  model_ids name the rows of loss_MxNxT in messages when they are a subset of a run's models.
+  """
+  if np.ndim(loss_MxNxT) != 3:
+    raise InputError(f"losses must be shaped [M, N, T], got {np.shape(loss_MxNxT)}")
+  M, N, T = loss_MxNxT.shape
+  if np.shape(keep_MxN) != (M, N):
+    raise InputError(f"keep must be shaped [M, N] = {(M, N)}, got {np.shape(keep_MxN)}")
+  if mask_NxT is not None and np.shape(mask_NxT) != (N, T):
+    raise InputError(f"mask must be shaped [N, T] = {(N, T)}, got {np.shape(mask_NxT)}")
+  length_N = np.full(N, T) if mask_NxT is None else np.asarray(mask_NxT, bool).sum(axis=1)
+  if (length_N == 0).any():
+    raise InputError(f"canary {int(np.flatnonzero(length_N == 0)[0])} has no scored position in the mask")
+  check_reduction(reduction, length_N)
+  check_losses(loss_MxNxT, mask_NxT, model_ids=model_ids)
+
+
+def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chunk_elements=2**22):
+  """Raise InputError naming model, canary and position of the first loss not finite and >= 0 at a scored position.
+
+  Every command checks its losses with this (through check_arrays, which checks the shapes first)
+  before any work. model_ids / canary_ids name the rows and columns
+  when the arrays are a subset of a run (default: their indices). Reads the losses canary chunk by canary chunk
+  (about chunk_elements at a time), so a memory-mapped file is never loaded whole.
+  """
+  M, N, T = np.shape(loss_MxNxT)
+  model_ids = np.arange(M) if model_ids is None else np.asarray(model_ids)
+  canary_ids = np.arange(N) if canary_ids is None else np.asarray(canary_ids)
+  step = max(1, chunk_elements // max(1, M * T))
+  first, count = None, 0
+  for lo in range(0, N, step):
+    loss_MxBxT = np.asarray(loss_MxNxT[:, lo:lo + step])
+    bad_MxBxT = ~(np.isfinite(loss_MxBxT) & (loss_MxBxT >= 0))
+    if mask_NxT is not None:
+      bad_MxBxT &= np.asarray(mask_NxT[lo:lo + step], bool)[None]
+    if bad_MxBxT.any():
+      count += int(bad_MxBxT.sum())
+      if first is None:
+        m, b, t = (int(i[0]) for i in np.nonzero(bad_MxBxT))
+        first = (model_ids[m], canary_ids[lo + b], t, loss_MxBxT[m, b, t])
+  if first is not None:
+    m, n, t, value = first
+    raise InputError(
+        f"loss of model {m} on canary {n} at position {t} is {value}; losses must be finite and >= 0 at scored "
+        f"positions ({count} such entries; mask them out with mask.npy if they are not meant to be scored)")

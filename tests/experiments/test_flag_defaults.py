@@ -1,0 +1,57 @@
+"""Every command's flags take their defaults from the one place the library keeps them (no copy can drift)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lira import metrics
+from lira import scoring
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def flag_defaults(module):
+  """{flag: default} of the flags `python -m experiments.<module>` defines (imported in a fresh process)."""
+  code = ("import json\nfrom absl import flags\nimport experiments.%s\n"
+          "print(json.dumps({name: flags.FLAGS[name].default for name in flags.FLAGS}, default=str))") % module
+  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+  assert out.returncode == 0, out.stderr[-2000:]
+  return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+SCORING_COMMANDS = {
+    "evaluate": ("reduction", "statistic", "offline", "offline_shift", "fix_variance", "balance_counts", "backend",
+                 "precision"),
+    "score_targets": ("reduction", "statistic", "offline", "offline_shift", "fix_variance"),
+    "length_grid": ("shared", "statistic", "balance_counts", "backend", "precision"),
+    "shadow_sweep": ("reduction", "statistic", "balance_counts", "backend", "precision"),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("module", sorted(SCORING_COMMANDS))
+def test_scoring_flags_are_the_scoring_defaults(module):
+  got = flag_defaults(module)
+  want = scoring.defaults()
+  for name in SCORING_COMMANDS[module]:
+    assert got[name] == want[name], (module, name)
+  for name in ("n_boot",):
+    if name in got:
+      assert got[name] == metrics.N_BOOT
+
+
+@pytest.mark.slow
+def test_report_option_flags_are_their_reports_defaults():
+  from attacks import report as attack_report
+  from attacks import shadow
+  from lira.reports import cov_structure_report, image_report
+  for module, defaults in (("image_maps", image_report.DEFAULTS), ("cov_structure", cov_structure_report.DEFAULTS),
+                           ("pretrain_attacks", attack_report.DEFAULTS)):
+    got = flag_defaults(module)
+    for name, value in defaults.items():
+      if name in got:
+        assert got[name] == value, (module, name)
+  assert flag_defaults("evaluate")["k"] == shadow.DEFAULTS["k"]
