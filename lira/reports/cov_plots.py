@@ -1,4 +1,4 @@
-"""Figures of the covariance-error analysis (Rossi et al. 2025, Figs. 2, 3, 6, 8), in lira.plots' variant styles."""
+"""Figures of the covariance-error analysis (Rossi et al. 2025, Figs. 2, 3, 6, 8), in lira.reports.plots' variant styles."""
 
 import numpy as np
 from matplotlib.figure import Figure

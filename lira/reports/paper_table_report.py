@@ -7,7 +7,6 @@ interval lies on the expected side of 0, "opposite" when on the other side, and 
 the FPR needs more non-members than the run has.
 """
 
-import json
 import os
 
 import numpy as np
@@ -69,8 +68,7 @@ def build(run_dir, results_name="results.json", setting="none", n_boot=1000, see
   results_path = os.path.join(run_dir, results_name)
   if not os.path.exists(results_path):
     raise InputError(f"{results_path}: not found (run python -m experiments.evaluate --run_dir={run_dir} first)")
-  with open(results_path) as f:
-    results = json.load(f)
+  results = run_folder.load_json(results_path)
   keep_MxN = run_folder.load_npy(os.path.join(run_dir, "keep.npy")).astype(bool)
   scores = load_scores(run_dir, results)
   rows = []

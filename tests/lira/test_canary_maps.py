@@ -1,9 +1,8 @@
-"""Tests for lira.canary_maps, lira.reports.image_plots and experiments.image_maps: per-pixel maps of an image canary."""
+"""Tests for lira.canary_maps, lira.reports.image_plots and lira.reports.image_report: per-pixel maps of an image
+canary (the image_maps command as a user runs it: tests/e2e/test_image_maps_command.py)."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -155,7 +154,7 @@ def test_pixel_and_canary_out_of_range_are_refused():
     canary_maps.canary_maps(loss, keep, 5, 0)
 
 
-# ---- the report and the command ----
+# ---- the report ----
 
 OUTPUTS = ("canary_maps.png", "pixel_covariance.png", "covariance_heatmap.png", "image_maps.json")
 
@@ -202,26 +201,6 @@ def test_report_refuses_a_non_image_run_and_bad_indices_before_writing(tmp_path)
   with pytest.raises(MissingFileError, match="canaries.npy"):
     image_report.write_image_maps(str(tmp_path))
   assert not (tmp_path / "image_maps").exists()
-
-
-def _command(module, *args):
-  env = {**os.environ, "PYTHONPATH": os.getcwd()}
-  return subprocess.run([sys.executable, "-m", f"experiments.{module}", *args], capture_output=True, text=True,
-                        env=env)
-
-
-@pytest.mark.slow
-def test_command_lines_covariance_error_points_to_the_maps_and_errors_are_one_line(tmp_path):
-  write_run(tmp_path)
-  ok = _command("covariance_error", f"--run_dir={tmp_path}", "--shadow_counts=8", "--draws=1", "--noprogress")
-  assert ok.returncode == 0, ok.stderr
-  assert "python -m experiments.image_maps" in ok.stdout
-  assert (tmp_path / "covariance_error" / "covariance_heatmap.png").exists()
-  bad = _command("image_maps", f"--run_dir={tmp_path}", "--pixel=99")
-  assert bad.returncode == 2 and bad.stderr.startswith("error: --pixel=99 is outside") and "Traceback" not in bad.stderr
-  (tmp_path / "config.json").write_text(json.dumps({"model": {"name": "lstm"}}))
-  bad = _command("image_maps", f"--run_dir={tmp_path}")
-  assert bad.returncode == 2 and bad.stderr.startswith("error: not an image run")
 
 
 def test_covariance_heatmap_draws_a_line_where_each_image_row_starts():

@@ -2,8 +2,6 @@
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -244,15 +242,3 @@ def test_cli_names_outputs_by_their_settings(run_dir, cli):
       "covariance_error_statistic-loss_draws-2.csv", "covariance_error_summary_statistic-loss_draws-2.csv",
       "covariance_error_statistic-loss_draws-2.json", "error_vs_shadow_models_statistic-loss_draws-2.png",
       "relative_error_statistic-loss_draws-2.png", "covariance_heatmap_statistic-loss.png"])
-
-
-@pytest.mark.slow
-def test_cli_subprocess(run_dir):
-  env = {**os.environ, "PYTHONPATH": os.getcwd()}
-  ok = subprocess.run([sys.executable, "-m", "experiments.covariance_error", f"--run_dir={run_dir}",
-                       "--shadow_counts=4,8", "--draws=1"], capture_output=True, text=True, env=env)
-  assert ok.returncode == 0, ok.stderr
-  assert (run_dir / "covariance_error" / "covariance_error_draws-1.csv").exists()
-  bad = subprocess.run([sys.executable, "-m", "experiments.covariance_error", f"--run_dir={run_dir}",
-                        "--shadow_counts=32", "--noprogress"], capture_output=True, text=True, env=env)
-  assert bad.returncode == 2 and bad.stderr.startswith("error: --shadow_counts") and "Traceback" not in bad.stderr

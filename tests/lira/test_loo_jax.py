@@ -1,9 +1,5 @@
-"""The jax backend of leave_one_out against the numpy backend: same scores, same errors, x64 confined, sharded."""
-
-import os
-import subprocess
-import sys
-import textwrap
+"""The jax backend of leave_one_out against the numpy backend: same scores, same errors, x64 confined, float32
+within its bound (sharded and multi-process runs: tests/e2e/test_jax_backend_processes.py)."""
 
 import jax
 import numpy as np
@@ -15,7 +11,6 @@ from lira.errors import InputError
 from test_loo import make_losses
 
 VARIANTS = [(c, s) for c in ("univariate", "independent", "oas") for s in (False, True)]
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 
@@ -148,65 +143,3 @@ def test_float32_within_its_error_at_paper_shape(covariance, shared):
   # eps x n x D = 5e-4 of max(1, |llr|), and 2e-3 leaves a factor 4 for the two forms and the OAS eigenbasis.
   err = np.abs(f32 - ref) / np.maximum(1.0, np.abs(ref))
   assert err.max() <= 2e-3, err.max()
-
-
-def _python(code, env_extra, timeout=300):
-  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.path.join(ROOT, "tests", "lira"), **env_extra}
-  return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, cwd=ROOT, capture_output=True,
-                        text=True, timeout=timeout)
-
-
-@pytest.mark.slow
-def test_sharded_over_four_devices_equals_numpy(tmp_path):
-  # XLA_FLAGS must be set before jax starts, so the 4 simulated CPU devices live in a subprocess.
-  code = f"""
-    import jax, numpy as np, lira
-    from test_loo_jax import ragged
-    assert jax.local_device_count() == 4
-    loss, keep, mask = ragged(N=11)
-    for cov, shared in (("oas", False), ("oas", True), ("independent", False)):
-      kw = dict(covariance=cov, shared=shared, mask_NxT=mask, balance_counts=False, block_size=6)
-      np.save("{tmp_path}/" + cov + str(shared) + ".npy", lira.leave_one_out(loss, keep, backend="jax", **kw))
-  """
-  out = _python(code, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"})
-  assert out.returncode == 0, out.stderr[-3000:]
-  loss, keep, mask = ragged(N=11)
-  for cov, shared in (("oas", False), ("oas", True), ("independent", False)):
-    ref = plain_loo(loss, keep, covariance=cov, shared=shared, mask_NxT=mask, balance_counts=False)
-    assert_backends_equal(ref, np.load(tmp_path / f"{cov}{shared}.npy"))
-
-
-def free_port():
-  import socket
-  with socket.socket() as s:
-    s.bind(("127.0.0.1", 0))
-    return s.getsockname()[1]
-
-
-@pytest.mark.slow
-def test_two_processes_equal_one(tmp_path):
-  port = free_port()
-  code = """
-    import sys, numpy as np, lira
-    from lira import loo_jax
-    from test_loo_jax import ragged
-    pid = int(sys.argv[1])
-    loo_jax.initialize_processes("127.0.0.1:{port}", 2, pid)
-    loss, keep, mask = ragged(N=13)
-    for cov, fix in (("oas", False), ("independent", True)):
-      llr = lira.leave_one_out(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask,
-                               balance_counts=False, backend="jax", block_size=3)
-      np.save("{out}/" + cov + str(pid) + ".npy", llr)
-  """.format(port=port, out=tmp_path)
-  env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.path.join(ROOT, "tests", "lira"), "JAX_PLATFORMS": "cpu"}
-  procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(p)], env=env, cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in (0, 1)]
-  for p in procs:
-    _, err = p.communicate(timeout=300)
-    assert p.returncode == 0, err[-3000:]
-  loss, keep, mask = ragged(N=13)
-  for cov, fix in (("oas", False), ("independent", True)):
-    ref = plain_loo(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask,
-                             balance_counts=False)
-    for pid in (0, 1):  # every process gets all the scores
-      assert_backends_equal(ref, np.load(tmp_path / f"{cov}{pid}.npy"))

@@ -1,4 +1,4 @@
-"""Tests for lira.metrics: ROC conventions, the weighted bootstrap ROC against sklearn, summaries and tables."""
+"""Tests for lira.metrics: ROC conventions, the weighted bootstrap ROC against sklearn, summaries, and their tables (lira.reports.tables)."""
 
 import json
 

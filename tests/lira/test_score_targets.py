@@ -1,9 +1,8 @@
-"""experiments.score_targets / lira.target_report: scores and reports for target models trained outside the run."""
+"""lira.reports.target_report: scores and reports for target models trained outside the run (the command,
+experiments.score_targets, as a user runs it: tests/e2e/test_score_targets_command.py)."""
 
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,8 +13,6 @@ from lira.reports import run_folder
 from lira.reports import target_report
 from lira.errors import InputError
 from lira import scoring as scoring_lib
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 @pytest.fixture(scope="module")
@@ -75,19 +72,3 @@ def test_bad_target_files_are_named_before_any_scoring(folders, tmp_path):
     target_report.attack_run(str(root / "shadows"), str(root / "target.npy"), str(tmp_path / "out"),
                              str(tmp_path / "keep.npy"))
   assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.slow
-def test_attack_command_line(folders, tmp_path):
-  root, _, _, _ = folders
-  env = {**os.environ, "PYTHONPATH": ROOT}
-  def run(*args):
-    cmd = [sys.executable, "-m", "experiments.score_targets", f"--run_dir={root / 'shadows'}", f"--out_dir={tmp_path}",
-           "--noprogress", *args]
-    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-
-  ok = run(f"--target={root / 'target.npy'}", f"--target_keep={root / 'target_keep.npy'}", "--n_boot=10")
-  assert ok.returncode == 0, ok.stderr[-2000:]
-  assert "OAS Shared" in ok.stdout and str(tmp_path / "attack_roc_nboot-10.png") in ok.stdout
-  bad = run(f"--target={root / 'missing.npy'}")
-  assert bad.returncode == 2 and bad.stderr.strip().startswith("error: ") and "Traceback" not in bad.stderr

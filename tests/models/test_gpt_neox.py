@@ -170,22 +170,6 @@ def test_from_pretrained_and_save_pretrained_round_trip_every_tensor(tmp_path):
   assert gpt_neox.from_pretrained(str(tmp_path / "b"), dtype=jnp.bfloat16).config.dtype == "bfloat16"
 
 
-@pytest.mark.slow
-def test_hugging_face_io_is_one_way():
-  """models.gpt_neox holds the model only: importing it loads no converter; hf_convert imports it, and the documented
-  gpt_neox.from_pretrained / save_pretrained are hf_convert's functions."""
-  import subprocess
-  import sys
-  code = "import sys, models.gpt_neox; assert 'models.hf_convert' not in sys.modules, 'gpt_neox imports hf_convert'"
-  root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-  proc = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True, timeout=300)
-  assert proc.returncode == 0, proc.stderr[-2000:]
-  assert gpt_neox.from_pretrained is hf_convert.from_pretrained
-  assert gpt_neox.save_pretrained is hf_convert.save_pretrained
-  with pytest.raises(AttributeError, match="no attribute 'load_hf_folder'"):
-    gpt_neox.load_hf_folder
-
-
 def test_pickled_checkpoint_refused(tmp_path):
   (tmp_path / "config.json").write_text(json.dumps(tiny_config().to_hf_dict()))
   (tmp_path / "pytorch_model.bin").write_bytes(b"\x80\x04not loaded")

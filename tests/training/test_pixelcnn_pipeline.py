@@ -1,4 +1,5 @@
-"""PixelCNN++ shadow runs: grouping, sharding, resumption, memorisation of worst-case canaries, bad input.
+"""PixelCNN++ shadow runs: grouping, resumption, memorisation of worst-case canaries, bad input (the run sharded over
+simulated devices: tests/e2e/test_sharded_pixelcnn_run.py).
 
 Every test uses the `tiny` config's network (8 x 8 digits, 8 filters, 1 block per stage, dropout 0.5), built once per
 process (models.get_model caches it), so the compiled steps are shared.

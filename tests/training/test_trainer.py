@@ -1,4 +1,5 @@
-"""Tests for training.trainer and models.lstm: grouping invariance, memorization, sharding, divergence."""
+"""Tests for training.trainer and models.lstm: grouping invariance, memorization, sharding checks, divergence (the
+sharded runs over simulated devices: tests/e2e/test_sharded_training.py)."""
 
 import jax
 import jax.numpy as jnp

@@ -1,4 +1,4 @@
-"""Tests for lira.plots and lira.cov_plots: figures build from tiny inputs, save as PNG, and keep fixed styles."""
+"""Tests for lira.reports.plots and lira.reports.cov_plots: figures build from tiny inputs, save as PNG, and keep fixed styles."""
 
 import io
 

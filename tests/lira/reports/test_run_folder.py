@@ -1,4 +1,4 @@
-"""lira.rundir: file permissions of atomic writes, damaged arrays named, runs never silently replaced."""
+"""lira.reports.run_folder: file permissions of atomic writes, damaged arrays named, runs never silently replaced."""
 
 import os
 
