@@ -1,9 +1,11 @@
 """The scoring flags, declared once and generated from lira.Scoring's fields: their defaults are Scoring's defaults.
 
 A command calls `define(...)` with the fields it exposes, then `scoring()` builds the Scoring its flags describe.
+The flags are registered as the calling command's own, so its `--help` lists them.
 """
 
 import dataclasses
+import sys
 
 from absl import flags
 
@@ -14,25 +16,35 @@ FLAGS = flags.FLAGS
 EVALUATION = ("reduction", "statistic", "offline", "offline_shift", "fix_variance", "balance_counts", "backend",
               "precision")
 _FIELDS = {f.name: f for f in dataclasses.fields(Scoring)}
-_defined = []
+_DEFINED = {}  # command module -> the Scoring fields it has as flags
+
+
+def _caller():
+  """The module calling define() or scoring(), named as absl names a flag's module (the script path for __main__)."""
+  name = sys._getframe(2).f_globals["__name__"]
+  return sys.argv[0] if name == "__main__" else name
 
 
 def define(names=EVALUATION, flag_values=FLAGS):
-  """Define a flag per Scoring field in `names`: enum for fields with choices, bool, or string (reduction)."""
+  """Define a flag per Scoring field in `names` (enum for fields with choices, bool, or string for reduction), as
+  flags of the calling module."""
+  module = _caller()
   for name in names:
     field = _FIELDS[name]
     help_text, choices = field.metadata["help"], field.metadata["choices"]
+    common = dict(flag_values=flag_values, module_name=module)
     if choices is not None:
-      flags.DEFINE_enum(name, field.default, list(choices), help_text, flag_values=flag_values)
-    elif field.type is bool or isinstance(field.default, bool):
-      flags.DEFINE_bool(name, field.default, help_text, flag_values=flag_values)
+      flags.DEFINE_enum(name, field.default, list(choices), help_text, **common)
+    elif isinstance(field.default, bool):
+      flags.DEFINE_bool(name, field.default, help_text, **common)
     elif name == "reduction":
-      flags.DEFINE_string(name, field.default, help_text, flag_values=flag_values)
+      flags.DEFINE_string(name, field.default, help_text, **common)
     else:
-      flags.DEFINE_float(name, field.default, help_text, flag_values=flag_values)
-    _defined.append(name)
+      flags.DEFINE_float(name, field.default, help_text, **common)
+  _DEFINED[module] = tuple(names)
 
 
 def scoring(flag_values=FLAGS, **fields):
-  """The Scoring the defined flags describe, with `fields` set on top (a command's own axis, e.g. shared)."""
-  return Scoring.of(None, **{name: flag_values[name].value for name in _defined}, **fields)
+  """The Scoring the calling command's scoring flags describe, with `fields` set on top."""
+  names = _DEFINED[_caller()]
+  return Scoring.of(None, **{name: flag_values[name].value for name in names}, **fields)

@@ -271,12 +271,3 @@ def _allowed(B, T, attention_mask_BxT):
   if attention_mask_BxT is not None:
     allowed_BxTxS = allowed_BxTxS & (jnp.asarray(attention_mask_BxT)[:, None, :] > 0)
   return allowed_BxTxS
-
-
-def __getattr__(name):
-  """`from_pretrained` and `save_pretrained`, which live in models.hf_convert (Hugging Face IO depends on this
-  module, never the reverse), stay reachable under their documented names here, imported on first use."""
-  if name in ("from_pretrained", "save_pretrained"):
-    from models import hf_convert
-    return getattr(hf_convert, name)
-  raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,7 +1,6 @@
 """Hugging Face GPT-NeoX (Pythia) folders <-> NNX params through an explicit name map, every shape asserted.
 
-One-way: this module imports models.gpt_neox, never the reverse (gpt_neox holds the model only, and re-exports
-from_pretrained / save_pretrained from here on first use).
+One-way: this module imports models.gpt_neox, never the reverse (gpt_neox holds the model only).
 
 Only safetensors are read (numpy API, no torch): pickled `pytorch_model.bin` files can run code when loaded.
 """

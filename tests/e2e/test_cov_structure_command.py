@@ -16,6 +16,7 @@ from lira import transforms
 from lira.reports import run_folder
 
 
+@pytest.mark.slow
 def test_the_command_writes_per_canary_results_that_match_the_library(tmp_path):
   run = str(tmp_path / "run")
   run_folder.write_synthetic_run(run, num_models=10, num_canaries=40, seq_len=9, ragged=True, seed=2)

@@ -10,11 +10,13 @@ import pytest
 
 from test_canary_maps import write_run
 
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
 
 def _command(module, *args):
-  env = {**os.environ, "PYTHONPATH": os.getcwd()}
+  env = {**os.environ, "PYTHONPATH": ROOT}
   return subprocess.run([sys.executable, "-m", f"experiments.{module}", *args], capture_output=True, text=True,
-                        env=env)
+                        env=env, cwd=ROOT)
 
 
 @pytest.mark.slow

@@ -6,9 +6,12 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
+@pytest.mark.slow
 def test_peak_memory_is_set_by_the_block(tmp_path):
   # 8 models x 16,384 canaries x 256 positions: 134 MB of float32 on disk, 268 MB as one float64 copy. Streamed,
   # the checks hold one chunk of 2**22 losses (lira.transforms.check_losses: its float32 values and three bool

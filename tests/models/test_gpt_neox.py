@@ -16,7 +16,6 @@ from flax import nnx
 
 from models import get_model
 from models import hf_convert
-from models import gpt_neox
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
 
 T = 12
@@ -154,20 +153,20 @@ def test_from_pretrained_and_save_pretrained_round_trip_every_tensor(tmp_path):
   config = tiny_config(rotary_pct=0.5)
   tensors = random_params(config)
   hf_convert.save_hf_folder(config, hf_convert.params_from_hf(config, tensors), tmp_path / "a")
-  model = gpt_neox.from_pretrained(str(tmp_path / "a"), dtype=jnp.float32)
+  model = hf_convert.from_pretrained(str(tmp_path / "a"), dtype=jnp.float32)
   assert isinstance(model, GPTNeoXForCausalLM) and model.config == config
   logits_BxTxV = model(jnp.asarray(tokens()), attention_mask=jnp.asarray(MASK_BxT))
   assert logits_BxTxV.shape == (3, T, config.vocab_size) and logits_BxTxV.dtype == jnp.float32
   tok = tmp_path / "tokenizer.json"
   tok.write_text("{}")
-  gpt_neox.save_pretrained(model, tmp_path / "b", tokenizer_file=str(tok))
+  hf_convert.save_pretrained(model, tmp_path / "b", tokenizer_file=str(tok))
   assert sorted(os.listdir(tmp_path / "b")) == ["config.json", "model.safetensors", "tokenizer.json"]
   from safetensors.numpy import load_file
   again = load_file(str(tmp_path / "b" / "model.safetensors"))
   assert sorted(again) == sorted(tensors)
   for name, array in tensors.items():
     np.testing.assert_array_equal(again[name], array, err_msg=name)
-  assert gpt_neox.from_pretrained(str(tmp_path / "b"), dtype=jnp.bfloat16).config.dtype == "bfloat16"
+  assert hf_convert.from_pretrained(str(tmp_path / "b"), dtype=jnp.bfloat16).config.dtype == "bfloat16"
 
 
 def test_pickled_checkpoint_refused(tmp_path):

@@ -217,12 +217,12 @@ def pythia_run(tmp_path_factory, small_corpus):
 
 @pytest.mark.slow
 def test_pythia_run_pretrains_a_base_then_fine_tunes_copies_of_it(pythia_run):
-  from models import gpt_neox
+  from models import hf_convert
   cfg = pythia_cfg()
   M, N, T = cfg.shadow.num_models, cfg.canaries.num_canaries, cfg.data.seq_len
   base = os.path.join(pythia_run, "base_model")
   assert sorted(os.listdir(base)) == ["config.json", "model.safetensors", "tokenizer.json"]
-  base_model = gpt_neox.from_pretrained(base)
+  base_model = hf_convert.from_pretrained(base)
   assert base_model.config.hidden_size == cfg.model.arch.hidden_size
   run = run_folder.load_run(pythia_run)
   assert run.loss_MxNxT.shape == (M, N, T)
@@ -266,11 +266,11 @@ def test_pythia_run_resumes_without_pretraining_again(tmp_path, monkeypatch, pyt
 
 @pytest.mark.slow
 def test_a_base_checkpoint_smaller_than_the_vocabulary_is_refused(tmp_path, pythia_run, monkeypatch):
-  from models import gpt_neox
+  from models import gpt_neox, hf_convert
   small = gpt_neox.GPTNeoXForCausalLM(gpt_neox.GPTNeoXConfig(vocab_size=50, hidden_size=16, num_hidden_layers=1,
                                                              num_attention_heads=2, intermediate_size=32),
                                       rngs=__import__("flax").nnx.Rngs(0))
-  gpt_neox.save_pretrained(small, tmp_path / "small")
+  hf_convert.save_pretrained(small, tmp_path / "small")
   cfg = pythia_cfg()
   cfg.model.base = str(tmp_path / "small")
   monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("training started"))
@@ -282,14 +282,14 @@ def test_a_base_checkpoint_smaller_than_the_vocabulary_is_refused(tmp_path, pyth
 def test_pythia_base_folder_loads_in_transformers_with_the_same_logits(pythia_run):
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
-  from models import gpt_neox
+  from models import hf_convert
   import jax.numpy as jnp
   base = os.path.join(pythia_run, "base_model")
   hf = transformers.GPTNeoXForCausalLM.from_pretrained(base, attn_implementation="eager").eval()
   tokens_BxT = np.load(os.path.join(pythia_run, "canaries.npy"))[:4]
   with torch.no_grad():
     theirs = hf(torch.from_numpy(tokens_BxT.astype(np.int64))).logits.numpy()
-  ours = np.asarray(gpt_neox.from_pretrained(base)(jnp.asarray(tokens_BxT)))
+  ours = np.asarray(hf_convert.from_pretrained(base)(jnp.asarray(tokens_BxT)))
   # torch and XLA round differently (test_gpt_neox.assert_logits_close: ~1e-6 relative on O(1-10) logits); 1e-4
   # leaves room for a trained base's larger logits and stays far below the O(0.1-1) a conversion error causes.
   np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
