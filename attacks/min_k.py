@@ -9,6 +9,8 @@ import numpy as np
 from attacks.rows import as_rows
 from lira.errors import InputError
 
+DEFAULT_K = 0.2  # the fraction of each text's lowest-likelihood tokens averaged (Min-K%'s paper default)
+
 # Min-K%++ divides by sigma, the spread of ln p under the model's distribution, which is 0 when that distribution is
 # one-hot or uniform (then lp = mu too). Sigma is raised to this floor (nats), so z stays finite: 0 / floor = 0.
 SIGMA_FLOOR = 1e-6
@@ -41,12 +43,12 @@ def lowest_mean(values_NxT, k):
   return np.where(keep_NxK, sorted_NxK, 0.0).sum(axis=1, dtype=np.float64) / count_N
 
 
-def min_k(lp_NxT, k=0.2):
+def min_k(lp_NxT, k=DEFAULT_K):
   """Min-K%: mean of the lowest k fraction of each text's lp."""
   return lowest_mean(as_rows("lp", lp_NxT), k)
 
 
-def min_k_pp(lp_NxT, mu_NxT, sigma_NxT, k=0.2):
+def min_k_pp(lp_NxT, mu_NxT, sigma_NxT, k=DEFAULT_K):
   """Min-K%++: mean of the lowest k fraction of z = (lp - mu) / sigma (sigma floored at SIGMA_FLOOR)."""
   lp_NxT = as_rows("lp", lp_NxT)
   shapes = {"mu": np.shape(mu_NxT), "sigma": np.shape(sigma_NxT)}

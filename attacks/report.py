@@ -20,6 +20,7 @@ import numpy as np
 
 import attacks as A
 from attacks import feature_folder
+from attacks.min_k import DEFAULT_K
 from lira import metrics
 from lira.reports import plots
 from lira.reports import provenance
@@ -31,7 +32,7 @@ FPRS = (0.01, 0.05)
 LEVEL = 0.95
 GAMMAS = tuple(round(0.1 * i, 1) for i in range(1, 11))  # Con-ReCall's sweep (Wang et al. 2024)
 TUNED = "tuned on the evaluated set"
-DEFAULTS = {"attacks": None, "k": 0.2, "gamma": None, "shots": None, "n_boot": metrics.N_BOOT, "seed": 0}
+DEFAULTS = {"attacks": None, "k": DEFAULT_K, "gamma": None, "shots": None, "n_boot": metrics.N_BOOT, "seed": 0}
 NAMES = {"loss": "Loss", "zlib": "Zlib", "min_k": "Min-K%", "min_k_pp": "Min-K%++", "reference": "Reference",
          "neighbourhood": "Neighbourhood", "recall": "ReCaLL", "recall_ensemble": "ReCaLL ensemble",
          "recall_shots": "ReCaLL", "con_recall": "Con-ReCall", "em_mia": "EM-MIA"}
@@ -94,7 +95,7 @@ def _best(candidates, labels_N):
   return int(np.argmax(aucs)), aucs
 
 
-def attack_rows(attack, arrays, labels_N, k=0.2, gamma=None, shots=None, texts=None):
+def attack_rows(attack, arrays, labels_N, k=DEFAULTS["k"], gamma=None, shots=None, texts=None):
   """The rows (name, attack, params, tuned, plotted, scores [N]) one attack gives; several for recall_shots."""
   a = arrays
   if attack == "loss":
@@ -167,8 +168,8 @@ def notes_for(rows, skipped):
   return notes
 
 
-def run_attacks(features_dir, attacks=None, k=0.2, gamma=None, shots=None, n_boot=200, seed=0, out_dir=None,
-                progress=False):
+def run_attacks(features_dir, attacks=DEFAULTS["attacks"], k=DEFAULTS["k"], gamma=DEFAULTS["gamma"],
+                shots=DEFAULTS["shots"], n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"], out_dir=None, progress=False):
   """Run the attacks on a features folder, write the reports (named by their settings); returns (text, result)."""
   check_k(k)
   features = feature_folder.load_features(features_dir)

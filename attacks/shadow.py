@@ -20,7 +20,7 @@ from lira.reports import run_folder
 from lira.errors import InputError, MissingFileError
 
 SHADOW_ATTACKS = ("loss", "zlib", "min_k", "min_k_pp")
-DEFAULTS = {"attacks": None, "k": 0.2}
+DEFAULTS = {"attacks": None, "k": attack_report.DEFAULTS["k"]}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +41,7 @@ def target_lp(loss_NxT, mask_NxT=None):
   return lp_NxT
 
 
-def shadow_scores(attack, loss_MxNxT, mask_NxT=None, mu_MxNxT=None, sigma_MxNxT=None, texts=None, k=0.2):
+def shadow_scores(attack, loss_MxNxT, mask_NxT=None, mu_MxNxT=None, sigma_MxNxT=None, texts=None, k=DEFAULTS["k"]):
   """Scores [M, N] of one reference-free attack, computed on each target model m from its own arrays alone."""
   if attack not in SHADOW_ATTACKS:
     raise InputError(f"--attacks: {attack!r} cannot run on a shadow run; choose from {', '.join(SHADOW_ATTACKS)}")
@@ -112,7 +112,7 @@ def _check_rows(run_dir, run):
                        "has no scored position (all NaN or masked)")
 
 
-def shadow_rows(run_dir, attacks, k=0.2, n_boot=200, seed=0, fprs=metrics.DEFAULT_FPRS):
+def shadow_rows(run_dir, attacks, k=DEFAULTS["k"], n_boot=metrics.N_BOOT, seed=0, fprs=metrics.DEFAULT_FPRS):
   """The attacks' rows for a shadow run: scores [M, N] per attack, summarized over all pairs with keep.npy."""
   unknown = [a for a in attacks if a not in SHADOW_ATTACKS]
   if unknown:

@@ -60,8 +60,10 @@ def plot_pvalues(pvalue_N, levels, summary, subtitle):
   return fig
 
 
-def write_cov_structure(run_dir, out_dir=None, *, cov_class="out", statistic="logit", max_canaries=None,
-                        max_positions=64, permutations=199, seed=0, command="cov_structure", progress=False):
+def write_cov_structure(run_dir, out_dir=None, *, cov_class=DEFAULTS["cov_class"], statistic=DEFAULTS["statistic"],
+                        max_canaries=DEFAULTS["max_canaries"], max_positions=DEFAULTS["max_positions"],
+                        permutations=DEFAULTS["permutations"], seed=DEFAULTS["seed"], command="cov_structure",
+                        progress=False):
   """Check everything, run the test on the run folder, write the three files; returns (paths, summary line)."""
   if cov_class not in COV_CLASSES:
     raise InputError(f"--cov_class must be one of {COV_CLASSES}, got {cov_class!r}")

@@ -47,8 +47,9 @@ def output_paths(out_dir, settings):
   }
 
 
-def write_image_maps(run_dir, out_dir=None, *, canary=None, pixel=None, cov_class="out", statistic="loss",
-                     max_positions=64, command="image_maps", progress=False):
+def write_image_maps(run_dir, out_dir=None, *, canary=DEFAULTS["canary"], pixel=DEFAULTS["pixel"],
+                     cov_class=DEFAULTS["cov_class"], statistic=DEFAULTS["statistic"],
+                     max_positions=DEFAULTS["max_positions"], command="image_maps", progress=False):
   """Check everything, then draw one canary's maps into out_dir (default RUN_DIR/image_maps); returns (paths, line).
 
   canary None: the one with the largest IN-vs-OUT mean loss gap; pixel: a raster index, 'row,column' or None
