@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def test_extract_tokens_cli_on_the_base_checkpoint(tmp_path, pythia_run):
   """lp, mu, sigma of padded texts equal each text scored alone; and transformers' log-probs where torch exists."""
   import jax.numpy as jnp
-  from models import gpt_neox
+  from models import hf_convert
   from models import token_loss
   base = os.path.join(pythia_run, "base_model")
   texts = ["hi there, how are you doing today?", "fine", "I like to go hiking with my dog on weekends."]
@@ -31,7 +31,7 @@ def test_extract_tokens_cli_on_the_base_checkpoint(tmp_path, pythia_run):
   ids_BxT, mask_BxT, lp, mu, sigma = (np.load(out / f"{n}.npy") for n in ("token_ids", "mask", "lp", "mu", "sigma"))
   assert json.loads((out / "texts.json").read_text())["texts"] == texts
   assert np.isnan(lp[:, 0]).all() and np.isnan(lp[~mask_BxT]).all()
-  module = gpt_neox.from_pretrained(base)
+  module = hf_convert.from_pretrained(base)
   for b in range(3):
     n = int(mask_BxT[b].sum())
     alone = [np.asarray(s)[0] for s in token_loss.sequence_statistics(
