@@ -47,6 +47,25 @@ _OTHER = {"ids": lambda N, T: (N, T), "mask": lambda N, T: (N, T), "labels": lam
           "source_index": lambda N, T: (N,)}
 
 
+def check_complete(folder):
+  """Refuse a folder that experiments.extract_features has not finished: features.json is written last, so a
+  folder without it (build.json and some arrays, pairs/ chunks) is an interrupted extraction, never read as is."""
+  if not os.path.isdir(folder):
+    raise MissingFileError(f"features folder {folder!r} does not exist")
+  if os.path.exists(os.path.join(folder, FILES["meta"])):
+    return
+  started = os.path.exists(os.path.join(folder, "build.json"))
+  if not started and not any(os.path.exists(os.path.join(folder, f)) for f in FILES.values()):
+    raise MissingFileError(f"{folder} is not a features folder (no features.json); build one with python -m "
+                           "experiments.extract_features --out_dir=" + folder)
+  pairs = os.path.join(folder, "pairs")
+  chunks = len([n for n in os.listdir(pairs) if n.endswith(".npy")]) if os.path.isdir(pairs) else 0
+  doing = f" ({chunks} chunk(s) of EM-MIA's pairs are done in pairs/)" if chunks else ""
+  raise InputError(f"features folder {folder} is incomplete: it has no features.json, which "
+                   f"experiments.extract_features writes last, so its extraction was interrupted{doing}; re-run the "
+                   "same extract_features command to finish it (it resumes where it stopped)")
+
+
 def _shape_text(shape):
   return "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
 
@@ -60,11 +79,17 @@ class Features:
     self.folder = folder
     self._cache = {}
     self._rows_checked = set()
-    self.meta = self._json("meta") if self.has("meta") else {}
-    if self.meta and self.meta.get("schema") != SCHEMA:
-      raise InputError(f"{self.path('meta')}: schema {self.meta.get('schema')!r}, expected {SCHEMA!r}")
+    check_complete(folder)
+    self.meta = self._json("meta")
+    if not isinstance(self.meta, dict) or self.meta.get("schema") != SCHEMA:
+      schema = self.meta.get("schema") if isinstance(self.meta, dict) else None
+      raise InputError(f"{self.path('meta')}: schema {schema!r}, expected {SCHEMA!r}")
     if not self.has("lp"):
       raise MissingFileError(f"features folder {folder} has no lp.npy, which every attack needs")
+    listed = self.meta.get("arrays") or {}
+    if gone := [FILES.get(name, f"{name}.npy") for name in listed if not self.has(name)]:
+      raise InputError(f"{self.path('meta')} lists {', '.join(gone)}, which {folder} lacks: the folder was changed "
+                       "after its extraction; re-run experiments.extract_features (--overwrite) to rebuild it")
     lp = self._load("lp")
     if lp.ndim != 2:
       raise InputError(f"{self.path('lp')}: expected [N, T], got shape {list(lp.shape)}")

@@ -211,7 +211,7 @@ def run_attacks(features_dir, attacks=DEFAULTS["attacks"], k=DEFAULTS["k"], gamm
   run_folder.save_text(paths["md"], f"# Pretraining-data attacks\n\n{os.path.abspath(features_dir)}\n\n{setting}\n\n"
                                 f"{tables.format_markdown(table_rows, fprs=FPRS, first='attack', unit='texts')}\n{md_notes}\n")
   plotted = [r for r in rows if r["plotted"]]
-  curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"]) for r in plotted]
+  curves = [plots.summary_curve(r["name"], r["summary"]) for r in plotted]
   fig = plots.roc_figure(curves, title=f"Pretraining-data attacks, {setting.split(';')[0]}",
                          styles={r["name"]: style(r["attack"]) for r in plotted}, legend_fpr=FPRS[0])
   run_folder.save_figure(paths["png"], fig)

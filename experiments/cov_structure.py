@@ -24,9 +24,13 @@ flags.DEFINE_enum("cov_class", cov_structure_report.DEFAULTS["cov_class"], list(
                   "OUT (default; the IN models of a memorised canary predict it almost exactly) or IN.")
 flags.DEFINE_enum("statistic", cov_structure_report.DEFAULTS["statistic"], list(transforms.STATISTICS), "Per-position statistic (LiRA's: logit).")
 flags.DEFINE_integer("max_canaries", cov_structure_report.DEFAULTS["max_canaries"], "Test the first N canaries only; default all.")
+cli.check_range("max_canaries", 1)
 flags.DEFINE_integer("max_positions", cov_structure_report.DEFAULTS["max_positions"], "Test the first T positions (the paper's Fig. 8: 64).")
+cli.check_range("max_positions", 2)  # a correlation between positions needs two
 flags.DEFINE_integer("permutations", cov_structure_report.DEFAULTS["permutations"], "Permutations per canary; the smallest p-value is 1 / (permutations + 1).")
+cli.check_range("permutations", 1)
 flags.DEFINE_integer("seed", cov_structure_report.DEFAULTS["seed"], "Seed of the permutations.")
+cli.check_range("seed", 0)  # numpy's generators take non-negative seeds
 flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/cov_structure.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 

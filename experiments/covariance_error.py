@@ -28,10 +28,15 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder with losses.npy [M, N, T] and keep.npy [M, N].")
 flags.DEFINE_enum("statistic", "logit", list(transforms.STATISTICS), "Per-token statistic the Gaussians model.")
 flags.DEFINE_list("shadow_counts", None, "Numbers of shadow models m; default powers of two from 4 up to M, and M.")
+cli.check_range("shadow_counts", 2)  # a covariance needs two models
 flags.DEFINE_integer("draws", 5, "Random model subsets per shadow count.")
+cli.check_range("draws", 1)
 flags.DEFINE_integer("max_canaries", 1000, "Canaries analysed at most (random subset; the paper used 1,000).")
+cli.check_range("max_canaries", 1)
 flags.DEFINE_integer("canary", 0, "Canary whose gold-standard covariance is drawn as a heatmap.")
+cli.check_range("canary", 0)  # and below the run's N, checked once the run is read
 flags.DEFINE_integer("seed", 0, "Seed for the canary subset and the model subsets.")
+cli.check_range("seed", 0)
 flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/covariance_error.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
@@ -40,19 +45,9 @@ flags.DEFINE_bool("progress", True, "Show progress bars.")
 def validated_settings(run):
   """Check the flags against the run before any long work; return (shadow_counts, out_dir, note on dropped counts)."""
   M, N, T = run.loss_MxNxT.shape
-  try:
-    counts = [int(m) for m in FLAGS.shadow_counts] if FLAGS.shadow_counts else cov_error.default_shadow_counts(M)
-  except ValueError as e:
-    raise app.UsageError(
-        f"--shadow_counts must be comma-separated integers, got {','.join(FLAGS.shadow_counts)}") from e
+  # the flags' own ranges (--draws >= 1, --shadow_counts integers >= 2, ...) were checked when they were parsed
+  counts = [int(m) for m in FLAGS.shadow_counts] if FLAGS.shadow_counts else cov_error.default_shadow_counts(M)
   counts, note = provenance.clip_counts(sorted(set(counts)), M, "--shadow_counts")
-  bad = [m for m in counts if m < 2]
-  if bad:
-    raise app.UsageError(f"--shadow_counts values {bad} are below 2 (a covariance needs two models)")
-  if FLAGS.draws < 1:
-    raise app.UsageError(f"--draws must be >= 1, got {FLAGS.draws}")
-  if FLAGS.max_canaries < 1:
-    raise app.UsageError(f"--max_canaries must be >= 1, got {FLAGS.max_canaries}")
   if not 0 <= FLAGS.canary < N:
     raise app.UsageError(f"--canary={FLAGS.canary} is outside [0, N={N})")
   return counts, FLAGS.out_dir or os.path.join(FLAGS.run_dir, "covariance_error"), note

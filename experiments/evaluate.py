@@ -27,14 +27,19 @@ flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univari
 scoring_flags.define()
 flags.DEFINE_bool("save_scores", True, "Write each variant's [M, N] leave-one-out scores (scores_<variant>.npy).")
 flags.DEFINE_integer("n_boot", metrics.N_BOOT, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
+cli.check_range("n_boot", 0)
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+cli.check_range("seed", 0)
 flags.DEFINE_list("attacks", None, f"Reference-free attacks to add as rows: {','.join(shadow.SHADOW_ATTACKS)} "
                   "(default none).")
-flags.DEFINE_float("k", shadow.DEFAULTS["k"], "Min-K% and Min-K%++: the fraction of each canary's lowest tokens averaged, in (0, 1].")
+flags.DEFINE_float("k", shadow.DEFAULTS["k"], "Min-K% and Min-K%++: the fraction of each canary's lowest tokens averaged.")
+cli.check_range("k", 0, 1, low_open=True)
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the run folder.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 flags.DEFINE_integer("num_processes", 1, "Processes sharing the canaries (multi-host; needs --backend=jax).")
+cli.check_range("num_processes", 1)
 flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes).")
+cli.check_range("process_id", 0)  # and below --num_processes, checked in main
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0; calls jax.distributed.initialize.")
 
 

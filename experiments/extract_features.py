@@ -17,6 +17,7 @@ import sys
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from experiments import cli
 
@@ -24,22 +25,30 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("model", None, "Causal LM: a Hugging Face GPT-NeoX folder or hub id, or a shadow run folder "
                     "(LSTM or GPT-NeoX) with --model_id.")
 flags.DEFINE_integer("model_id", None, "With a shadow run folder as --model: which of its models.")
+cli.check_range("model_id", 0)
 flags.DEFINE_string("tokenizer", None, "tokenizer.json, a folder holding one, or a hub id (default: the model's).")
 flags.DEFINE_string("texts", None, "JSONL / text file, wikimia:LENGTH or mimir:DOMAIN[:SPLIT].")
 flags.DEFINE_string("out_dir", None, "The features folder.")
 flags.DEFINE_integer("max_length", 128, "Texts are truncated to this many tokens.")
+cli.check_range("max_length", 1)
 flags.DEFINE_integer("batch_size", 16, "Texts per forward pass.")
+cli.check_range("batch_size", 1)
 flags.DEFINE_integer("shots", 0, "ReCaLL prefix shots (known non-members), drawn from the labelled texts unless "
                      "--prefix_texts is given; 0 = no ReCaLL / Con-ReCall features.")
+cli.check_range("shots", 0)
 flags.DEFINE_string("prefix_texts", None, "File of known non-member texts to use as the ReCaLL prefix.")
-flags.DEFINE_integer("ensemble", 0, "Split the shots into this many disjoint prefixes (ReCaLL's ensemble).")
+flags.DEFINE_integer("ensemble", 0, "Split the shots into this many disjoint prefixes (ReCaLL's ensemble; 0 = none).")
+cli.check_range("ensemble", 0)
 flags.DEFINE_string("separator", "", "Text between shots and before the evaluated text (token level).")
 flags.DEFINE_bool("pairs", False, "EM-MIA's N x N conditional lp (every evaluated text as a prefix of every other).")
 flags.DEFINE_string("reference_model", None, "Reference model (folder or hub id) for the Reference attack.")
 flags.DEFINE_string("neighbours", None, "offline, fill-mask:MODEL, mimir, or a JSON file of neighbour lists.")
 flags.DEFINE_integer("neighbour_count", 25, "Neighbours per text (J; MIMIR publishes 25).")
+cli.check_range("neighbour_count", 1)
 flags.DEFINE_float("neighbour_fraction", 0.05, "Fraction of words a neighbour swaps (MIMIR: 0.05).")
+cli.check_range("neighbour_fraction", 0, 1, low_open=True)
 flags.DEFINE_integer("seed", 0, "Seed of the prefix draw and the neighbours.")
+cli.check_range("seed", 0)
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 flags.DEFINE_bool("overwrite", False, "Rebuild a folder that holds features made with other settings.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
@@ -68,6 +77,8 @@ def neighbours_of(texts, source_neighbours):
 
 def main(argv):
   del argv
+  if not FLAGS["verbosity"].present:  # jax's INFO lines (its TPU probe on every run) are noise here; -v 0 shows them
+    logging.set_verbosity(logging.WARNING)
   from training.pretraining import feature_extraction
   from training.pretraining import mia_data
   texts, labels, source_neighbours = mia_data.load_source(FLAGS.texts)
@@ -91,4 +102,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, resumes=True)

@@ -16,6 +16,7 @@ import os
 
 from absl import app
 from absl import flags
+from absl import logging
 
 from experiments import cli
 from lira.errors import InputError
@@ -27,11 +28,14 @@ flags.DEFINE_string("texts", None, "JSONL file with a 'text' field per row, or a
                     "(or wikimia:LENGTH, mimir:DOMAIN).")
 flags.DEFINE_string("out_dir", None, "Folder for the arrays.")
 flags.DEFINE_integer("max_length", 128, "Texts are truncated to this many tokens.")
+cli.check_range("max_length", 2)  # position 0 has no loss (nothing before it): one token scores nothing
 flags.DEFINE_integer("batch_size", 16, "Texts per forward pass.")
+cli.check_range("batch_size", 1)
 flags.DEFINE_enum("dtype", "float32", ["float32", "bfloat16"], "Compute dtype.")
 flags.DEFINE_bool("run_arrays", False, "Write run-folder arrays (losses [M, N, T], scored mask) instead of lp/mu/sigma.")
 flags.DEFINE_string("keep", None, "With --run_arrays: keep.npy [M, N] (True = text n was in model m's training data).")
 flags.DEFINE_bool("overwrite", False, "With --run_arrays: replace a run already in --out_dir.")
+flags.DEFINE_bool("progress", True, "Show a progress bar over the models (with several --model values).")
 flags.mark_flags_as_required(["model", "texts", "out_dir"])
 
 
@@ -56,7 +60,10 @@ def check_flags(num_texts):
 
 def main(argv):
   del argv
+  if not FLAGS["verbosity"].present:  # jax's INFO lines (its TPU probe on every run) are noise here; -v 0 shows them
+    logging.set_verbosity(logging.WARNING)
   import numpy as np
+  from tqdm import tqdm
   from lira.reports import run_folder
   from models import hf_convert
   from training import data as data_lib
@@ -68,7 +75,7 @@ def main(argv):
   ids_NxT, mask_NxT = per_token.encode_batch(tokenizer, texts, FLAGS.max_length)
   out = FLAGS.out_dir
   lp_MxNxT = []
-  for name in FLAGS.model:
+  for name in tqdm(FLAGS.model, desc="models", unit="model", disable=not FLAGS.progress or len(FLAGS.model) == 1):
     module = hf_convert.from_pretrained(name, dtype=FLAGS.dtype)
     if ids_NxT.max() >= module.config.vocab_size:
       raise InputError(f"the tokenizer gives id {ids_NxT.max()} but {name} embeds {module.config.vocab_size}")

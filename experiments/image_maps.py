@@ -24,11 +24,13 @@ from lira import transforms
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Image run folder: losses.npy [M, N, H*W], keep.npy, canaries.npy, config.json.")
 flags.DEFINE_integer("canary", image_report.DEFAULTS["canary"], "Canary to draw; default the one with the largest IN-vs-OUT mean loss gap.")
+cli.check_range("canary", 0)  # and below the run's N, checked once the run is read
 flags.DEFINE_string("pixel", image_report.DEFAULTS["pixel"], "Pixel whose covariance row is drawn: raster index t = row * W + column, or "
                     "'row,column'; default the image centre.")
 flags.DEFINE_enum("cov_class", image_report.DEFAULTS["cov_class"], list(canary_maps.COV_CLASSES), "Models the covariance row is estimated from.")
 flags.DEFINE_enum("statistic", image_report.DEFAULTS["statistic"], list(transforms.STATISTICS), "Per-pixel statistic drawn (loss: nats).")
 flags.DEFINE_integer("max_positions", image_report.DEFAULTS["max_positions"], "Positions shown in the covariance heatmap (the paper's Fig. 8: 64).")
+cli.check_range("max_positions", 2)
 flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/image_maps.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 

@@ -1,6 +1,8 @@
 """TPR at low FPR against the reduced length for group/min/max reductions (Rossi et al. 2025, Figs. 11-14).
 
 python -m experiments.length_grid --run_dir=DIR [--lengths=1,2,4,8] [--noshared] [--fpr=1e-4] [--n_boot=200]
+Default --lengths: the powers of two below the shortest canary's scored length L, then L itself (L = 12: 1, 2, 4, 8,
+12), beside the unreduced baseline.
 Writes length_grid.json, length_grid.csv and length_grid.png into DIR (or --out_dir); settings other than the
 defaults are appended to the names (length_grid_statistic-loss.json), so grids with other settings are kept.
 """
@@ -18,13 +20,18 @@ from lira.reports import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder with losses.npy [M, N, T] and keep.npy [M, N].")
-flags.DEFINE_list("lengths", None, "Reduced lengths K; default 1, 2, 4, ... up to the shortest canary.")
+flags.DEFINE_list("lengths", None, "Reduced lengths K; default the powers of two below the shortest canary's "
+                  "scored length L, then L (L = 12: 1, 2, 4, 8, 12).")
+cli.check_range("lengths", 1)
 flags.DEFINE_list("strategies", ["group", "min", "max"], "Reduction strategies.")
 flags.DEFINE_list("covariances", ["independent", "oas"], "Covariance estimators (paper: independent and OAS).")
 scoring_flags.define(("shared", "statistic", "balance_counts", "backend", "precision"))
 flags.DEFINE_float("fpr", 1e-4, "Target false positive rate.")
+cli.check_range("fpr", 0, 1, low_open=True, high_open=True)
 flags.DEFINE_integer("n_boot", metrics.N_BOOT, "Bootstrap replicates over canaries for the 95% intervals (0 = none).")
+cli.check_range("n_boot", 0)
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+cli.check_range("seed", 0)
 flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run folder.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
@@ -63,10 +70,7 @@ def main(argv):
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   M, N, T = run.loss_MxNxT.shape
   shortest = T if run.mask_NxT is None else int(run.mask_NxT.sum(axis=1).min())
-  try:
-    lengths = sorted(int(k) for k in FLAGS.lengths) if FLAGS.lengths else evaluation.default_lengths(shortest)
-  except ValueError as e:
-    raise app.UsageError(f"--lengths must be comma-separated integers, got {','.join(FLAGS.lengths)}") from e
+  lengths = sorted(int(k) for k in FLAGS.lengths) if FLAGS.lengths else evaluation.default_lengths(shortest)
   settings = {"lengths": None if lengths == evaluation.default_lengths(shortest) else lengths,
               "strategies": list(FLAGS.strategies), "covariances": list(FLAGS.covariances), "shared": FLAGS.shared,
               "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "n_boot": FLAGS.n_boot, "seed": FLAGS.seed,

@@ -4,7 +4,6 @@ python -m experiments.make_synthetic --run_dir=runs/synthetic [--num_models=32 -
 See lira/synthetic.py for the generating model.
 """
 
-from absl import app
 from absl import flags
 
 from experiments import cli
@@ -12,23 +11,29 @@ from lira.reports import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", "runs/synthetic", "Folder to write losses.npy, keep.npy, config.json into.")
-flags.DEFINE_integer("num_models", 32, "M, number of shadow models (even).")
+flags.DEFINE_integer("num_models", 32, "M, number of shadow models (half of them IN for each canary).")
+cli.check_range("num_models", 6, even=True)  # leave-one-out needs every canary IN for 3 models and OUT for 3
 flags.DEFINE_integer("num_canaries", 2000, "N, number of canaries.")
+cli.check_range("num_canaries", 1)
 flags.DEFINE_integer("seq_len", 32, "T, positions per canary.")
+cli.check_range("seq_len", 1)
 flags.DEFINE_float("rho", 0.6, "AR(1) correlation between neighbouring tokens.")
+cli.check_range("rho", -1, 1, low_open=True, high_open=True)  # |rho| = 1: a singular correlation matrix
 flags.DEFINE_float("shift", 1.0, "Membership shift of the affected tokens' logits, in standard deviations.")
+cli.check_range("shift")
 flags.DEFINE_float("frac_shifted", 0.25, "Fraction of positions a membership shifts.")
+cli.check_range("frac_shifted", 0, 1)
 flags.DEFINE_enum("shift_units", "std", ["std", "logit"], "The shift in each position's standard deviations or in "
                   "logit units (the same raise at every shifted position).")
 flags.DEFINE_bool("ragged", False, "Canaries of different lengths (writes mask.npy).")
 flags.DEFINE_integer("seed", 0, "Seed (keep matrix and data).")
+cli.check_range("seed", 0)
 flags.DEFINE_bool("overwrite", False, "Replace a run already in --run_dir (refused otherwise).")
+flags.DEFINE_bool("progress", True, "Show progress bars (this command draws none; accepted as by every command).")
 
 
 def main(argv):
   del argv
-  if FLAGS.num_models < 6 or FLAGS.num_models % 2:
-    raise app.UsageError(f"--num_models must be even and >= 6 for leave-one-out, got {FLAGS.num_models}")
   config = run_folder.write_synthetic_run(
       FLAGS.run_dir, num_models=FLAGS.num_models, num_canaries=FLAGS.num_canaries, seq_len=FLAGS.seq_len,
       overwrite=FLAGS.overwrite, rho=FLAGS.rho, shift=FLAGS.shift, shift_units=FLAGS.shift_units,

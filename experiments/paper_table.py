@@ -2,8 +2,11 @@
 
 python -m experiments.paper_table --run_dir=DIR --setting=lstm_worst [--results=results.json] [--n_boot=1000]
 Reads an evaluated run folder (results.json and the scores_<variant>.npy that evaluate saves beside it, keep.npy) and
-writes paper_table_<setting>.{md,json}: each variant's TPR at 0.1% and 0.01% FPR with its bootstrap interval next to
-the paper's, then the orderings the paper reads off its table, each as a paired-bootstrap difference over canaries
+writes paper_table_<setting>.{md,json}, named also by the settings of the results file and the non-default --n_boot
+and --seed (--results=results_statistic-loss.json --n_boot=200 writes
+paper_table_none_statistic-loss_pairednboot-200.md, so tables of other reports or settings sit beside each other):
+each variant's TPR at 0.1% and 0.01% FPR with its bootstrap interval next to the paper's, then the orderings the
+paper reads off its table, each as a paired-bootstrap difference over canaries
 (lira.compare): shared minus class-wise for every covariance, the sequence-aware shared variants minus univariate
 shared, and OAS class-wise minus univariate class-wise. The expected sign of a difference is the paper's at that FPR
 (positive where the paper's difference is 0 or there is no paper column: A beats B, the paper's general claim). The
@@ -11,8 +14,6 @@ verdict "holds" when the 95% interval lies on the expected side of 0, "opposite"
 "not resolved" when it contains 0 or the FPR needs more non-members than the run has. --setting=none leaves the
 paper's columns out.
 """
-
-import os
 
 from absl import flags
 
@@ -26,8 +27,11 @@ flags.DEFINE_string("run_dir", None, "An evaluated run folder (results.json, sco
 flags.DEFINE_enum("setting", "none", ["none", *paper_table_report.PAPER_TABLE_II], "The paper's column to print beside the run's.")
 flags.DEFINE_string("results", "results.json", "The report to read, in the run folder (e.g. one with attack rows).")
 flags.DEFINE_integer("n_boot", 1000, "Paired bootstrap replicates over canaries for the differences.")
+cli.check_range("n_boot", 1)  # the verdicts are read off the bootstrap intervals
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+cli.check_range("seed", 0)
 flags.DEFINE_string("out_dir", None, "Where paper_table_<setting>.{md,json} go; default the run folder.")
+flags.DEFINE_bool("progress", True, "Show progress bars (this command draws none; accepted as by every command).")
 flags.mark_flags_as_required(["run_dir"])
 
 
@@ -36,12 +40,13 @@ def main(argv):
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   run_folder.check_writable(out_dir)
   table = paper_table_report.build(FLAGS.run_dir, FLAGS.results, FLAGS.setting, FLAGS.n_boot, FLAGS.seed)
-  stem = os.path.join(out_dir, f"paper_table_{FLAGS.setting}")
+  paths = paper_table_report.report_paths(out_dir, FLAGS.results, FLAGS.setting, FLAGS.n_boot, FLAGS.seed,
+                                         cli.flag_defaults(("n_boot", "seed")))
   text = paper_table_report.markdown(table)
-  run_folder.save_json(stem + ".json", table)
-  run_folder.save_text(stem + ".md", text)
+  run_folder.save_json(paths["json"], table)
+  run_folder.save_text(paths["md"], text)
   print(text)
-  print(provenance.wrote([stem + ".json", stem + ".md"]))
+  print(provenance.wrote([paths["json"], paths["md"]]))
 
 
 if __name__ == "__main__":

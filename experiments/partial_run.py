@@ -19,6 +19,8 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder of experiments.train_shadows (finished or not).")
 flags.DEFINE_string("out_run_dir", None, "New run folder for the first K models.")
 flags.DEFINE_integer("num_models", None, "K, a multiple of the run's group size; default all leading finished models.")
+cli.check_range("num_models", partial.MIN_MODELS)  # what the leave-one-out evaluation needs (training/partial.py)
+flags.DEFINE_bool("progress", True, "Show progress bars (this command draws none; accepted as by every command).")
 
 
 def main(argv):

@@ -21,14 +21,19 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("features", None, "Features folder (features.json, lp.npy, labels.npy, ...; docs/outputs.md).")
 flags.DEFINE_list("attacks", None, f"Attacks to run, from {','.join(feature_folder.ATTACKS)} (default: every attack "
                   "whose arrays the folder holds).")
-flags.DEFINE_float("k", report.DEFAULTS["k"], "Min-K%, Min-K%++ (and EM-MIA's Min-K%++ start): fraction of tokens averaged, in (0, 1].")
-flags.DEFINE_float("gamma", report.DEFAULTS["gamma"], "Con-ReCall's gamma; without it 0.1 .. 1.0 are swept and the best is reported, "
-                   "labelled 'tuned on the evaluated set'.")
+flags.DEFINE_float("k", report.DEFAULTS["k"], "Min-K%, Min-K%++ (and EM-MIA's Min-K%++ start): fraction of tokens averaged.")
+cli.check_range("k", 0, 1, low_open=True)
+flags.DEFINE_float("gamma", report.DEFAULTS["gamma"], "Con-ReCall's gamma, the weight of the member prefix's likelihood; "
+                   "without it 0.1 .. 1.0 are swept and the best is reported, labelled 'tuned on the evaluated set'.")
+cli.check_range("gamma", 0, 1)  # Con-ReCall's range (0: ReCaLL's non-member prefix alone); < 0 turns the contrast round
 flags.DEFINE_integer("shots", report.DEFAULTS["shots"], "ReCaLL: non-member shots in the prefix (default all stored); recall_shots "
                      "sweeps 1 .. all.")
+cli.check_range("shots", 1)  # and at most the shots stored, checked once the folder is read
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the features folder.")
 flags.DEFINE_integer("n_boot", report.DEFAULTS["n_boot"], "Bootstrap replicates over texts for the 95% intervals (0 = none).")
+cli.check_range("n_boot", 0)
 flags.DEFINE_integer("seed", report.DEFAULTS["seed"], "Bootstrap seed.")
+cli.check_range("seed", 0)
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 

@@ -13,7 +13,7 @@ import time
 import numpy as np
 from absl import app
 from absl import flags
-from ml_collections import config_flags
+from absl import logging
 
 from experiments import cli
 from lira.reports import provenance
@@ -22,8 +22,8 @@ from training.pretraining import offline_benchmark
 from training import pipeline
 
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", os.path.join(os.path.dirname(__file__), "configs", "pretrain_benchmark.py"),
-                                "Benchmark config (experiments/configs/pretrain_benchmark.py:cpu or :tiny).")
+cli.define_config_file("config", os.path.join(os.path.dirname(__file__), "configs", "pretrain_benchmark.py"),
+                       "Benchmark config (experiments/configs/pretrain_benchmark.py:cpu or :tiny).")
 flags.DEFINE_string("out_dir", None, "Benchmark folder: data, models, features, reports.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
@@ -123,6 +123,8 @@ def plot(path, cfg, aucs):
 
 def main(argv):
   del argv
+  if not FLAGS["verbosity"].present:  # jax's INFO lines (its TPU probe on every run) are noise here; -v 0 shows them
+    logging.set_verbosity(logging.WARNING)
   if not FLAGS.out_dir:
     raise app.UsageError("--out_dir is required")
   cfg, out = FLAGS.config, FLAGS.out_dir
@@ -175,4 +177,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-  cli.run(main)
+  cli.run(main, resumes=True)

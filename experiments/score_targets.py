@@ -22,8 +22,10 @@ flags.DEFINE_string("target_keep", None, "Optional: the targets' true membership
 flags.DEFINE_string("out_dir", None, "Where the scores and reports go.")
 flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six).")
 scoring_flags.define(("reduction", "statistic", "offline", "offline_shift", "fix_variance"))
-flags.DEFINE_integer("n_boot", metrics.N_BOOT, "Bootstrap replicates over canaries for the 95% intervals (with --target_keep).")
+flags.DEFINE_integer("n_boot", metrics.N_BOOT, "Bootstrap replicates over canaries for the 95% intervals (with --target_keep; 0 = none).")
+cli.check_range("n_boot", 0)
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
+cli.check_range("seed", 0)
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 flags.mark_flags_as_required(["run_dir", "target", "out_dir"])
 

@@ -5,10 +5,12 @@ The flags are registered as the calling command's own, so its `--help` lists the
 """
 
 import dataclasses
+import functools
 import sys
 
 from absl import flags
 
+from lira.errors import InputError
 from lira.scoring import Scoring
 
 FLAGS = flags.FLAGS
@@ -41,7 +43,18 @@ def define(names=EVALUATION, flag_values=FLAGS):
       flags.DEFINE_string(name, field.default, help_text, **common)
     else:
       flags.DEFINE_float(name, field.default, help_text, **common)
+    if name == "reduction" or isinstance(field.default, float):  # a value Scoring refuses, refused with the flags
+      flags.register_validator(name, functools.partial(_check_field, name), flag_values=flag_values)
   _DEFINED[module] = tuple(names)
+
+
+def _check_field(name, value):
+  """Scoring's own check of one field's value, as a flag validator: `--reduction=min:0: reduction must be ...`."""
+  try:
+    Scoring.of(None, **{name: value})
+  except InputError as e:
+    raise flags.ValidationError(f"--{name}={value}: {e}") from e
+  return True
 
 
 def scoring(flag_values=FLAGS, **fields):

@@ -4,9 +4,18 @@ python -m experiments.train_shadows                      # CPU default, minutes 
 python -m experiments.train_shadows --config=experiments/configs/lstm.py:paper --run_dir=runs/paper
 python -m experiments.train_shadows --config=experiments/configs/pythia.py:pythia_tiny   # fine-tuned GPT-NeoX, CPU
 python -m experiments.train_shadows --config=experiments/configs/pixelcnn.py:cpu   # PixelCNN++ on digits, CPU
+
+--config=FILE[:VARIANT]; FILE is found as given, in the installed package, or by name (lstm, pythia, pixelcnn):
+  lstm.py      cpu (default), paper, tiny, reproduce_worst, reproduce_average  (also pythia, pythia_tiny)
+  pythia.py    pythia_tiny (default), pythia, tiny, reproduce_worst, reproduce_average
+  pixelcnn.py  cpu (default), paper, tiny, reproduce_worst, reproduce_average
+--config.SECTION.FIELD=VALUE overrides one field of the config, e.g. --config.shadow.num_models=64
+  --config.canaries.kind=average --config.train.epochs=3; the fields are those of the config file (sections data,
+  tokenizer, canaries, shadow, model, train, ...), recorded in RUN_DIR/config.json (docs/shadow_models.md).
+Without progress bars (--noprogress) a line is still printed when resuming and for each finished group.
 Re-running the same command on the same --run_dir resumes; several hosts share the groups with
 --num_processes/--process_id (and --coordinator_address for jax.distributed). SIGTERM keeps the finished groups and
-exits with status 143 (training.preemption).
+exits with status 143, Ctrl-C (SIGINT) the same with status 130 (training.preemption).
 """
 
 import importlib.util
@@ -16,7 +25,6 @@ import sys
 from absl import app
 from absl import flags
 from absl import logging
-from ml_collections import config_flags
 
 from experiments import cli
 from lira.reports import loo_report
@@ -28,7 +36,7 @@ from training import preemption
 _CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 _DEFAULT_CONFIG = os.path.join(_CONFIG_DIR, "lstm.py")
 FLAGS = flags.FLAGS
-config_flags.DEFINE_config_file("config", _DEFAULT_CONFIG, "Run config (ml_collections file[:variant]).")
+cli.define_config_file("config", _DEFAULT_CONFIG, "Run config (ml_collections file[:variant]).")
 flags.DEFINE_string("run_dir", None, "Run folder; default runs/<model>_<canary kind>.")
 flags.DEFINE_string("out_dir", None, "Where the evaluation reports go; default the run folder (e.g. for a read-only "
                     "finished run).")
@@ -36,7 +44,9 @@ flags.DEFINE_bool("shard_models", False, "Shard each group's model axis over all
 flags.DEFINE_bool("shard_params", False, "FSDP: split every model's parameters and optimiser state, and each batch, "
                   "over all local devices; for models too large for one device per copy (Pythia-1b).")
 flags.DEFINE_integer("num_processes", 1, "Processes sharing the groups (multi-host).")
+cli.check_range("num_processes", 1)
 flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes).")
+cli.check_range("process_id", 0)  # and below --num_processes, checked in main
 flags.DEFINE_string("coordinator_address", None, "host:port of process 0, the same for every process; calls "
                     "jax.distributed.initialize: every process waits for all groups, process 0 assembles and evaluates.")
 flags.DEFINE_bool("evaluate", True, "Run the six-variant leave-one-out evaluation when all groups are done.")
@@ -104,26 +114,32 @@ def main(argv):
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   run_dir = FLAGS.run_dir or os.path.join("runs", f"{cfg.model.name}_{cfg.canaries.kind}")
   out_dir = FLAGS.out_dir or run_dir
-  if FLAGS.evaluate:  # checked before hours of training, not after
-    if cfg.shadow.num_models < 6:
-      raise app.UsageError(f"shadow.num_models={cfg.shadow.num_models}: the leave-one-out evaluation needs every "
-                           "canary IN for at least 3 models and OUT for at least 3, so at least 6 models; train more "
-                           "models or pass --noevaluate")
-    run_folder.check_writable(out_dir, "pass --out_dir for the reports, or --noevaluate")
+  if FLAGS.evaluate and cfg.shadow.num_models < 6:  # checked before hours of training, not after
+    raise app.UsageError(f"shadow.num_models={cfg.shadow.num_models}: the leave-one-out evaluation needs every "
+                         "canary IN for at least 3 models and OUT for at least 3, so at least 6 models; train more "
+                         "models or pass --noevaluate")
+  finished = pipeline.is_finished(cfg, run_dir)
+  if not finished:  # training writes the run folder; a finished run re-run writes nothing there (read-only is fine)
+    run_folder.check_writable(run_dir, "training writes its groups, checkpoints and losses there; choose another "
+                                       "--run_dir")
+  if FLAGS.evaluate:
+    run_folder.check_writable(out_dir, "the run is finished: pass --out_dir for the reports, or --noevaluate"
+                              if finished and not FLAGS.out_dir else "choose another --out_dir for the reports")
   preemption.install()
   try:
     # with a coordinator every process waits for all groups, and process 0 alone assembles losses.npy, once
     complete = pipeline.run(cfg, run_dir, process_id=FLAGS.process_id, num_processes=FLAGS.num_processes,
                             mesh=make_mesh(FLAGS.shard_models, FLAGS.shard_params), progress=FLAGS.progress,
-                            wait=coordinated, assemble_here=not coordinated)
-    preemption.check()  # SIGTERM during the last group's scoring: its files are written, the evaluation is not run
+                            wait=coordinated, assemble_here=not coordinated, log_groups=True)
+    preemption.check()  # a stop during the last group's scoring: its files are written, the evaluation is not run
   except preemption.Preempted:
     if coordinated:
       jax.distributed.shutdown()  # the others stop too (within a second): leave together
-    print(f"stopped by SIGTERM: the group in flight was abandoned; finished groups are kept in {run_dir}/losses. "
-          f"Re-run the same command to resume (exit status {preemption.EXIT_STATUS}).", file=sys.stderr)
-    sys.exit(preemption.EXIT_STATUS)
-  preemption.uninstall()  # the assembly and evaluation write atomically: SIGTERM may end them at once
+    print(f"stopped by {preemption.name()}: the group in flight was abandoned; finished groups are kept in "
+          f"{run_dir}/losses. Re-run the same command to resume (exit status {preemption.exit_status()}).",
+          file=sys.stderr)
+    sys.exit(preemption.exit_status())
+  preemption.uninstall()  # the assembly and evaluation write atomically: SIGTERM may end them at once, Ctrl-C too
   if coordinated:
     jax.distributed.shutdown()  # every group is done; nothing below needs the other processes
     if FLAGS.process_id != 0:
@@ -148,4 +164,4 @@ if __name__ == "__main__":
     sys.argv = resolved_argv(sys.argv)
   except UserError as e:
     sys.exit(cli.report(e))
-  cli.run(main)
+  cli.run(main, resumes=True)

@@ -116,7 +116,8 @@ def run_test(loss_MxNxT, keep_MxN, mask_NxT=None, *, max_canaries=None, max_posi
 
 def summary_of(observed_N, pvalue_N, models_N, *, positions, member_class=False, num_permutations=199):
   """The numbers a report gives: shares of tested canaries with p <= 0.01 / 0.05 (under independence at most
-  those levels, up to the permutation grid) and the median statistic beside its expectation for independent
+  those levels, up to the permutation grid; None where fewer than 99 / 19 permutations cannot reach the level,
+  `smallest_p` says how low a p-value can go) and the median statistic beside its expectation for independent
   Gaussian positions at the median class size S (independent_abs_corr)."""
   tested = ~np.isnan(pvalue_N)
   if not tested.any():
@@ -127,9 +128,17 @@ def summary_of(observed_N, pvalue_N, models_N, *, positions, member_class=False,
           "models_per_canary": [int(models_N.min()), int(models_N.max())],
           "median_statistic": round(float(np.median(observed_N[tested])), 4),
           "independent_statistic": round(independent_abs_corr(s), 4),
-          "share_p_le_0.01": round(float((pvalue_N[tested] <= 0.01).mean()), 4),
-          "share_p_le_0.05": round(float((pvalue_N[tested] <= 0.05).mean()), 4),
-          "num_permutations": int(num_permutations)}
+          "share_p_le_0.01": _share(pvalue_N[tested], 0.01, num_permutations),
+          "share_p_le_0.05": _share(pvalue_N[tested], 0.05, num_permutations),
+          "num_permutations": int(num_permutations), "smallest_p": 1.0 / (int(num_permutations) + 1)}
+
+
+def _share(pvalue_N, alpha, num_permutations):
+  """Share of p-values <= alpha, or None where alpha is below the smallest attainable p, 1 / (permutations + 1)
+  (a share of 0 there would say nothing about the covariance)."""
+  if 1.0 / (num_permutations + 1) > alpha * (1 + 1e-9):
+    return None
+  return round(float((pvalue_N <= alpha).mean()), 4)
 
 
 def summarize(loss_MxNxT, keep_MxN, *, max_canaries=700, max_positions=64, member_class=False, statistic="logit",

@@ -59,6 +59,20 @@ def default_shadow_counts(num_models):
   return _powers_of_two(4, num_models) if num_models > 4 else [num_models]
 
 
+def smallest_count(scoring, variants=VARIANTS):
+  """The fewest models m of a subset in which every canary can be scored by every variant: 6 for balanced counts,
+  class-wise or offline fits (3 IN and 3 OUT models, one of them the target), else 4 (2 per class, shared)."""
+  if scoring.balance_counts or scoring.offline or not all(shared for _, _, shared in variants):
+    return 6
+  return 4
+
+
+def sweep_counts(num_models, scoring, variants=VARIANTS):
+  """The sweep's default m: 4, 8, 16, ... and M, without the counts below smallest_count (always n/a); M is kept."""
+  low = smallest_count(scoring, variants)
+  return [m for m in default_shadow_counts(num_models) if m >= low or m == num_models]
+
+
 def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws=3, variants=VARIANTS, mask_NxT=None,
                        fpr=1e-4, seed=0, progress=True, **fields):
   """LOO evaluation on random subsets of m models, several draws per m (paper Figure 5).
@@ -69,7 +83,7 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
   """
   scoring = Scoring.of(scoring, **fields)
   M = np.shape(keep_MxN)[0]
-  counts = default_shadow_counts(M) if counts is None else sorted(counts)
+  counts = sweep_counts(M, scoring, variants) if counts is None else sorted(counts)
   if min(counts) < 4 or max(counts) > M:
     raise InputError(f"shadow counts must lie in [4, M={M}], got {counts}")
   # Checked once on the full run, so that errors name the run's model ids, before any subset is scored.
@@ -97,7 +111,7 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
 
 
 def default_lengths(shortest):
-  """1, 2, 4, ... up to the shortest canary's scored positions, and that length itself."""
+  """The powers of two below the shortest canary's scored length, then that length itself (12: 1, 2, 4, 8, 12)."""
   return _powers_of_two(1, shortest)
 
 

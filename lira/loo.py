@@ -127,9 +127,13 @@ def leave_one_out_variants(loss_MxNxT, keep_MxN, scorings, *, mask_NxT=None, on_
   with threadpoolctl.threadpool_limits(1 if workers > 1 else None, user_api="blas"), \
        concurrent.futures.ThreadPoolExecutor(workers) as pool:
     futures = [pool.submit(score, blk) for blk in blocks]
-    for f in tqdm(concurrent.futures.as_completed(futures), total=len(blocks), disable=not progress, leave=False,
-                  desc=f"LOO {names}"):
-      f.result()
+    try:
+      for f in tqdm(concurrent.futures.as_completed(futures), total=len(blocks), disable=not progress, leave=False,
+                    desc=f"LOO {names}"):
+        f.result()
+    except BaseException:  # Ctrl-C or a failed block: the blocks not started are dropped, not run by the pool's exit
+      pool.shutdown(wait=False, cancel_futures=True)
+      raise
   for llr_MxN, undefined_N in zip(llr_VxMxN, undefined_VxN):
     bad = ~np.isfinite(llr_MxN) & ~undefined_N[None]
     if bad.any():

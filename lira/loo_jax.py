@@ -231,8 +231,13 @@ def host_scores(score_cols, M, idx_N, block_size, num_threads=None):
   workers = max(1, min(num_threads or os.cpu_count() or 1, len(starts) or 1))
   with threadpoolctl.threadpool_limits(1 if workers > 1 else None, user_api="blas"), \
        concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    for f in [pool.submit(score, lo) for lo in starts]:
-      f.result()
+    futures = [pool.submit(score, lo) for lo in starts]
+    try:
+      for f in futures:
+        f.result()
+    except BaseException:  # Ctrl-C or a failed block: the blocks not started are dropped, not run by the pool's exit
+      pool.shutdown(wait=False, cancel_futures=True)
+      raise
   if jax.process_count() == 1:
     return llr_MxL
   return _gather(llr_MxL, bounds)

@@ -33,6 +33,10 @@ def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, target_loss_KxNxT, scoring
   if np.ndim(target) != 3 or target.shape[1:] != (N, T):
     raise InputError(f"target losses must be shaped [K, N, T] or [N, T] with N={N} canaries and T={T} positions "
                      f"as the shadow models', got {list(np.shape(target_loss_KxNxT))}")
+  if target.shape[0] == 0:
+    raise InputError(f"target losses hold no target model (shape {list(target.shape)}, K = 0)")
+  if not np.issubdtype(np.asarray(target[:0]).dtype, np.floating):
+    raise InputError(f"target losses must be floating-point per-token losses, got dtype {np.asarray(target[:0]).dtype}")
   try:
     check_losses(target, mask_NxT)
   except InputError as e:

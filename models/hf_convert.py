@@ -15,6 +15,7 @@ from flax import nnx
 from safetensors import numpy as safetensors_numpy
 
 from lira.reports import run_folder
+from models import hub
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
 from lira.errors import InputError, MissingPackageError, MissingFileError
 
@@ -136,17 +137,47 @@ def _read_safetensors(folder):
   return tensors
 
 
+def check_source(path):
+  """Refuse, before anything is loaded, a model that is neither a Hugging Face folder nor a hub id: a missing path,
+  a file, a folder without config.json, or a shadow run folder (whose models are picked by id)."""
+  path = str(path)
+  if os.path.isdir(path):
+    config_file = os.path.join(path, "config.json")
+    if not os.path.isfile(config_file):
+      raise MissingFileError(f"{path} is not a Hugging Face model folder: it has no config.json")
+    config = run_folder.load_json(config_file)
+    if isinstance(config, dict) and "shadow" in config:
+      raise InputError(f"{path} is a shadow run folder of experiments.train_shadows, not a Hugging Face model "
+                       "folder: pick one of its models with --model_id=M (extract_features), or use its "
+                       "base_model/ folder")
+    if isinstance(config, dict) and config.get("source") == "synthetic":
+      raise InputError(f"{path} is a synthetic run folder (experiments.make_synthetic), which holds losses, not a "
+                       "model")
+    return
+  if os.path.exists(path):
+    raise InputError(f"{path} is a file; a model is a Hugging Face folder (config.json, model.safetensors) or a "
+                     "hub id")
+  if not hub.is_hub_id(path):
+    raise MissingFileError(f"model folder {path} does not exist (and is not a hub id like EleutherAI/pythia-70m)")
+
+
 def load_hf_folder(path, revision=None, dtype="float32"):
   """(GPTNeoXConfig, params) from a Hugging Face folder, or a hub id (downloads config and safetensors only)."""
+  path = str(path)
+  check_source(path)
   if not os.path.exists(path):
-    if path.startswith(("/", ".", "~")) or path.count("/") > 1:
-      raise MissingFileError(f"{path} does not exist (and is not a hub id like EleutherAI/pythia-70m)")
     try:
       from huggingface_hub import snapshot_download  # only for hub ids
     except ImportError as e:
       raise MissingPackageError(f"{path} is not a local folder; downloading it as a hub id needs huggingface_hub: "
                         'pip install -e ".[hf]"') from e
-    path = snapshot_download(repo_id=path, revision=revision, allow_patterns=["*.json", "*.safetensors"])
+    hub.prepare()  # no network: offline mode at once, not 24 s of retries
+    try:
+      path = snapshot_download(repo_id=path, revision=revision, allow_patterns=["*.json", "*.safetensors"])
+    except OSError as e:  # offline, or no such repo: huggingface_hub's errors are OSErrors
+      reason = hub.unreachable_reason() or f"the hub could not provide it: {e}"
+      raise MissingFileError(f"model {path!r} is not a local folder, and {reason}; download it where there is a "
+                             "network and pass its folder") from e
     if not any(n.endswith(".safetensors") for n in os.listdir(path)):
       raise InputError(f"hub repo at revision {revision} has no safetensors weights; {_PICKLE_REFUSAL}")
   with open(os.path.join(path, "config.json")) as f:

@@ -8,3 +8,13 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 for _folder, _dirs, _files in sorted(os.walk(_HERE)):
   _dirs[:] = [d for d in _dirs if not d.startswith((".", "__"))]
   sys.path.insert(0, _folder)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _no_hub_requests(monkeypatch):
+  """No test reaches the network: hub access is off (HF_HUB_OFFLINE=1, which models.hub.prepare honours without
+  probing), in this process and in the commands the tests start. Tests of the probe unset it themselves."""
+  monkeypatch.setenv("HF_HUB_OFFLINE", "1")

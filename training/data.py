@@ -46,10 +46,19 @@ def load_personachat(name_or_path, split="train", config=None):
     import pyarrow.compute as pc
   except ImportError as e:
     raise MissingPackageError("load_personachat needs Hugging Face datasets: pip install datasets") from e
+  from models import hub  # the hub only for hub ids
   if os.path.isfile(name_or_path):
     ds = datasets.load_dataset("json", data_files={split: name_or_path}, split=split)
-  else:
+  elif os.path.isdir(name_or_path) or not hub.is_hub_id(name_or_path):
     ds = datasets.load_dataset(name_or_path, config or _HUB_CONFIGS.get(name_or_path), split=split)
+  else:
+    hub.prepare()  # no network: offline mode at once, not 24 s of retries
+    try:
+      ds = datasets.load_dataset(name_or_path, config or _HUB_CONFIGS.get(name_or_path), split=split)
+    except OSError as e:  # ConnectionError and the hub's not-found errors are OSErrors
+      reason = hub.unreachable_reason() or f"the hub could not provide it: {e}"
+      raise MissingFileError(f"could not load the dataset {name_or_path!r}: {reason}; pass a local copy as "
+                             "--config.data.hub_id=PATH (a dataset folder or a JSON / JSONL file)") from e
   missing = {"conv_id", "utterance_idx", "history", "candidates"} - set(ds.column_names)
   if missing:
     raise InputError(f"{name_or_path} ({split}) lacks the PersonaChat fields {sorted(missing)}")
@@ -120,13 +129,16 @@ def load_tokenizer(name_or_path):
     if not os.path.isfile(file):
       raise MissingFileError(f"no tokenizer.json in the folder {path}")
     return tokenizers.Tokenizer.from_file(file)
-  if os.path.isabs(path) or path.startswith(".") or path.endswith(".json") or path.count("/") > 1:
-    raise MissingFileError(f"tokenizer not found: {path}")
+  from models import hub  # the hub only for hub ids
+  if path.endswith(".json") or not hub.is_hub_id(path):
+    raise MissingFileError(f"tokenizer not found: {path} does not exist")
+  hub.prepare()  # no network: offline mode at once, not 24 s of retries
   try:
     return tokenizers.Tokenizer.from_pretrained(path)
   except Exception as e:  # the hub raises its own errors; name what was asked for
-    raise MissingFileError(f"tokenizer {path!r} is not a local file or folder and the hub could not "
-                            f"provide it: {e}") from e
+    reason = hub.unreachable_reason() or f"the hub could not provide it: {e}"
+    raise MissingFileError(f"tokenizer {path!r} is not a local file or folder, and {reason}; pass a local "
+                           "tokenizer.json or a folder holding one") from e
 
 
 def bos_id(tokenizer):

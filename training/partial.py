@@ -16,6 +16,7 @@ from lira.errors import InputError, MissingFileError
 from lira.reports import run_folder
 
 COPIED = ("canaries.npy", "mask.npy", "tokenizer.json")  # run files that do not depend on the number of models
+MIN_MODELS = 6  # the balanced leave-one-out evaluation: every canary IN for 3 models and OUT for 3
 
 
 def _losses_path(run_dir, g):
@@ -25,6 +26,11 @@ def _losses_path(run_dir, g):
 def read_config(run_dir):
   """The run's config.json as a dict; MissingFileError / InputError name the file."""
   config = run_folder.load_config(run_dir, "not a run folder of experiments.train_shadows")
+  if "shadow" not in config:
+    made = (" (it is a synthetic run of experiments.make_synthetic, which has no training groups; make one with "
+            "fewer models with make_synthetic --num_models=K)" if config.get("source") == "synthetic" else "")
+    raise InputError(f"{run_dir} is not a shadow run of experiments.train_shadows: its config.json has no shadow "
+                     f"section{made}; partial_run takes the finished groups of a shadow run")
   shadow = config.get("shadow", {})
   if not all(isinstance(shadow.get(k), int) and shadow[k] > 0 for k in ("num_models", "group_size")):
     raise InputError(f"{run_folder.config_path(run_dir)}: needs shadow.num_models and shadow.group_size (positive "
@@ -61,9 +67,10 @@ def write_partial_run(run_dir, out_dir, num_models=None):
     raise InputError("--out_run_dir must differ from --run_dir (the partial run is a new folder)")
   done = finished_models(run_dir, config)
   K = done if num_models is None else int(num_models)
-  if K < 4:
+  if K < MIN_MODELS:
     what = f"only {done} leading models are finished" if num_models is None else f"--num_models={K}"
-    raise InputError(f"{run_dir}: {what}; a leave-one-out evaluation needs at least 4 models")
+    raise InputError(f"{run_dir}: {what}; the leave-one-out evaluation needs at least {MIN_MODELS} models (every "
+                     "canary IN for 3 and OUT for 3, as train_shadows and make_synthetic require)")
   if K > M:
     raise InputError(f"--num_models={K} exceeds the run's {M} models")
   groups = [ids for _, ids in run_folder.groups(M, G) if ids[0] < K]

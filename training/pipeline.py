@@ -352,6 +352,13 @@ def assemble(cfg, run_dir):
   return True
 
 
+def is_finished(cfg, run_dir):
+  """Whether the run is complete (config.json, every group's losses and losses.npy): re-running it then writes
+  nothing into the run folder, which may be read-only."""
+  return (os.path.exists(run_folder.config_path(run_dir)) and os.path.exists(os.path.join(run_dir, "losses.npy"))
+          and all(os.path.exists(run_folder.group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg)))
+
+
 def wait_for_groups(cfg, run_dir, poll_s=1.0):
   """Block until every group's losses file exists (written by the other processes of a jax.distributed run);
   a SIGTERM meanwhile raises preemption.Preempted."""
@@ -360,13 +367,16 @@ def wait_for_groups(cfg, run_dir, poll_s=1.0):
     time.sleep(poll_s)
 
 
-def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True, wait=False, assemble_here=True):
+def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True, wait=False, assemble_here=True,
+        log_groups=None):
   """Prepare, train every group of this process that is not done yet, and assemble losses.npy.
 
   `wait` (a jax.distributed run) blocks until the other processes' groups exist too; `assemble_here=False` leaves
   the assembly to another process (process 0 of a jax.distributed run), so it happens once, after every group.
-  Returns whether every group is done (and, with assemble_here, losses.npy written).
+  `log_groups` (default: `progress`) prints a line when resuming and one per finished group, with or without the
+  progress bars. Returns whether every group is done (and, with assemble_here, losses.npy written).
   """
+  log_groups = progress if log_groups is None else log_groups
   validate(cfg)
   os.makedirs(run_dir, exist_ok=True)
   check_config(cfg, run_dir)
@@ -374,15 +384,17 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   model = build_model(cfg, data, run_dir, progress)
   todo = [(g, ids) for g, ids in groups_of(cfg, process_id, num_processes)
           if not os.path.exists(run_folder.group_paths(run_dir, g)[1])]
-  done = len(groups_of(cfg, process_id, num_processes)) - len(todo)
-  if progress and done:
-    print(f"resuming: {done} group(s) already finished")
-  for g, ids in todo:
+  mine = len(groups_of(cfg, process_id, num_processes))
+  done = mine - len(todo)
+  if log_groups and done:
+    print(f"resuming {run_dir}: {done} of {mine} group(s) already finished, {len(todo)} to train", flush=True)
+  for i, (g, ids) in enumerate(todo):
     preemption.check()
     t0 = time.perf_counter()
     run_group(cfg, run_dir, data, model, g, ids, mesh, progress)
-    if progress:
-      print(f"group {g}: models {ids[0]}-{ids[-1]} trained in {time.perf_counter() - t0:.1f} s")
+    if log_groups:
+      print(f"group {g} ({done + i + 1} of {mine}): models {ids[0]}-{ids[-1]} finished in "
+            f"{time.perf_counter() - t0:.1f} s", flush=True)
   if wait:
     wait_for_groups(cfg, run_dir)
   return assemble(cfg, run_dir) if assemble_here else all(

@@ -32,6 +32,16 @@ def levels_of(pvalue_N, num_permutations):
   return [(float(a), float(s)) for a, s in zip(alphas, shares)]
 
 
+def level_words(summary, alpha, expected):
+  """'p <= alpha for x% (expected if independent)', or why alpha cannot be reached with so few permutations."""
+  share = summary[f"share_p_le_{alpha:g}"]
+  P = summary["num_permutations"]
+  if share is None:
+    return (f"p <= {alpha:g} is not attainable with {P} permutations (the smallest p is 1 / {P + 1} = "
+            f"{1 / (P + 1):.3g}; --permutations={int(round(1 / alpha)) - 1} or more reach it)")
+  return f"p <= {alpha:g} for {100 * share:.1f}% ({expected} if independent)"
+
+
 def plot_pvalues(pvalue_N, levels, summary, subtitle):
   """Histogram of the p-values and their distribution function (log-log) against the uniform null."""
   fig = Figure(figsize=(10.5, 4.6), layout="constrained")
@@ -54,8 +64,8 @@ def plot_pvalues(pvalue_N, levels, summary, subtitle):
   ax_cdf.grid(alpha=0.3, which="both")
   ax_cdf.legend(fontsize=8, loc="lower right")
   fig.suptitle(f"Is the per-position covariance diagonal? Per-canary permutation test ({P} permutations)\n"
-               f"{subtitle}\np <= 0.01 for {100 * summary['share_p_le_0.01']:.1f}% of canaries (1% expected if "
-               f"independent); median mean|r| {summary['median_statistic']:.3f} vs "
+               f"{subtitle}\n{level_words(summary, 0.01, '1%')}; median mean|r| "
+               f"{summary['median_statistic']:.3f} vs "
                f"{summary['independent_statistic']:.3f} if independent", fontsize=9)
   return fig
 
@@ -104,7 +114,7 @@ def write_cov_structure(run_dir, out_dir=None, *, cov_class=DEFAULTS["cov_class"
               f"{summary['models_per_canary'][1]} per canary of M={M}), statistic={statistic}")
   run_folder.save_figure(paths["png"], plot_pvalues(pvalue_N, levels, summary, subtitle))
   line = (f"{summary['tested']} of {n} canaries tested on {t} positions ({cov_class.upper()} models): "
-          f"p <= 0.01 for {100 * summary['share_p_le_0.01']:.1f}% (1% if independent), p <= 0.05 for "
-          f"{100 * summary['share_p_le_0.05']:.1f}% (5%); median mean|r| {summary['median_statistic']:.4f} "
+          f"{level_words(summary, 0.01, '1%')}, {level_words(summary, 0.05, '5%')}; median mean|r| "
+          f"{summary['median_statistic']:.4f} "
           f"(independent Gaussian: {summary['independent_statistic']:.4f})")
   return list(paths.values()), line

@@ -34,6 +34,14 @@ def load_image_run(run_dir):
   return run, shape, canary_maps.num_levels_of(run.config), images
 
 
+def gap_words(gap):
+  """A canary's gap (mean OUT loss - mean IN loss over its pixels) said with its direction, so that it reads the same
+  as the IN - OUT difference panel (a gap of +0.2 is that panel's mean of -0.2 nats)."""
+  if not np.isfinite(gap):
+    return "IN-vs-OUT mean loss gap undefined"
+  return f"IN models' mean loss {abs(gap):.3g} nats {'below' if gap >= 0 else 'above'} the OUT models'"
+
+
 def output_paths(out_dir, settings):
   """Each file's path, named by the settings that change it."""
   pick = lambda *keys: {k: settings[k] for k in keys}  # noqa: E731
@@ -73,8 +81,8 @@ def write_image_maps(run_dir, out_dir=None, *, canary=DEFAULTS["canary"], pixel=
     raise InputError(f"mask.npy leaves pixels of canary {chosen} unscored; the maps need every pixel")
   maps = canary_maps.canary_maps(run.loss_MxNxT, run.keep_MxN, chosen, t, statistic=statistic, cov_class=cov_class)
   rank = int((gap_N > gap_N[chosen]).sum()) + 1
-  note = (f"largest IN-vs-OUT mean loss gap, {gap_N[chosen]:+.3g} nats" if canary is None
-          else f"IN-vs-OUT mean loss gap {gap_N[chosen]:+.3g} nats, rank {rank} of {N}")
+  note = (f"the largest gap: {gap_words(gap_N[chosen])}" if canary is None
+          else f"{gap_words(gap_N[chosen])}, gap rank {rank} of {N}")
   # The pixel is named by its raster index whichever form it was given in ('2,3' and '11' name one file at W=4).
   settings = {"canary": canary, "pixel": None if pixel is None else t, "cov_class": cov_class,
               "statistic": statistic, "max_positions": max_positions}

@@ -162,8 +162,7 @@ def evaluate_run(run_dir, out_dir=None, scoring=None, *, variants=None, n_boot=m
   md_notes = "".join(f"\n{n}  " for n in notes)
   run_folder.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{tables.format_markdown(table_rows)}\n"
                                 f"{md_notes}\n")
-  curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"])
-            for r in rows + extra]
+  curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows + extra]
   run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title(shape, settings),
                                                     styles=None if attack_rows is None else attack_rows.styles))
   text = "\n".join([setting, "", tables.format_table(table_rows)] + notes)

@@ -8,6 +8,7 @@ the FPR needs more non-members than the run has.
 """
 
 import os
+import re
 
 import numpy as np
 
@@ -41,6 +42,29 @@ COMPARISONS = (  # (A, B, what the paper says about A - B)
 )
 
 
+DEFAULTS = {"n_boot": 1000, "seed": 0}  # the paired bootstrap's; report names leave them out
+
+
+def results_suffix(results_name):
+  """The settings part of a results file's name, as evaluate wrote it: '' for results.json, '_nboot-50' for
+  results_nboot-50.json; any other name (a renamed or nested report) whole, made filename-safe: '_my-run'."""
+  stem = re.sub(r"[^A-Za-z0-9.+_-]+", "-", re.sub(r"\.json$", "", results_name)).strip("-")
+  if stem == "results":
+    return ""
+  return stem[len("results"):] if stem.startswith("results_") else f"_{stem}"
+
+
+def report_paths(out_dir, results_name, setting="none", n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"],
+                 defaults=DEFAULTS):
+  """{"json": path, "md": path} of the table built from results_name: paper_table_<setting>, then the results
+  file's settings (results_suffix), then this table's own non-default bootstrap settings as _pairednboot-B and
+  _pairedseed-S (lira.reports.provenance.report_path). The default results.json keeps paper_table_<setting>.md."""
+  own = {"paired_n_boot": int(n_boot), "paired_seed": int(seed)}
+  own_defaults = {"paired_n_boot": defaults["n_boot"], "paired_seed": defaults["seed"]}
+  stem = f"paper_table_{setting}{results_suffix(results_name)}"
+  return {ext: provenance.report_path(out_dir, stem, ext, own, own_defaults) for ext in ("json", "md")}
+
+
 def verdict(diff_ci, resolved, expected_sign=1):
   """holds / opposite / not resolved: where the interval of A - B lies against the expected sign (+1 or -1)."""
   if not resolved or not np.all(np.isfinite(diff_ci)):
@@ -64,7 +88,7 @@ def load_scores(run_dir, results):
   return out
 
 
-def build(run_dir, results_name="results.json", setting="none", n_boot=1000, seed=0):
+def build(run_dir, results_name="results.json", setting="none", n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"]):
   results_path = os.path.join(run_dir, results_name)
   if not os.path.exists(results_path):
     raise InputError(f"{results_path}: not found (run python -m experiments.evaluate --run_dir={run_dir} first)")

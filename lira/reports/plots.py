@@ -5,6 +5,7 @@ dashed) in every figure, the covariance-error figures of lira/reports/cov_plots.
 """
 
 import collections
+import textwrap
 
 import numpy as np
 from matplotlib.figure import Figure
@@ -50,27 +51,68 @@ def _log2_axis(ax, values, label):
   ax.grid(True, alpha=0.3)
 
 
-def roc_figure(curves, title=None, fpr_min=None, styles=None, legend_fpr=1e-3):
-  """Log-log ROC curves; curves = [(label, fpr, tpr, auc_or_None)], legend with AUC and TPR at legend_fpr.
+def summary_curve(label, summary):
+  """One roc_figure curve from a lira.metrics.summarize dict: (label, fpr, tpr, auc, n_neg)."""
+  return (label, summary["roc"]["fpr"], summary["roc"]["tpr"], summary["auc"], summary["n_neg"])
 
+
+def _needs(fpr, have):
+  """The tables' footnote (lira/reports/tables.py): what resolving fpr takes; have = the negatives available."""
+  return f"TPR@{100 * float(fpr):g}% FPR needs >= {metrics.min_negatives(fpr):,} negatives; available {have}"
+
+
+def _unresolved_words(rows):
+  """Legend text for the unresolved points of rows with fpr and n_neg (as lira.evaluation writes them)."""
+  rows = [r for r in rows if not r.get("resolved", True) and r.get("tpr") is not None and np.isfinite(float(r["tpr"]))]
+  if not rows or any(r.get("fpr") is None or r.get("n_neg") is None for r in rows):
+    return "not resolved"
+  counts = sorted({int(r["n_neg"]) for r in rows})
+  have = f"{counts[0]:,}" if len(counts) == 1 else f"{counts[0]:,} to {counts[-1]:,}"
+  return f"not resolved ({_needs(rows[0]['fpr'], have)})"
+
+
+def _have(named_counts, curves):
+  """'48' when every curve has the same number of negatives, else the unresolved ones by name: 'B: 48, C: 50'."""
+  counts = {int(c[4]) for c in curves}
+  if len(counts) == 1:
+    return f"{counts.pop():,}"
+  return ", ".join(f"{name}: {int(n):,}" for name, n in named_counts)
+
+
+def roc_figure(curves, title=None, fpr_min=None, styles=None, legend_fpr=1e-3):
+  """Log-log ROC curves; curves = [(label, fpr, tpr, auc_or_None, n_neg)] (summary_curve makes one from a summary),
+  legend with AUC and TPR at legend_fpr.
+
+  The legend prints the TPR at legend_fpr only where the curve's n_neg negatives resolve that FPR
+  (lira.metrics.is_resolved), `n/r` with the tables' footnote otherwise, as the tables do.
   styles maps a label to its colour and line style (default: the variant's, black dotted for other labels)."""
   styles = styles or {}
-  curves = [(label, np.asarray(f, dtype=np.float64), np.asarray(t, dtype=np.float64), a) for label, f, t, a in curves]
+  if any(len(c) != 5 for c in curves):
+    raise ValueError("roc_figure: each curve is (label, fpr, tpr, auc, n_neg); n_neg (the negatives behind the curve) "
+                     "tells whether its TPR at legend_fpr is resolved (plots.summary_curve builds one from a summary)")
+  curves = [(label, np.asarray(f, dtype=np.float64), np.asarray(t, dtype=np.float64), a, n)
+            for label, f, t, a, n in curves]
   if fpr_min is None:
     # Below the smallest nonzero FPR (about 1/n_neg) nothing is resolved; show down to 1e-5 at most.
-    positive = [f[f > 0].min() for _, f, _, _ in curves if (f > 0).any()]
+    positive = [f[f > 0].min() for _, f, _, _, _ in curves if (f > 0).any()]
     fpr_min = max(FPR_FLOOR, min(positive)) if positive else FPR_FLOOR
-  fig = Figure(figsize=(5.6, 5.2 + 0.17 * (len(curves) + 1)), layout="constrained")
+  unresolved = [(str(label), n_neg) for label, _, _, _, n_neg in curves if not metrics.is_resolved(n_neg, legend_fpr)]
+  fig = Figure(figsize=(5.6, 5.2 + 0.17 * (len(curves) + 1 + bool(unresolved))), layout="constrained")
   ax = fig.subplots()
   ax.plot([fpr_min, 1.0], [fpr_min, 1.0], ls=":", color="gray", lw=1, label="chance")
-  for label, fpr_G, tpr_G, auc_value in curves:
+  for label, fpr_G, tpr_G, auc_value, n_neg in curves:
     parts = [str(label)]
     if auc_value is not None:
       parts.append(f"AUC {auc_value:.4f}")
-    parts.append(f"TPR@{100 * legend_fpr:g}% {100 * metrics.curve_tpr_at_fpr(fpr_G, tpr_G, legend_fpr):.2f}%")
+    if metrics.is_resolved(n_neg, legend_fpr):
+      parts.append(f"TPR@{100 * legend_fpr:g}% {100 * metrics.curve_tpr_at_fpr(fpr_G, tpr_G, legend_fpr):.2f}%")
+    else:
+      parts.append(f"TPR@{100 * legend_fpr:g}% n/r")
     # Points at FPR or TPR 0 sit on the axis edge instead of vanishing off the log scale.
     ax.plot(np.maximum(fpr_G, fpr_min), np.maximum(tpr_G, fpr_min), lw=1.5, label=", ".join(parts),
             **styles.get(label, style_of(label)))
+  if unresolved:
+    ax.plot([], [], ls="none", label=f"n/r = not resolved: {_needs(legend_fpr, _have(unresolved, curves))}")
   ax.set_xscale("log")
   ax.set_yscale("log")
   ax.set_xlim(fpr_min, 1.0)
@@ -95,7 +137,9 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
   """TPR (%) versus reduced length K, one panel per covariance, one line per strategy (Figs. 11-14).
 
   The panel's variant without reduction is a horizontal line in its fixed style; bars and the band around it are
-  the rows' bootstrap intervals (tpr_ci_low/high) when present; hollow markers are FPRs the negatives do not resolve.
+  the rows' bootstrap intervals (tpr_ci_low/high) when present. What the tables mark n/r (row["resolved"] False: the
+  negatives do not resolve the FPR) is drawn hollow (markers) or dotted (lines: the baseline, and a strategy's line
+  wherever it touches an unresolved point), said so in the legend with the tables' footnote.
   """
   covariances = list(dict.fromkeys(r["covariance"] for r in rows))
   shared = bool(rows[0].get("shared", True))
@@ -108,7 +152,11 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
     name = f"{LABELS.get(covariance, covariance)} {LABELS['shared' if shared else 'classwise']}"
     for r in rows:
       if r["strategy"] == "none" and r["covariance"] == covariance:
-        handles[f"no reduction, {name}"] = ax.axhline(100 * r["tpr"], lw=1.4, **style)
+        if r.get("resolved", True):
+          handles[f"no reduction, {name}"] = ax.axhline(100 * r["tpr"], lw=1.4, **style)
+        else:
+          any_unresolved = True
+          handles[f"no reduction, {name} (n/r)"] = ax.axhline(100 * r["tpr"], lw=1.4, **{**style, "ls": ":"})
         lo, hi = _ci(r)
         if lo is not None:
           ax.axhspan(lo, hi, color=style["color"], alpha=0.12, lw=0)
@@ -121,13 +169,15 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
       k_K = np.array([r["K"] for r in pts], np.float64) * 2.0 ** (0.06 * (i - (len(strategies) - 1) / 2))
       y_K = np.array([100 * r["tpr"] for r in pts])
       cis = [_ci(r) for r in pts]
-      (line,) = ax.plot(k_K, y_K, color=color, marker=marker, ms=4.5, lw=1.4)
-      handles.setdefault(strategy, line)
+      open_K = np.array([not r.get("resolved", True) for r in pts], bool)
+      # Solid between resolved points; a segment that touches an unresolved point is dotted, its marker hollow.
+      ax.plot(k_K, y_K, color=color, lw=1.4, ls=":")
+      ax.plot(k_K, np.where(open_K, np.nan, y_K), color=color, marker=marker, ms=4.5, lw=1.4)
+      handles.setdefault(strategy, Line2D([], [], color=color, marker=marker, ms=4.5, lw=1.4))
       if all(lo is not None for lo, _ in cis):
         any_ci = True
         err = np.array([[y - lo, hi - y] for y, (lo, hi) in zip(y_K, cis)]).T
         ax.errorbar(k_K, y_K, yerr=np.maximum(err, 0), fmt="none", ecolor=color, elinewidth=0.9, capsize=2.5)
-      open_K = np.array([not r.get("resolved", True) for r in pts], bool)
       if open_K.any():
         any_unresolved = True
         ax.plot(k_K[open_K], y_K[open_K], **{**_hollow(color, 6), "marker": marker})
@@ -138,7 +188,8 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
   if any_ci:
     legend.append((Line2D([], [], color="0.3", marker="|", ms=10, mew=1.2, ls="none"), "bars, band: 95% bootstrap CI"))
   if any_unresolved:
-    legend.append((Line2D([], [], **_hollow("0.3", 6)), "hollow: FPR not resolved"))
+    legend.append((Line2D([], [], **{**_hollow("0.3", 6), "ls": ":", "color": "0.3"}),
+                   "hollow, dotted: " + _unresolved_words(rows)))
   fig.legend(*zip(*legend), loc="outside lower center", ncol=3, fontsize=8, frameon=False)
   if title:
     fig.suptitle(title, fontsize=9)
@@ -149,8 +200,9 @@ def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
                  xlabel="models per subset m (each target: m-1 shadow models)"):
   """TPR (%) versus number of models m: mean over draws with a min-max band, one line per variant (Fig. 5).
 
-  Points whose target FPR is not resolved by the negatives available (row["resolved"] False in any draw) are
-  hollow; undefined points (tpr NaN or None: too few models of a class) are left out.
+  Points whose target FPR is not resolved by the negatives available (row["resolved"] False in any draw: the
+  table's n/r) are hollow, said so in the legend with the table's footnote; undefined points (tpr NaN or None: too
+  few models of a class) are left out.
   """
   fig = Figure(figsize=(7.6, 4.2), layout="constrained")
   ax = fig.subplots()
@@ -183,7 +235,8 @@ def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
   labels.append("band: min-max over draws")
   if any_unresolved:
     handles.append(Line2D([], [], **_hollow("0.3")))
-    labels.append("hollow: FPR not resolved")
+    # Wrapped: the legend stands beside the axes, and a wide one would squeeze them.
+    labels.append(textwrap.fill("hollow: " + _unresolved_words(rows), 34))
   fig.legend(handles, labels, loc="outside right upper", fontsize=8)
   if title:
     ax.set_title(title, fontsize=9)

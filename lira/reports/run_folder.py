@@ -18,7 +18,7 @@ import tempfile
 import numpy as np
 
 from lira import synthetic
-from lira.errors import InputError, MissingFileError
+from lira.errors import InputError, MissingFileError, UserError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +48,7 @@ def load_run(run_dir, mmap=False):
   if not os.path.isdir(run_dir):
     raise MissingFileError(f"run folder {run_dir!r} does not exist")
   paths = {k: os.path.join(run_dir, f"{k}.npy") for k in ("losses", "keep", "mask")}
+  check_complete(run_dir)
   for k in ("losses", "keep"):
     if not os.path.exists(paths[k]):
       raise MissingFileError(f"run folder {run_dir!r} has no {k}.npy (see README, 'Run folder layout')")
@@ -74,6 +75,37 @@ def load_run(run_dir, mmap=False):
   if os.path.exists(cfg_path):
     config = load_json(cfg_path)
   return Run(loss, keep, mask, config)
+
+
+def finished_groups(run_dir):
+  """Indices of the groups whose losses file exists in RUN_DIR/losses (each written last: the group is done)."""
+  folder = os.path.join(run_dir, "losses")
+  if not os.path.isdir(folder):
+    return []
+  names = (n[len("group_"):-len(".npy")] for n in os.listdir(folder) if n.startswith("group_") and n.endswith(".npy"))
+  return sorted(int(g) for g in names if g.isdigit())
+
+
+def check_complete(run_dir):
+  """Refuse a shadow run that experiments.train_shadows has not finished: losses.npy is assembled only when every
+  group is done, so group files without it are a run still training or stopped, never read as a run of the
+  groups that happen to exist."""
+  if os.path.exists(os.path.join(run_dir, "losses.npy")):
+    return
+  done = finished_groups(run_dir)
+  if not done:
+    return
+  try:
+    shadow = load_config(run_dir).get("shadow", {})
+    total = -(-int(shadow["num_models"]) // int(shadow["group_size"]))
+    of = f"groups done: {len(done)} of {total}"
+  except (UserError, KeyError, TypeError, ValueError, ZeroDivisionError):
+    of = f"groups done: {len(done)}"
+  raise InputError(f"run folder {run_dir} is an unfinished shadow run: it has no losses.npy, which "
+                   f"experiments.train_shadows assembles once every group is done ({of} in {run_dir}/losses); "
+                   f"resume it with the same train_shadows command (--run_dir={run_dir}), or take its finished "
+                   f"models as a run of their own with python -m experiments.partial_run --run_dir={run_dir} "
+                   "--out_run_dir=NEW")
 
 
 def config_path(run_dir):

@@ -17,14 +17,23 @@ from lira.errors import InputError
 from lira.scoring import Scoring
 from lira.reports import tables
 
-def load_targets(target_path, keep_path, num_canaries):
-  """Target losses [K, N, T] (an [N, T] file is K = 1) and their membership [K, N] or None, checked against N."""
+def load_targets(target_path, keep_path, num_canaries, num_positions=None):
+  """Target losses [K, N, T] (an [N, T] file is K = 1) and their membership [K, N] or None, checked against the
+  shadow run's N (and T when given): floating-point losses of at least one target, before anything is written."""
   loss = run_folder.load_npy(target_path, mmap=True)
+  if not np.issubdtype(loss.dtype, np.floating):
+    raise InputError(f"{target_path}: expected floating-point per-token losses, got dtype {loss.dtype} (a "
+                     "membership or token-id file given as --target?)")
+  shape = list(loss.shape)
   if loss.ndim == 2:
     loss = loss[None]
-  if loss.ndim != 3 or loss.shape[1] != num_canaries:
+  T = "T" if num_positions is None else f"T={num_positions}"
+  if (loss.ndim != 3 or loss.shape[1] != num_canaries
+      or (num_positions is not None and loss.shape[2] != num_positions)):
     raise InputError(f"{target_path}: expected per-token losses [K, N, T] or [N, T] with N={num_canaries} canaries "
-                     f"(those of the shadow run), got {list(loss.shape)}")
+                     f"and {T} positions (those of the shadow run), got {shape}")
+  if loss.shape[0] == 0:
+    raise InputError(f"{target_path}: holds no target model (shape {list(loss.shape)}, K = 0)")
   keep = None
   if keep_path:
     keep = run_folder.load_npy(keep_path)
@@ -48,7 +57,7 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
   scoring = Scoring.of(scoring, **fields)
   requested, chosen, dropped = loo_report.choose_variants(variants, scoring, scorer="targets")
   run = run_folder.load_run(run_dir, mmap=True)
-  target_loss, target_keep = load_targets(target_path, target_keep_path, run.keep_MxN.shape[1])
+  target_loss, target_keep = load_targets(target_path, target_keep_path, *run.loss_MxNxT.shape[1:])
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   settings = loo_report.report_settings(requested, scoring, n_boot, seed)
   del settings["balance_counts"]  # every target is scored from all M shadows: nothing to balance
@@ -85,7 +94,7 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
     md_notes = "".join(f"\n{n}  " for n in notes)
     run_folder.save_text(paths["md"], f"# LiRA on target models\n\n{setting}\n\n{tables.format_markdown(table_rows)}\n"
                                   f"{md_notes}\n")
-    curves = [(r["name"], r["summary"]["roc"]["fpr"], r["summary"]["roc"]["tpr"], r["summary"]["auc"]) for r in rows]
+    curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows]
     title = f"LiRA on {K} target model(s), {M} shadow models, N={N}, T={T}\n{loo_report.scoring_words(settings)}"
     run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title))
   result = provenance.header("score_targets", run_dir, run,

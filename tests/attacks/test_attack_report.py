@@ -190,11 +190,26 @@ def test_auc_below_half_is_not_flipped(tmp_path, pretrain_cli):
   assert auc == pytest.approx(1 - skm.roc_auc_score(arrays["labels"] == 1, scores), abs=1e-12)  # no ties: exact
 
 
+def test_roc_legend_prints_n_r_where_the_table_does(tmp_path, pretrain_cli, monkeypatch):
+  make_features(tmp_path)  # 20 non-members: TPR at 1% FPR (the legend's) needs 100, the table prints n/r
+  figures = {}
+  monkeypatch.setattr(run_folder, "save_figure", lambda path, fig: figures.setdefault(os.path.basename(path), fig))
+  run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=loss,min_k", "--n_boot=0")
+  result = strict_json(tmp_path / "results_attacks-loss+mink_nboot-0.json")
+  texts = [t.get_text() for t in figures["roc_attacks-loss+mink_nboot-0.png"].legends[0].get_texts()]
+  for row in result["rows"]:
+    assert not row["summary"]["tpr"]["0.01"]["resolved"] and row["summary"]["tpr"]["0.05"]["resolved"]
+    assert next(t for t in texts if t.startswith(row["name"] + ",")).endswith("TPR@1% n/r")
+  assert "n/r = not resolved: TPR@1% FPR needs >= 100 negatives; available 20" in texts
+  with open(tmp_path / "results_attacks-loss+mink_nboot-0.md") as f:
+    assert "| n/r |" in f.read()
+
+
 def test_missing_array_names_attack_and_file(tmp_path, pretrain_cli, capsys):
   make_features(tmp_path)
-  os.remove(tmp_path / "pair_lp.npy")
-  os.makedirs(tmp_path / "pairs")
-  with pytest.raises(MissingFileError, match=r"em_mia.*pair_lp\.npy.*did not finish"):
+  os.remove(tmp_path / "pair_lp.npy")  # a folder built without EM-MIA's pairs: features.json does not list them
+  feature_folder.write_meta(tmp_path, {"model": "hand-made", "n_texts": N, "notes": []})
+  with pytest.raises(MissingFileError, match=r"attack em_mia needs pair_lp\.npy, which .* lacks"):
     run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=loss,em_mia")
   assert not (tmp_path / "results_attacks-loss+emmia.json").exists()
   pretrain_cli.FLAGS.unparse_flags()
@@ -202,6 +217,25 @@ def test_missing_array_names_attack_and_file(tmp_path, pretrain_cli, capsys):
   result = strict_json(tmp_path / "results_nboot-0.json")
   assert result["skipped"] == [{"attack": "em_mia", "reason": "the folder has no pair_lp.npy"}]
   assert "skipped em_mia: the folder has no pair_lp.npy" in capsys.readouterr().out
+
+
+def test_an_incomplete_or_changed_features_folder_is_refused_before_any_report(tmp_path):
+  make_features(tmp_path)
+  os.remove(tmp_path / "pair_lp.npy")  # features.json lists it: the folder changed after its extraction
+  with pytest.raises(InputError, match=r"features\.json lists pair_lp\.npy, which .* lacks.*re-run "
+                                       r"experiments\.extract_features"):
+    report_run(tmp_path)
+  # An interrupted extract_features --pairs: build.json, the first arrays, chunks in pairs/, no features.json.
+  os.remove(tmp_path / "features.json")
+  (tmp_path / "build.json").write_text("{}")
+  os.makedirs(tmp_path / "pairs")
+  np.save(tmp_path / "pairs" / "rows_000000_000032.npy", np.zeros((1, 1, 1), np.float32))
+  with pytest.raises(InputError, match=r"is incomplete: it has no features\.json.*interrupted \(1 chunk\(s\) of "
+                                       r"EM-MIA's pairs.*re-run the same extract_features command"):
+    report_run(tmp_path)
+  assert not [n for n in os.listdir(tmp_path) if n.startswith(("results", "roc"))]
+  with pytest.raises(MissingFileError, match="is not a features folder"):
+    feature_folder.load_features(str(tmp_path / "pairs"))
 
 
 @pytest.mark.parametrize("name, bad, file", [
@@ -238,7 +272,8 @@ def test_all_nan_row_names_the_file(tmp_path):
 @pytest.mark.parametrize("k", ["0", "-0.1", "1.5"])
 def test_k_out_of_range(tmp_path, pretrain_cli, k):
   make_features(tmp_path)
-  with pytest.raises(InputError, match=r"--k must lie in \(0, 1\]"):
+  # the flag's range check, before any work (the command line shows it as `error: --k=...: must be in (0, 1]`)
+  with pytest.raises(flags.IllegalFlagValueError, match=r"--k=\S+: must be in \(0, 1\]"):
     run_cli(pretrain_cli, f"--features={tmp_path}", f"--k={k}")
   assert not any(f.startswith("results") for f in os.listdir(tmp_path))
 
@@ -343,6 +378,6 @@ def test_evaluate_attacks_bad_input(shadow_run, evaluate_cli):
   with pytest.raises(InputError, match=r"recall cannot run on a shadow run"):
     run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=recall", "--noprogress")
   evaluate_cli.FLAGS.unparse_flags()
-  with pytest.raises(InputError, match=r"--k must lie in \(0, 1\]"):
+  with pytest.raises(flags.IllegalFlagValueError, match=r"--k=2: must be in \(0, 1\]"):
     run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=min_k", "--k=2", "--noprogress")
   assert not any(f.startswith("results") for f in os.listdir(shadow_run))

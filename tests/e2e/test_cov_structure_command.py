@@ -40,10 +40,13 @@ def test_the_command_writes_per_canary_results_that_match_the_library(tmp_path):
     rows = list(csv.DictReader(f))
   assert len(rows) == 30 and float(rows[7]["statistic"]) == pytest.approx(want_obs[7], rel=1e-12)
   assert "30 of 30 canaries tested on 8 positions (OUT models)" in line
+  # 19 permutations cannot give p <= 0.01: said so, never "p <= 0.01 for 0.0%"
+  assert report["summary"]["share_p_le_0.01"] is None and report["summary"]["smallest_p"] == 0.05
+  assert "p <= 0.01 is not attainable with 19 permutations (the smallest p is 1 / 20 = 0.05;" in line
   repo = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
   proc = subprocess.run([sys.executable, "-m", "experiments.cov_structure", "--noprogress", f"--run_dir={run}x"],
                         capture_output=True, text=True, cwd=repo)
   assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [f"error: run folder '{run}x' does not exist"]
   proc = subprocess.run([sys.executable, "-m", "experiments.cov_structure", "--noprogress", f"--run_dir={run}",
                          "--permutations=0"], capture_output=True, text=True, cwd=repo)
-  assert proc.returncode == 2 and "--permutations must be >= 1" in proc.stderr
+  assert proc.returncode == 2 and proc.stderr.strip().splitlines() == ["error: --permutations=0: must be >= 1 (see --help)"]

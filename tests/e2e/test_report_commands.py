@@ -61,7 +61,8 @@ def test_shadow_sweep_records_its_settings_and_drops_counts_above_m(run_dir, tmp
                  "--draws=2", "--reduction=group:2", "--fpr=0.001", "--variants=oas-shared,univariate-classwise")
   assert proc.returncode == 0, proc.stderr[-2000:]
   assert "--counts values [16, 32] exceed M=8" in proc.stdout
-  stem = "shadow_sweep_draws-2_variants-oas-shared+univariate-classwise_reduction-group2_fpr-0.001"
+  # m = 4 asked for: not the default at M = 8 any more (balanced counts need 6 models), so named
+  stem = "shadow_sweep_counts-4+8_draws-2_variants-oas-shared+univariate-classwise_reduction-group2_fpr-0.001"
   saved = strict_load(tmp_path / f"{stem}.json")  # undefined TPRs (too few models at m=4) are null, not NaN
   settings = saved["settings"]
   assert (settings["counts"], settings["draws"], settings["reduction"], settings["fpr"]) == ([4, 8], 2, "group:2",

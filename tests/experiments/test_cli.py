@@ -3,6 +3,7 @@ exit status 2, from bugs, which keep their tracebacks (the commands as a user ru
 tests/e2e/test_user_errors_command.py)."""
 
 from absl import app
+import pytest
 
 from experiments import cli
 from lira.errors import InputError, MissingFileError
@@ -16,3 +17,54 @@ def test_user_errors_and_bugs_are_told_apart():
   for bug in (ValueError("x"), KeyError("x"), FileNotFoundError("no filename: raised by code, not a path"),
               RuntimeError("x")):
     assert not cli.is_user_error(bug)
+
+
+def _flag_values():
+  from absl import flags
+  fv = flags.FlagValues()
+  flags.DEFINE_integer("n", 0, "Count.", flag_values=fv)
+  flags.DEFINE_integer("m", 6, "Models.", flag_values=fv)
+  flags.DEFINE_float("p", 0.5, "Rate.", flag_values=fv)
+  flags.DEFINE_float("shift", 1.0, "Shift.", flag_values=fv)
+  flags.DEFINE_list("counts", None, "Counts.", flag_values=fv)
+  flags.DEFINE_integer("optional", None, "Optional.", flag_values=fv)
+  flags.DEFINE_enum("kind", "a", ["a", "b"], "Kind.", flag_values=fv)
+  flags.DEFINE_string("run_dir", None, "Run.", flag_values=fv)
+  flags.mark_flag_as_required("run_dir", flag_values=fv)
+  cli.check_range("n", 0, flag_values=fv)
+  cli.check_range("m", 6, even=True, flag_values=fv)
+  cli.check_range("p", 0, 1, low_open=True, high_open=True, flag_values=fv)
+  cli.check_range("shift", flag_values=fv)
+  cli.check_range("counts", 2, flag_values=fv)
+  cli.check_range("optional", 1, flag_values=fv)
+  return fv
+
+
+def test_check_range_refuses_a_value_outside_its_range_naming_flag_value_and_range():
+  from absl import flags
+  for arg, says in (("--n=-1", "--n=-1: must be >= 0"), ("--m=7", "--m=7: must be an even number >= 6"),
+                    ("--m=4", "--m=4: must be an even number >= 6"), ("--p=1", "--p=1: must be in (0, 1)"),
+                    ("--p=0", "--p=0: must be in (0, 1)"), ("--p=nan", "--p=nan: must be in (0, 1)"),
+                    ("--shift=inf", "--shift=inf: must be a finite number"),
+                    ("--counts=4,1", "--counts=4,1: must be comma-separated integers, each >= 2"),
+                    ("--counts=4,x", "--counts=4,x: must be comma-separated integers, each >= 2"),
+                    ("--optional=0", "--optional=0: must be >= 1")):
+    with pytest.raises(flags.IllegalFlagValueError) as e:
+      _flag_values()(["prog", "--run_dir=r", arg])
+    assert cli.flag_error_message(e.value) == says, arg
+  fv = _flag_values()
+  fv(["prog", "--run_dir=r", "--n=0", "--m=8", "--p=0.01", "--shift=-2", "--counts=2,16"])  # in range; None passes
+  assert fv.counts == ["2", "16"] and fv.optional is None
+  assert fv["p"].help == "Rate. Must be in (0, 1)." and fv["counts"].help.endswith("integers, each >= 2.")
+
+
+def test_absl_parsing_errors_become_one_line_naming_the_flag():
+  from absl import flags
+  for args, says in ((["--run_dir=r", "--kind=c"], "--kind=c: must be one of a, b"),
+                     (["--run_dir=r", "--n=abc"], "--n=abc: must be an integer"),
+                     (["--run_dir=r", "--p=x"], "--p=x: must be a number"), (["--run_dir"], "--run_dir needs a value"),
+                     (["--nosuch"], "unknown flag --nosuch"), (["--kinds=a"], "unknown flag --kinds; did you mean"),
+                     ([], "--run_dir is required")):
+    with pytest.raises(flags.Error) as e:
+      _flag_values()(["prog", *args])
+    assert cli.flag_error_message(e.value).startswith(says), (args, cli.flag_error_message(e.value))

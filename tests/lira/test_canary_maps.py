@@ -172,7 +172,14 @@ def test_report_on_a_synthetic_image_run(tmp_path, C):
   assert result["canary"] == MEMORISED and result["canary_gap_rank"] == 1 and result["largest_gaps"][0]["canary"] == 3
   assert result["pixel"] == 10 and result["pixel_row_column"] == [2, 2] and result["image_shape"] == [H, W, C]
   assert (result["n_in"], result["n_out"]) == (4, 4)
-  assert line.startswith("canary 3 (largest IN-vs-OUT mean loss gap")
+  gap = result["canary_gap"]
+  assert gap > 0 and line.startswith(f"canary 3 (the largest gap: IN models' mean loss {gap:.3g} nats below the OUT")
+
+
+def test_the_gap_is_said_with_its_direction_as_the_difference_panel_reads():
+  # the IN - OUT panel's mean of a canary whose IN models lose 0.227 nats less is -0.227: the note says "below"
+  assert image_report.gap_words(0.227) == "IN models' mean loss 0.227 nats below the OUT models'"
+  assert image_report.gap_words(-0.1) == "IN models' mean loss 0.1 nats above the OUT models'"
 
 
 def test_report_names_files_by_their_settings(tmp_path):

@@ -190,3 +190,22 @@ def test_default_shadow_counts():
   assert evaluation.default_shadow_counts(48) == [4, 8, 16, 32, 48]
   assert evaluation.default_shadow_counts(5) == [4, 5]
   assert evaluation.default_shadow_counts(4) == [4]
+
+
+@pytest.mark.parametrize("fields", [{}, {"balance_counts": False}, {"balance_counts": False, "offline": True}])
+@pytest.mark.parametrize("variants", [scoring_lib.VARIANTS, [v for v in scoring_lib.VARIANTS if v[2]]])
+def test_smallest_count_is_where_the_best_split_becomes_scoreable(fields, variants):
+  """smallest_count agrees with the fit's own count check: with an even number m of models, half of them IN (as in
+  every run), every variant scores the canary at m = smallest_count and some variant refuses it at m - 2."""
+  scoring = scoring_lib.Scoring(**fields)
+  low = evaluation.smallest_count(scoring, variants)
+
+  def scoreable(m):
+    keep = np.zeros((m, 1), bool)
+    keep[: m // 2] = True
+    return all(not lira.gaussian.check_counts(keep, scoring.variant(c, s), on_undefined="nan").any()
+               for _, c, s in variants)
+
+  assert scoreable(low) and not scoreable(low - 2)
+  assert evaluation.sweep_counts(64, scoring, variants) == [m for m in (4, 8, 16, 32, 64) if m >= low]
+  assert evaluation.sweep_counts(6, scoring, variants) == [m for m in (4, 6) if m >= low]

@@ -71,4 +71,12 @@ def test_bad_target_files_are_named_before_any_scoring(folders, tmp_path):
   with pytest.raises(InputError, match=r"keep\.npy: expected the targets' membership as bool \[K, N\] = \[3, 80\]"):
     target_report.attack_run(str(root / "shadows"), str(root / "target.npy"), str(tmp_path / "out"),
                              str(tmp_path / "keep.npy"))
+  # membership (bool) or token ids (int) given as losses, no target at all, and other positions than the run's
+  for name, array, match in (("bool", loss[12] > 1, "expected floating-point per-token losses, got dtype bool"),
+                             ("int", loss[12:14].astype(np.int64), "got dtype int64"),
+                             ("empty", loss[12:12], r"holds no target model \(shape \[0, 80, 6\], K = 0\)"),
+                             ("short_T", loss[12, :, :5], r"N=80 canaries and T=6 positions .*got \[80, 5\]")):
+    run_folder.save_npy(tmp_path / f"{name}.npy", array)
+    with pytest.raises(InputError, match=match):
+      target_report.attack_run(str(root / "shadows"), str(tmp_path / f"{name}.npy"), str(tmp_path / "out"))
   assert not (tmp_path / "out").exists()

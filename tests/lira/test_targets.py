@@ -111,6 +111,10 @@ def test_bad_targets_are_refused_before_scoring(data):
   _, _, target, mask, loss, keep = data
   with pytest.raises(InputError, match=r"\[K, N, T\] or \[N, T\]"):
     lira.score_targets(loss, keep, target[:, :5], covariance="oas", shared=True, mask_NxT=mask)
+  with pytest.raises(InputError, match=r"hold no target model \(shape \[0, "):
+    lira.score_targets(loss, keep, target[:0], covariance="oas", shared=True, mask_NxT=mask)
+  with pytest.raises(InputError, match="must be floating-point per-token losses, got dtype bool"):
+    lira.score_targets(loss, keep, target > 1, covariance="oas", shared=True, mask_NxT=mask)
   bad = target.copy()
   bad[1, 2, 0] = np.nan
   with pytest.raises(InputError, match="loss of target 1 on canary 2 at position 0"):

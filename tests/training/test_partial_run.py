@@ -46,9 +46,9 @@ def test_the_first_finished_groups_become_a_run(tmp_path):
   assert saved["model"] == {"name": "lstm"}
   run = run_folder.load_run(dst)  # what every command reads
   assert run.loss_MxNxT.shape == (6, 5, 3) and run.keep_MxN.shape == (6, 5)
-  config4, _ = partial.write_partial_run(src, str(tmp_path / "four"), num_models=4)
-  np.testing.assert_array_equal(np.load(tmp_path / "four" / "losses.npy"), np.concatenate(groups[:2]))
-  assert config4["shadow"]["num_models"] == 4
+  fake_run(str(tmp_path / "run8"), finished=4)
+  config8, _ = partial.write_partial_run(str(tmp_path / "run8"), str(tmp_path / "eight"), num_models=8)
+  assert config8["shadow"]["num_models"] == 8 and np.load(tmp_path / "eight" / "losses.npy").shape == (8, 5, 3)
 
 
 def test_refusals_name_the_problem_and_write_nothing(tmp_path):
@@ -56,16 +56,24 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path):
   fake_run(src, finished=3)
   with pytest.raises(MissingFileError, match="group_0003.npy does not exist: group 3 of the first 8"):
     partial.write_partial_run(src, str(tmp_path / "a"), num_models=8)
-  with pytest.raises(InputError, match="splits group 2 .*multiple of shadow.group_size=2"):
-    partial.write_partial_run(src, str(tmp_path / "b"), num_models=5)
+  with pytest.raises(InputError, match="splits group 3 .*multiple of shadow.group_size=2"):
+    partial.write_partial_run(src, str(tmp_path / "b"), num_models=7)
   with pytest.raises(InputError, match="exceeds the run's 8 models"):
     partial.write_partial_run(src, str(tmp_path / "c"), num_models=10)
   with pytest.raises(InputError, match="must differ"):
     partial.write_partial_run(src, src)
-  with pytest.raises(InputError, match="at least 4 models"):
-    partial.write_partial_run(src, str(tmp_path / "d"), num_models=2)
+  with pytest.raises(InputError, match="--num_models=4; the leave-one-out evaluation needs at least 6 models"):
+    partial.write_partial_run(src, str(tmp_path / "d"), num_models=4)
   for name in "abcd":
     assert not os.path.exists(tmp_path / name / "losses.npy")
   partial.write_partial_run(src, str(tmp_path / "e"))
   with pytest.raises(InputError, match="already holds a run"):
     partial.write_partial_run(src, str(tmp_path / "e"))
+
+
+def test_a_synthetic_run_is_named_as_not_a_shadow_run(tmp_path):
+  run_folder.write_synthetic_run(str(tmp_path / "syn"), num_models=8, num_canaries=5, seq_len=3)
+  with pytest.raises(InputError, match="is not a shadow run of experiments.train_shadows.*synthetic run of "
+                                       "experiments.make_synthetic"):
+    partial.write_partial_run(str(tmp_path / "syn"), str(tmp_path / "out"))
+  assert not os.path.exists(tmp_path / "out")

@@ -85,12 +85,11 @@ def _settings_check(out_dir, settings, overwrite):
         os.remove(_path(out_dir, name))
     remove_pair_chunks(out_dir)
   elif os.path.exists(path):
-    with open(path) as f:
-      old = json.load(f)
+    old = run_folder.load_json(path)
     if old != run_folder.standard_json(settings):
       changed = sorted(k for k in set(old) | set(settings) if old.get(k) != run_folder.standard_json(settings).get(k))
       raise InputError(f"{out_dir} holds features built with other settings ({', '.join(changed)}); choose another "
-                       f"out_dir or pass overwrite")
+                       f"--out_dir, or pass --overwrite to rebuild it")
   run_folder.save_json(path, settings)
 
 
@@ -123,6 +122,10 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
   from training.pretraining import prefix_lp
   from tqdm import tqdm
 
+  for name, value, low in (("prefix_shots (--shots)", prefix_shots, 0), ("ensemble (--ensemble)", ensemble, 0),
+                           ("max_length (--max_length)", max_length, 1), ("batch_size (--batch_size)", batch_size, 1)):
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < low:
+      raise InputError(f"{name} must be an integer >= {low}, got {value!r}")
   texts = list(texts)
   n_in = len(texts)
   labels_N = np.full(n_in, -1, np.int8) if labels is None else np.asarray(labels, np.int8)
@@ -141,6 +144,13 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
                   neighbours=neighbour_method if neighbours is not None else None, seed=seed, dtype=dtype,
                   bos_id=bos_id)
 
+  from models import hf_convert
+  if module is None:  # the model first: a wrong --model is named as the model, not as a missing tokenizer
+    hf_convert.check_source(model_path)
+  ref_tok = None
+  if reference_model is not None:  # checked now, not after hours of the other stages
+    hf_convert.check_source(reference_model)
+    ref_tok = data_lib.load_tokenizer(reference_model)
   tok = data_lib.load_tokenizer(tokenizer or model_path)
   # Prefix shots and the texts they remove from the evaluated set.
   keep = np.ones(n_in, bool)
@@ -169,7 +179,6 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
   ids_NxT, mask_NxT = _encode(tok, eval_texts, max_length)
   N, T = ids_NxT.shape
   if module is None:
-    from models import hf_convert
     if bos_id is not None:
       raise InputError("bos_id is for a loaded shadow-run model (module=...)")
     module = hf_convert.from_pretrained(model_path, dtype=dtype)
@@ -223,10 +232,8 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
     save("pair_lp", _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress, bos_id))
     remove_pair_chunks(out_dir)
   if reference_model is not None and not _have(out_dir, "ref_lp"):
-    from models import hf_convert
     ref = hf_convert.from_pretrained(reference_model, dtype=dtype)
-    save("ref_lp", _lp_of_texts(ref, data_lib.load_tokenizer(reference_model), eval_texts, max_length,
-                                    batch_size))
+    save("ref_lp", _lp_of_texts(ref, ref_tok, eval_texts, max_length, batch_size))
   J = None
   if neighbours is not None:
     lists = [list(neighbours[i]) for i in source_N]

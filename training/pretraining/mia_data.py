@@ -153,6 +153,15 @@ def _wikimia_file(folder, length):
   return found[0]
 
 
+def _local_hint(kind, what):
+  """How to pass a local copy of a hub benchmark, on the command line and in Python."""
+  if kind == "wikimia":
+    return (f"--texts=wikimia:{what}:PATH, PATH a folder holding WikiMIA_length{what}.jsonl (or .json, .parquet; "
+            f"also under data/) or that file (in Python: load_wikimia({what}, path=PATH))")
+  return (f"--texts=mimir:{what}:PATH, PATH a copy of the {MIMIR_ID} repo (holding cache_100_200_1000_512/) or of "
+          "its cache_* folder (in Python: load_mimir(..., path=PATH))")
+
+
 def load_wikimia(length=32, path=None):
   """WikiMIA (Shi et al. 2024) texts and labels: from the hub, or from a local file/folder in its format.
 
@@ -169,13 +178,16 @@ def load_wikimia(length=32, path=None):
   try:
     import datasets
   except ImportError as e:
-    raise MissingPackageError("loading WikiMIA from the hub needs Hugging Face datasets: "
-                              "pip install datasets (or pass a local file)") from e
+    raise MissingPackageError("loading WikiMIA from the hub needs Hugging Face datasets: pip install -e \".[hf]\" "
+                              f"(or pass a local copy: {_local_hint('wikimia', length)})") from e
+  from models import hub
+  hub.prepare()  # no network: offline mode at once, not 24 s of retries
   try:
     ds = datasets.load_dataset(WIKIMIA_ID, split=split)
   except OSError as e:  # ConnectionError and the hub's not-found errors are OSErrors
-    raise MissingFileError(f"could not load {WIKIMIA_ID} ({split}) from the Hugging Face hub ({e}); "
-                           "pass path= a local copy") from e
+    reason = hub.unreachable_reason() or f"the hub could not provide it: {e}"
+    raise MissingFileError(f"could not load {WIKIMIA_ID} ({split}): {reason}; pass a local copy: "
+                           f"{_local_hint('wikimia', length)}") from e
   return _texts_and_labels(list(ds), f"{WIKIMIA_ID} ({split})", ("input",))
 
 
@@ -213,16 +225,19 @@ def _hub_mimir_files(files, want_neighbours):
   try:
     from huggingface_hub import hf_hub_download
   except ImportError as e:
-    raise MissingPackageError("loading MIMIR from the hub needs huggingface_hub: pip install huggingface_hub "
-                              "(or pass a local copy)") from e
+    raise MissingPackageError("loading MIMIR from the hub needs huggingface_hub: pip install -e \".[hf]\" (or pass "
+                              f"a local copy: {_local_hint('mimir', 'DOMAIN:SPLIT')})") from e
+  from models import hub
+  hub.prepare()  # no network: offline mode at once, not 24 s of retries
   keys = list(files) if want_neighbours else ["member", "nonmember"]
   local = {}
   for k in keys:
     try:
       local[k] = hf_hub_download(MIMIR_ID, files[k], repo_type="dataset")
     except OSError as e:  # offline, or no such file: huggingface_hub's errors are OSErrors
-      raise MissingFileError(f"could not download {files[k]} of {MIMIR_ID} from the Hugging Face hub ({e}); "
-                             "pass path= a local copy") from e
+      reason = hub.unreachable_reason() or f"the hub could not provide it: {e}"
+      raise MissingFileError(f"could not download {files[k]} of {MIMIR_ID}: {reason}; pass a local copy: "
+                             f"{_local_hint('mimir', 'DOMAIN:SPLIT')}") from e
   return local
 
 
@@ -285,22 +300,47 @@ def load_mimir(domain, split="ngram_13_0.8", path=None, neighbours=True):
   return texts, labels, nb
 
 
-def load_source(source):
-  """(texts, labels int8, neighbours or None) from a command-line source: wikimia:LENGTH, mimir:DOMAIN[:SPLIT],
-  a JSONL / JSON / parquet file of {"text" or "input", "label"} rows, or a plain text file (one text per line,
-  labels unknown, -1)."""
+def _looks_like_path(text):
+  return text.startswith((".", "/", "~")) or os.sep in text or os.path.exists(text)
+
+
+def parse_source(source):
+  """(kind, arguments) of a command-line source: ("wikimia", {length, path}), ("mimir", {domain, split, path}) or
+  ("file", {path}). wikimia:LENGTH[:PATH] and mimir:DOMAIN[:SPLIT][:PATH]: PATH is a local copy (no hub)."""
   if source.startswith("wikimia:"):
-    length = source.split(":", 1)[1]
+    _, length, *rest = source.split(":", 2)
     if not length.isdigit():
-      raise InputError(f"source {source!r}: expected wikimia:32, 64, 128 or 256")
-    return (*load_wikimia(int(length)), None)
+      raise InputError(f"source {source!r}: expected wikimia:LENGTH[:PATH], LENGTH 32, 64, 128 or 256")
+    return "wikimia", {"length": int(length), "path": os.path.expanduser(rest[0]) if rest and rest[0] else None}
   if source.startswith("mimir:"):
-    parts = source.split(":")
-    if len(parts) not in (2, 3):
-      raise InputError(f"source {source!r}: expected mimir:<domain> or mimir:<domain>:<split>")
-    return load_mimir(*parts[1:])
+    _, domain, *rest = source.split(":", 2)
+    if not domain:
+      raise InputError(f"source {source!r}: expected mimir:DOMAIN[:SPLIT][:PATH]")
+    args = {"domain": domain, "path": None}
+    if rest and rest[0]:
+      head, sep, tail = rest[0].partition(":")
+      if head in MIMIR_SPLITS.get(domain, ()) or (not sep and not _looks_like_path(head)):
+        args["split"], args["path"] = head, tail or None
+      else:  # mimir:DOMAIN:PATH, the default split
+        args["path"] = rest[0]
+    if args["path"] is not None:
+      args["path"] = os.path.expanduser(args["path"])
+    return "mimir", args
+  return "file", {"path": source}
+
+
+def load_source(source):
+  """(texts, labels int8, neighbours or None) from a command-line source: wikimia:LENGTH[:PATH],
+  mimir:DOMAIN[:SPLIT][:PATH] (PATH: a local copy, read instead of the hub), a JSONL / JSON / parquet file of
+  {"text" or "input", "label"} rows, or a plain text file (one text per line, labels unknown, -1)."""
+  kind, args = parse_source(source)
+  if kind == "wikimia":
+    return (*load_wikimia(args["length"], path=args["path"]), None)
+  if kind == "mimir":
+    return load_mimir(**args)
   if not os.path.isfile(source):
-    raise MissingFileError(f"{source} does not exist (expected a file, wikimia:LENGTH or mimir:DOMAIN[:SPLIT])")
+    raise MissingFileError(f"{source} does not exist (expected a file, wikimia:LENGTH[:PATH] or "
+                           "mimir:DOMAIN[:SPLIT][:PATH])")
   if source.endswith((".jsonl", ".json", ".json.gz", ".parquet")):
     return (*read_labelled_texts(source), None)
   with _open_text(source) as f:

@@ -27,6 +27,7 @@ Three sources, each with the name features.json records under "neighbours.method
 """
 
 import collections
+import os
 import re
 
 import numpy as np
@@ -152,11 +153,17 @@ def fill_mask_pipeline(model, device=-1):
   try:
     import transformers
   except ImportError as e:
-    raise MissingPackageError("fill-mask neighbours need transformers and torch: pip install transformers torch") from e
+    raise MissingPackageError('fill-mask neighbours need transformers and torch: pip install -e ".[neighbours]"') from e
+  from models import hub
+  if not os.path.isdir(os.path.expanduser(str(model))):
+    if not hub.is_hub_id(model):
+      raise MissingFileError(f"masked LM {model} does not exist (a local folder, or a hub id like bert-base-uncased)")
+    hub.prepare()  # no network: offline mode at once, not 24 s of retries
   try:
     return transformers.pipeline("fill-mask", model=model, tokenizer=model, device=device)
   except OSError as e:  # no such folder, and the hub not reachable or not holding it
-    raise MissingFileError(f"could not load the masked LM {model!r} ({e})") from e
+    reason = hub.unreachable_reason() or str(e)
+    raise MissingFileError(f"could not load the masked LM {model!r}: {reason}") from e
 
 
 def _best_candidates(pipe, text, spans, top_k, context_words, batch_size):

@@ -1,6 +1,7 @@
 """lira.paper_table (the paper_table command): the run's column equals its results.json, each test's A and B equal the pooled TPRs."""
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -57,3 +58,37 @@ def test_a_run_without_a_report_is_a_one_line_error(tmp_path):
   run_folder.write_synthetic_run(str(tmp_path), num_models=4, num_canaries=10, seq_len=3)
   with pytest.raises(InputError, match="results.json: not found"):
     paper_table_report.build(str(tmp_path))
+
+
+def test_report_names_carry_the_results_file_settings_and_their_own():
+  def names(*args, **kwargs):
+    paths = paper_table_report.report_paths("out", *args, **kwargs)
+    assert sorted(paths) == ["json", "md"] and paths["md"][:-3] == paths["json"][:-5]
+    return paths["md"]
+  assert names("results.json") == "out/paper_table_none.md"  # the defaults: the name it always had
+  assert names("results.json", "lstm_worst") == "out/paper_table_lstm_worst.md"
+  assert names("results_nboot-50.json") == "out/paper_table_none_nboot-50.md"
+  assert names("results_statistic-loss_nboot-50.json") == "out/paper_table_none_statistic-loss_nboot-50.md"
+  # Its own bootstrap settings, named apart from the results file's (evaluate's --n_boot=50 is not this --n_boot=50).
+  assert names("results.json", n_boot=50, seed=3) == "out/paper_table_none_pairednboot-50_pairedseed-3.md"
+  assert names("results_nboot-50.json", "image", 50) == "out/paper_table_image_nboot-50_pairednboot-50.md"
+  assert names("results.json", n_boot=50, defaults={"n_boot": 50, "seed": 0}) == "out/paper_table_none.md"
+  # A report under another name keeps that name whole, made filename-safe.
+  assert names("old/my results.json") == "out/paper_table_none_old-my-results.md"
+  every = [("results.json",), ("results_nboot-50.json",), ("results_statistic-loss_nboot-50.json",),
+           ("results_nboot-50.json", "none", 50), ("results.json", "none", 50), ("results.json", "none", 1000, 1)]
+  assert len({names(*a) for a in every}) == len(every)  # different inputs or settings never share a file
+
+
+def test_two_reports_give_two_tables(run_dir, tmp_path):
+  loo_report.evaluate_run(run_dir, n_boot=50, progress=False)  # results_nboot-50.json beside results.json
+  for name in ("results.json", "results_nboot-50.json"):
+    table = paper_table_report.build(run_dir, name, n_boot=20)
+    paths = paper_table_report.report_paths(str(tmp_path), name, n_boot=20)
+    run_folder.save_json(paths["json"], table)
+    run_folder.save_text(paths["md"], paper_table_report.markdown(table))
+  assert sorted(os.listdir(tmp_path)) == ["paper_table_none_nboot-50_pairednboot-20.json",
+                                          "paper_table_none_nboot-50_pairednboot-20.md",
+                                          "paper_table_none_pairednboot-20.json", "paper_table_none_pairednboot-20.md"]
+  with open(tmp_path / "paper_table_none_nboot-50_pairednboot-20.json") as f:
+    assert json.load(f)["results"] == "results_nboot-50.json"

@@ -4,6 +4,7 @@ import io
 
 import matplotlib.colors as mcolors
 import numpy as np
+import pytest
 
 from lira import metrics
 from lira.reports import cov_plots
@@ -45,12 +46,13 @@ def _curve(rng):
   keep_MxN = rng.uniform(size=(4, 50)).argsort(0) < 2
   scores_MxN = rng.normal(size=(4, 50)) + keep_MxN
   fpr, tpr, _ = metrics.roc(scores_MxN, keep_MxN)
-  return fpr, tpr, metrics.auc(scores_MxN, keep_MxN)
+  return fpr, tpr, metrics.auc(scores_MxN, keep_MxN), int((~keep_MxN).sum())  # 100 negatives
 
 
 def test_roc_figure():
-  fpr, tpr, auc = _curve(np.random.default_rng(0))
-  fig = plots.roc_figure([("strong", fpr, tpr, auc), ("chance-ish", [0, 0.5, 1], [0, 0.5, 1], None)], title="tiny")
+  fpr, tpr, auc, n_neg = _curve(np.random.default_rng(0))
+  fig = plots.roc_figure([("strong", fpr, tpr, auc, n_neg), ("chance-ish", [0, 0.5, 1], [0, 0.5, 1], None, 2)],
+                         title="tiny")
   ax = fig.axes[0]
   assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
   assert ax.get_xlim() == (0.01, 1.0)  # 100 negatives: nothing below 1/100 is resolved
@@ -60,17 +62,17 @@ def test_roc_figure():
 
 
 def test_a_variant_keeps_its_colour_whatever_the_subset_drawn():
-  fpr, tpr, auc = _curve(np.random.default_rng(1))
+  fpr, tpr, auc, n_neg = _curve(np.random.default_rng(1))
   names = [v[0] for v in scoring_lib.VARIANTS]
-  all_six = _styles(plots.roc_figure([(n, fpr, tpr, auc) for n in names]).axes[0])
-  two = _styles(plots.roc_figure([(n, fpr, tpr, auc) for n in ("OAS Class-Wise", "Independent Shared")]).axes[0])
+  all_six = _styles(plots.roc_figure([(n, fpr, tpr, auc, n_neg) for n in names]).axes[0])
+  two = _styles(plots.roc_figure([(n, fpr, tpr, auc, n_neg) for n in ("OAS Class-Wise", "Independent Shared")]).axes[0])
   sweep_rows = [{"variant": n, "m": m, "draw": 0, "tpr": 0.1, "resolved": True}
                 for n in ("Independent Shared", "OAS Class-Wise") for m in (4, 8)]
   sweep = _styles(plots.sweep_figure(sweep_rows).axes[0])
   for name in ("OAS Class-Wise", "Independent Shared"):
     in_six = next(v for k, v in all_six.items() if k.startswith(name + ","))
     assert in_six == next(v for k, v in two.items() if k.startswith(name + ",")) == sweep[name]
-  assert len({v for v in all_six.values()}) == 7  # six variants and the chance line
+  assert len({v for v in all_six.values() if v[1] != "None"}) == 7  # six variants and the chance line
 
 
 def test_length_grid_figure_draws_percent_intervals_and_a_legend_outside():
@@ -85,11 +87,74 @@ def test_length_grid_figure_draws_percent_intervals_and_a_legend_outside():
   assert all(ax.get_xscale() == "log" and ax.get_legend() is None for ax in axes)  # the legend is the figure's
   assert "(%)" in axes[0].get_ylabel()
   group = next(l for l in axes[0].get_lines() if l.get_marker() == "o" and l.get_linestyle() == "-")
-  np.testing.assert_allclose(group.get_ydata(), [1.0, 2.0, 4.0, 8.0])  # per cent
+  np.testing.assert_allclose(group.get_ydata(), [np.nan, 2.0, 4.0, 8.0])  # per cent; K=1 is not resolved
+  dotted = next(l for l in axes[0].get_lines() if l.get_color() == "tab:purple" and l.get_linestyle() == ":")
+  np.testing.assert_allclose(dotted.get_ydata(), [1.0, 2.0, 4.0, 8.0])  # its segment to K=2 is dotted
   baseline = next(l for l in axes[1].get_lines() if len(l.get_xdata()) == 2 and l.get_color() == "tab:green")
-  assert baseline.get_ydata()[0] == 40.0
+  assert baseline.get_ydata()[0] == 40.0 and baseline.get_linestyle() == "-"  # resolved: solid
   assert any("bootstrap" in t for t in _legend_texts(fig)) and any("not resolved" in t for t in _legend_texts(fig))
   _png(fig)
+
+
+def _few_negatives_summary(n_neg=48, n_pos=48, seed=0):
+  """A summary whose TPR at FPR 0 is about a quarter: a quarter of the members score above every non-member."""
+  rng = np.random.default_rng(seed)
+  labels = np.r_[np.ones(n_pos, bool), np.zeros(n_neg, bool)]
+  scores = rng.normal(size=n_pos + n_neg) + np.r_[np.where(np.arange(n_pos) < n_pos // 4, 100.0, 0.0), np.zeros(n_neg)]
+  return metrics.summarize(scores[None], labels[None], fprs=(0.001, 0.05), n_boot=0)
+
+
+def test_roc_legend_prints_n_r_where_the_table_does_and_the_number_where_resolved():
+  few = _few_negatives_summary()
+  assert few["n_neg"] == 48 and few["tpr"]["0.001"]["tpr"] >= 0.25 and not few["tpr"]["0.001"]["resolved"]
+  texts = _legend_texts(plots.roc_figure([plots.summary_curve("OAS Shared", few)]))
+  line = next(t for t in texts if t.startswith("OAS Shared"))
+  assert line == f"OAS Shared, AUC {few['auc']:.4f}, TPR@0.1% n/r"  # not the TPR at FPR 0
+  assert "n/r = not resolved: TPR@0.1% FPR needs >= 1,000 negatives; available 48" in texts
+  # The same curve at an FPR its 48 negatives resolve prints the table's number, and no footnote.
+  texts = _legend_texts(plots.roc_figure([plots.summary_curve("OAS Shared", few)], legend_fpr=0.05))
+  assert f"TPR@5% {100 * few['tpr']['0.05']['tpr']:.2f}%" in texts[1] and not any("n/r" in t for t in texts)
+  many = _few_negatives_summary(n_neg=1000, n_pos=1000, seed=1)
+  assert many["tpr"]["0.001"]["resolved"]
+  texts = _legend_texts(plots.roc_figure([plots.summary_curve("A", many), plots.summary_curve("B", few)]))
+  assert f"TPR@0.1% {100 * many['tpr']['0.001']['tpr']:.2f}%" in next(t for t in texts if t.startswith("A,"))
+  assert next(t for t in texts if t.startswith("B,")).endswith("TPR@0.1% n/r")
+  assert any(t.endswith("needs >= 1,000 negatives; available B: 48") for t in texts)
+  _png(plots.roc_figure([plots.summary_curve("A", many), plots.summary_curve("B", few)]))
+
+
+def test_roc_figure_needs_the_negatives_of_each_curve():
+  fpr, tpr, auc, _ = _curve(np.random.default_rng(0))
+  with pytest.raises(ValueError, match="n_neg"):
+    plots.roc_figure([("strong", fpr, tpr, auc)])
+
+
+def test_length_grid_draws_an_unresolved_baseline_dotted_and_says_why():
+  rows = [{"strategy": s, "covariance": "oas", "shared": True, "K": k, "tpr": 0.1 + 0.01 * k, "tpr_ci_low": None,
+           "tpr_ci_high": None, "resolved": False, "fpr": 1e-4, "n_neg": 480} for s in ("group", "none") for k in (1, 2)
+          if s == "group" or k == 2]
+  fig = plots.length_grid_figure(rows)
+  ax = next(ax for ax in fig.axes if ax.get_xlabel())
+  baseline = next(l for l in ax.get_lines() if len(l.get_xdata()) == 2 and l.get_color() == "tab:green")
+  assert baseline.get_linestyle() == ":"
+  assert not [l for l in ax.get_lines() if l.get_linestyle() == "-" and np.isfinite(l.get_ydata()).any()]
+  hollow = [l for l in ax.get_lines() if l.get_markerfacecolor() == "white"]
+  np.testing.assert_allclose(hollow[0].get_ydata(), [11.0, 12.0])
+  texts = _legend_texts(fig)
+  assert "no reduction, OAS Shared (n/r)" in texts
+  assert "hollow, dotted: not resolved (TPR@0.01% FPR needs >= 10,000 negatives; available 480)" in texts
+  _png(fig)
+
+
+def test_sweep_figure_says_why_its_hollow_points_are_unresolved():
+  rows = [{"variant": "OAS Shared", "m": m, "draw": 0, "tpr": 0.1, "resolved": m == 8, "fpr": 1e-3,
+           "n_neg": 125 * m} for m in (4, 8)]
+  texts = _legend_texts(plots.sweep_figure(rows))
+  assert "hollow: not resolved (TPR@0.1% FPR needs >= 1,000 negatives; available 500)" in [
+      t.replace("\n", " ") for t in texts]
+  rows[1]["resolved"] = True
+  rows.append({**rows[0], "m": 6, "n_neg": 750})
+  assert any(t.replace("\n", " ").endswith("available 500 to 750)") for t in _legend_texts(plots.sweep_figure(rows)))
 
 
 def test_sweep_figure():

@@ -73,3 +73,18 @@ def test_check_writable_refuses_a_folder_under_a_file(tmp_path):
     run_folder.check_writable(str(tmp_path / "file" / "reports"), "choose another folder with --out_dir")
   run_folder.check_writable(str(tmp_path / "new" / "reports"))
   assert os.listdir(tmp_path / "new" / "reports") == []
+
+
+def test_an_unfinished_shadow_run_is_refused_with_how_to_go_on(tmp_path):
+  run = tmp_path / "run"
+  run_folder.save_config(str(run), {"shadow": {"num_models": 8, "group_size": 2}})
+  run_folder.save_npy(str(run / "keep.npy"), np.ones((8, 3), bool))
+  for g in (0, 1):  # two of four groups done, losses.npy not assembled
+    run_folder.save_npy(run_folder.group_paths(str(run), g)[1], np.ones((2, 3, 4), np.float32))
+  assert run_folder.finished_groups(str(run)) == [0, 1]
+  with pytest.raises(InputError, match=r"unfinished shadow run: it has no losses\.npy.*groups done: 2 of 4.*resume "
+                                       r"it with the same train_shadows command.*experiments\.partial_run"):
+    run_folder.load_run(str(run))
+  run_folder.save_npy(str(run / "losses.npy"), np.ones((8, 3, 4), np.float32))  # assembled: a run like any other
+  assert run_folder.load_run(str(run)).loss_MxNxT.shape == (8, 3, 4)
+

@@ -137,8 +137,34 @@ def test_prefix_texts_found_among_the_evaluated_texts_are_removed_and_counted(mo
 def test_other_settings_in_the_same_folder_are_refused_unless_overwritten(model_dir, tmp_path):
   texts, labels = _labelled()
   feature_extraction.build_features(tmp_path / "f", model_dir, texts, labels, progress=False)
-  with pytest.raises(InputError, match="other settings.*max_length"):
+  with pytest.raises(InputError, match="other settings.*max_length.*choose another --out_dir, or pass --overwrite"):
     feature_extraction.build_features(tmp_path / "f", model_dir, texts, labels, max_length=4, progress=False)
   feature_extraction.build_features(tmp_path / "f", model_dir, texts, labels, max_length=4, overwrite=True,
                                     progress=False)
   assert np.load(tmp_path / "f" / "lp.npy").shape[1] == 4
+
+
+def test_bad_settings_and_models_are_named_before_anything_is_written(model_dir, tmp_path):
+  texts, labels = _labelled()
+  build = lambda model=model_dir, **kw: feature_extraction.build_features(  # noqa: E731
+      tmp_path / "f", model, texts, labels, progress=False, **kw)
+  with pytest.raises(InputError, match=r"prefix_shots \(--shots\) must be an integer >= 0, got -1"):
+    build(prefix_shots=-1)
+  with pytest.raises(InputError, match=r"ensemble \(--ensemble\) must be an integer >= 0"):
+    build(ensemble=-2)
+  with pytest.raises(InputError, match=r"batch_size \(--batch_size\) must be an integer >= 1"):
+    build(batch_size=0)
+  # the model is named as the model (not as a missing tokenizer), a run folder asks for --model_id
+  with pytest.raises(FileNotFoundError, match=f"model folder {tmp_path}/nope does not exist"):
+    build(str(tmp_path / "nope"))
+  run = tmp_path / "run"
+  run.mkdir()
+  (run / "config.json").write_text(json.dumps({"shadow": {"num_models": 6, "group_size": 3}}))
+  with pytest.raises(InputError, match="is a shadow run folder of experiments.train_shadows.*--model_id=M"):
+    build(str(run))
+  with pytest.raises(FileNotFoundError, match="is not a Hugging Face model folder: it has no config.json"):
+    build(str(tmp_path))
+  with pytest.raises(FileNotFoundError, match="nope does not exist"):  # the reference model before the long work
+    build(reference_model=str(tmp_path / "nope"))
+  assert not (tmp_path / "f").exists()
+

@@ -105,8 +105,33 @@ def test_wikimia_hub_offline_is_a_clear_error(monkeypatch):
     raise ConnectionError("Couldn't reach 'swj0419/WikiMIA' on the Hub (LocalEntryNotFoundError)")
 
   monkeypatch.setattr(datasets, "load_dataset", offline)
-  with pytest.raises(MissingFileError, match="swj0419/WikiMIA.*pass path="):
+  with pytest.raises(MissingFileError, match=r"swj0419/WikiMIA.*HF_HUB_OFFLINE is set.*pass a local copy: "
+                                            r"--texts=wikimia:32:PATH.*load_wikimia\(32, path=PATH\)"):
     mia_data.load_wikimia(32)
+
+
+def test_source_forms_with_a_local_copy(tmp_path):
+  assert mia_data.parse_source("wikimia:64") == ("wikimia", {"length": 64, "path": None})
+  assert mia_data.parse_source(f"wikimia:64:{tmp_path}") == ("wikimia", {"length": 64, "path": str(tmp_path)})
+  assert mia_data.parse_source("mimir:arxiv") == ("mimir", {"domain": "arxiv", "path": None})
+  assert mia_data.parse_source("mimir:arxiv:ngram_7_0.2") == ("mimir", {"domain": "arxiv", "split": "ngram_7_0.2",
+                                                                        "path": None})
+  assert mia_data.parse_source(f"mimir:arxiv:{tmp_path}") == ("mimir", {"domain": "arxiv", "path": str(tmp_path)})
+  assert mia_data.parse_source(f"mimir:c4:none:{tmp_path}") == ("mimir", {"domain": "c4", "split": "none",
+                                                                          "path": str(tmp_path)})
+  assert mia_data.parse_source("texts.jsonl") == ("file", {"path": "texts.jsonl"})
+  # wikimia:LENGTH:PATH and mimir:DOMAIN:SPLIT:PATH read the local copy, never the hub
+  os.makedirs(tmp_path / "wiki" / "data")
+  write_jsonl(f"{tmp_path}/wiki/data/WikiMIA_length64.jsonl", [{"input": "a b", "label": 1}, {"input": "c", "label": 0}])
+  texts, labels, nb = mia_data.load_source(f"wikimia:64:{tmp_path}/wiki")
+  assert texts == ["a b", "c"] and labels.tolist() == [1, 0] and nb is None
+  write_mimir(tmp_path / "mimir")
+  texts, labels, nb = mia_data.load_source(f"mimir:arxiv:ngram_13_0.8:{tmp_path}/mimir")
+  assert texts == mia_data.load_mimir("arxiv", path=str(tmp_path / "mimir"))[0] and labels[0] == 1
+  with pytest.raises(MissingFileError, match="nope"):
+    mia_data.load_source(f"wikimia:32:{tmp_path}/nope")
+  with pytest.raises(InputError, match="wikimia:LENGTH"):
+    mia_data.load_source("wikimia:x")
 
 
 # --- MIMIR -----------------------------------------------------------------------------------------
@@ -182,7 +207,7 @@ def test_mimir_hub_path_downloads_the_scripts_four_files(tmp_path, monkeypatch):
     raise huggingface_hub.errors.LocalEntryNotFoundError("cannot find the requested files")
 
   monkeypatch.setattr(huggingface_hub, "hf_hub_download", offline)
-  with pytest.raises(MissingFileError, match="iamgroot42/mimir.*pass path="):
+  with pytest.raises(MissingFileError, match="iamgroot42/mimir.*pass a local copy: --texts=mimir:DOMAIN:SPLIT:PATH"):
     mia_data.load_mimir("pile_cc", "ngram_13_0.2")
 
 

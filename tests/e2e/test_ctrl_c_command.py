@@ -1,0 +1,82 @@
+"""Ctrl-C as a user presses it (SIGINT sent to a subprocess while it works): one `stopped by Ctrl-C (SIGINT)` line, no
+traceback, exit status 130, no file left half-written; train_shadows keeps its finished groups and the rerun resumes.
+
+The signal is sent once the run folder shows the command is at work (a folder or group file it writes), not after a
+fixed delay."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from experiments import cli
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ENV = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+
+
+def _start(*args):
+  return subprocess.Popen([sys.executable, "-m", *args], cwd=ROOT, env=ENV, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True)
+
+
+def _interrupt_when(proc, path, timeout=300):
+  """Send SIGINT to proc once `path` exists (proc must still be running then); returns (stdout, stderr)."""
+  t0 = time.monotonic()
+  while not os.path.exists(path):
+    assert proc.poll() is None, f"ended before {path} appeared: {proc.communicate()[1][-2000:]}"
+    assert time.monotonic() - t0 < timeout, f"{path} not written in {timeout} s"
+    time.sleep(0.02)
+  assert proc.poll() is None, "finished before the signal"
+  os.kill(proc.pid, signal.SIGINT)
+  return proc.communicate(timeout=300)
+
+
+def _assert_stopped(proc, err, line):
+  assert proc.returncode == cli.EXIT_INTERRUPTED == 130, (proc.returncode, err[-3000:])
+  assert "Traceback" not in err and "KeyboardInterrupt" not in err, err[-3000:]
+  assert [l for l in err.splitlines() if l.strip()] == [line], err[-3000:]
+
+
+def _temporary_files(folder):
+  return [os.path.join(d, f) for d, _, files in os.walk(folder) for f in files if f.endswith(".tmp")]
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_evaluate_is_one_line_and_exit_130(tmp_path):
+  run, out = str(tmp_path / "run"), str(tmp_path / "reports")
+  made = subprocess.run([sys.executable, "-m", "experiments.make_synthetic", f"--run_dir={run}", "--num_models=16",
+                         "--num_canaries=3000", "--noprogress"], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                        timeout=300)
+  assert made.returncode == 0, made.stderr[-2000:]
+  proc = _start("experiments.evaluate", f"--run_dir={run}", f"--out_dir={out}", "--n_boot=0", "--noprogress")
+  _, err = _interrupt_when(proc, out)  # the report folder is made (checked writable) before the leave-one-out
+  _assert_stopped(proc, err, cli.STOPPED)
+  assert os.listdir(out) == [], os.listdir(out)  # no report, no temporary file
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_training_keeps_finished_groups_exits_130_and_the_rerun_resumes(tmp_path):
+  run = str(tmp_path / "run")
+  # lstm.py:tiny: 6 models in 2 groups; 300 epochs make a group last seconds, so the signal sent when group 0 is
+  # written lands while group 1 is far from its end, and that it was abandoned is read from the run folder
+  command = ["experiments.train_shadows", "--config=experiments/configs/lstm.py:tiny", "--config.train.epochs=300",
+             f"--run_dir={run}", "--noprogress", "--noevaluate"]
+  proc = _start(*command)
+  _, err = _interrupt_when(proc, os.path.join(run, "losses", "group_0000.npy"))
+  _assert_stopped(proc, err, f"stopped by Ctrl-C (SIGINT): the group in flight was abandoned; finished groups are "
+                  f"kept in {run}/losses. Re-run the same command to resume (exit status 130).")
+  done = sorted(f for f in os.listdir(os.path.join(run, "losses")) if f.endswith(".npy"))
+  assert "group_0000.npy" in done and "group_0001.npy" not in done, done
+  assert not os.path.exists(os.path.join(run, "losses.npy")) and not _temporary_files(run)
+  kept = os.stat(os.path.join(run, "losses", "group_0000.npy")).st_mtime_ns
+
+  rerun = subprocess.run([sys.executable, "-m", *command], cwd=ROOT, env=ENV, capture_output=True, text=True,
+                         timeout=600)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert os.stat(os.path.join(run, "losses", "group_0000.npy")).st_mtime_ns == kept  # resumed, not redone
+  assert np.load(os.path.join(run, "losses.npy")).shape == (6, 16, 12)
