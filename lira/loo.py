@@ -4,7 +4,8 @@ Every model is the target in turn and every canary's Gaussians are fitted on the
 leave-one-out refits nothing: per canary, the class statistics of all M models are computed once and the target's
 contribution is removed in closed form (lira.gaussian.loo_diag; OAS: one eigendecomposition per canary and class,
 each target's removal by Sherman-Morrison and the matrix determinant lemma, lira/gram.py). Balanced leave-one-out
-(the default) fits both classes on the same number of models and refits per target (lira/balanced.py).
+(the default) fits both classes on the same number of models: each class's own removals, again in closed form
+(lira/balanced.py).
 This module reads the losses block by block, runs the blocks on threads (numpy) or on the devices (jax,
 lira/loo_jax.py), and checks every input first.
 """
@@ -95,14 +96,9 @@ def leave_one_out_variants(loss_MxNxT, keep_MxN, scorings, *, mask_NxT=None, on_
     for v, s in enumerate(scorings):
       idx_N = np.flatnonzero(~undefined_VxN[v])
       cov_features = lambda cols, c=s.covariance: gaussian.for_covariance(features(cols), c)  # noqa: E731
-      if not s.balance_counts:
-        llr_VxMxN[v][:, idx_N] = loo_jax.score_canaries(
-            cov_features, keep_MxN, idx_N, s, global_var=global_vars[v],
-            block_size=block_size or gaussian.block_size(M, T, s.covariance), progress=progress)
-      else:  # balanced: numpy on the host (per-target refits), this process's share of the canaries
-        llr_VxMxN[v][:, idx_N] = loo_jax.host_scores(
-            lambda cols, f=cov_features, s=s: balanced.balanced_llr(*_with_keep(f(cols), keep_MxN[:, cols]), s),
-            M, idx_N, bs, num_threads)
+      llr_VxMxN[v][:, idx_N] = loo_jax.score_canaries(
+          cov_features, keep_MxN, idx_N, s, global_var=global_vars[v],
+          block_size=block_size or gaussian.block_size(M, T, s.covariance), progress=progress)
     blocks = []
 
   def score(blk):
@@ -142,7 +138,3 @@ def leave_one_out_variants(loss_MxNxT, keep_MxN, scorings, *, mask_NxT=None, on_
       raise FloatingPointError(f"non-finite score for model {m} on canary {n}; please report this with the data")
   return llr_VxMxN
 
-
-def _with_keep(features, keep_MxB):
-  """(x_MxBxD, valid_BxD) -> (x_MxBxD, keep_MxB, valid_BxD), balanced_llr's argument order."""
-  return features[0], keep_MxB, features[1]

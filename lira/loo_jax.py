@@ -3,10 +3,11 @@
 The maths is not copied here: lira/gaussian.py (loo_diag) and lira/gram.py (sorted_loo) are written against the
 Python array API and run on jax.numpy arrays under jax.jit. What stays on the host, in numpy float64, is what
 has data-dependent shapes: the per-token statistic and the length reduction (argsort, array_split), grouping
-canaries by IN count and sorting their models IN-first (lira.gram.sorted_groups), LiRA's pooled variance, and
-balanced leave-one-out (lira/balanced.py: per-target refits on gathered rows; numpy threads, but split over the
-processes like the rest, host_scores). Canaries go to the device in blocks of one fixed size (the last block
-padded by repeating its last canary, whose scores are dropped), so each (estimator, IN count) compiles once.
+canaries by IN count and sorting their models IN-first (lira.gram.sorted_groups) with, for balanced leave-one-out,
+each target's first model of the other class (lira.balanced.first_after), and LiRA's pooled variance. Plain
+(lira.gaussian.loo_diag, lira.gram.sorted_loo) and balanced leave-one-out (lira.balanced.sorted_balanced) both run
+their blocks on the devices. Canaries go to the device in blocks of one fixed size (the last block padded by
+repeating its last canary, whose scores are dropped), so each (estimator, IN count) compiles once.
 
 Precision: "float64" runs the jitted scoring inside jax.enable_x64(True), a context, so 64-bit mode leaks into
 nothing else; "float32" (TPUs) runs it in float32. The formulation is float32-safe as it stands: rows are centred
@@ -23,6 +24,7 @@ import functools
 
 import numpy as np
 
+from lira import balanced
 from lira import gaussian
 from lira import gram
 from lira.errors import MissingPackageError
@@ -52,7 +54,8 @@ def _jitted():
   diag = jax.jit(gaussian.loo_diag,
                  static_argnames=("shared", "offline", "sign", "floor", "offline_shift", "model_axis"))
   oas = jax.jit(gram.sorted_loo, static_argnames=("k", "shared", "offline", "floor", "offline_shift"))
-  return diag, oas
+  bal = jax.jit(balanced.sorted_balanced, static_argnames=("k", "oas", "shared", "offline", "floor", "offline_shift"))
+  return diag, oas, bal
 
 
 def _pad(a, size, axis):
@@ -97,7 +100,7 @@ def _process_slice(idx_N):
 
 
 def score_canaries(features, keep_MxN, idx_N, scoring, *, global_var, block_size, progress=False):
-  """Plain leave-one-out scores [M, len(idx_N)] (numpy float64) of canaries idx_N under a lira.Scoring;
+  """Leave-one-out scores [M, len(idx_N)] (numpy float64) of canaries idx_N under a lira.Scoring, plain or balanced;
   features(cols) -> (x_MxBxD, valid_BxD).
 
   Over several processes each scores its slice and every process gets all of them (process_allgather).
@@ -112,11 +115,11 @@ def score_canaries(features, keep_MxN, idx_N, scoring, *, global_var, block_size
   ndev = len(placer.devices)
   bs = max(1, min(block_size, len(mine)))
   bs = -(-bs // ndev) * ndev  # a multiple of the local device count, so every device gets an equal share
-  diag, oas = _jitted()
+  diag, oas, bal = _jitted()
   dtype = np.float64 if precision == "float64" else np.float32
   M = keep_MxN.shape[0]
   llr_MxL = np.empty((M, len(mine)))
-  blocks = _blocks(keep_MxN[:, mine], bs, by_in_count=covariance == "oas")
+  blocks = _blocks(keep_MxN[:, mine], bs, by_in_count=covariance == "oas" or scoring.balance_counts)
   previous = None
   with x64_context(precision), _one_blas_thread():
     gv = None if global_var is None else tuple(placer.put_replicated(np.asarray(v, dtype)) for v in global_var)
@@ -126,7 +129,16 @@ def score_canaries(features, keep_MxN, idx_N, scoring, *, global_var, block_size
       cols = mine[at]
       x_MxBxD = x_MxBxD.astype(dtype, copy=False)
       keep_MxB = keep_MxN[:, cols]
-      if covariance == "oas" and x_MxBxD.shape[2] > 1:
+      if scoring.balance_counts:
+        (k, _, order_BxM), = gram.sorted_groups(keep_MxB)  # blocks share one IN count
+        x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD, 0, 1), order_BxM[:, :, None], axis=1)
+        args = dict(x_BxMxD=placer.put(_pad(x_BxMxD, bs, 0), 0),
+                    first_BxM=placer.put(_pad(balanced.first_after(order_BxM, k), bs, 0), 0),
+                    valid_BxD=placer.put(_pad(valid_BxD, bs, 0), 0))
+        _collect(previous, llr_MxL, sign, offline)
+        out = bal(**args, k=k, oas=covariance == "oas" and x_MxBxD.shape[2] > 1, shared=shared, offline=offline,
+                  floor=floor, offline_shift=offline_shift)
+      elif covariance == "oas" and x_MxBxD.shape[2] > 1:
         (k, _, order_BxM), = gram.sorted_groups(keep_MxB)  # blocks share one IN count
         x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD, 0, 1), order_BxM[:, :, None], axis=1)
         x_dev, valid_dev = placer.put(_pad(x_BxMxD, bs, 0), 0), placer.put(_pad(valid_BxD, bs, 0), 0)
@@ -211,36 +223,6 @@ def _collect(block, llr_MxL, sign, offline):
   unsorted = np.empty_like(llr_BxM)
   np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
   llr_MxL[:, at] = sign * unsorted.T if offline else unsorted.T
-
-
-def host_scores(score_cols, M, idx_N, block_size, num_threads=None):
-  """Scores [M, len(idx_N)] from score_cols(cols) -> [M, len(cols)] run on the host (numpy threads over blocks),
-  this process scoring only its slice of idx_N and the slices gathered as in score_canaries (balanced leave-one-out).
-  """
-  import concurrent.futures
-  import os
-  import jax
-  import threadpoolctl
-  mine, bounds = _process_slice(np.asarray(idx_N))
-  llr_MxL = np.empty((M, len(mine)))
-  starts = range(0, len(mine), max(1, block_size))
-
-  def score(lo):
-    llr_MxL[:, lo:lo + block_size] = score_cols(mine[lo:lo + block_size])
-
-  workers = max(1, min(num_threads or os.cpu_count() or 1, len(starts) or 1))
-  with threadpoolctl.threadpool_limits(1 if workers > 1 else None, user_api="blas"), \
-       concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    futures = [pool.submit(score, lo) for lo in starts]
-    try:
-      for f in futures:
-        f.result()
-    except BaseException:  # Ctrl-C or a failed block: the blocks not started are dropped, not run by the pool's exit
-      pool.shutdown(wait=False, cancel_futures=True)
-      raise
-  if jax.process_count() == 1:
-    return llr_MxL
-  return _gather(llr_MxL, bounds)
 
 
 def _gather(llr_MxL, bounds):

@@ -20,6 +20,13 @@ def _python(code, env_extra, timeout=300):
                         text=True, timeout=timeout)
 
 
+# (covariance, shared, balance_counts): plain and balanced leave-one-out both run their blocks on the devices
+SHARDED_CASES = (("oas", False, False), ("oas", True, False), ("independent", False, False), ("oas", True, True),
+                 ("independent", False, True))
+# (covariance, fix_variance, balance_counts), shared fits
+PROCESS_CASES = (("oas", False, False), ("independent", True, False), ("oas", False, True), ("univariate", False, True))
+
+
 @pytest.mark.slow
 def test_sharded_over_four_devices_equals_numpy(tmp_path):
   # XLA_FLAGS must be set before jax starts, so the 4 simulated CPU devices live in a subprocess.
@@ -28,16 +35,16 @@ def test_sharded_over_four_devices_equals_numpy(tmp_path):
     from test_loo_jax import ragged
     assert jax.local_device_count() == 4
     loss, keep, mask = ragged(N=11)
-    for cov, shared in (("oas", False), ("oas", True), ("independent", False)):
-      kw = dict(covariance=cov, shared=shared, mask_NxT=mask, balance_counts=False, block_size=6)
-      np.save("{tmp_path}/" + cov + str(shared) + ".npy", lira.leave_one_out(loss, keep, backend="jax", **kw))
-  """
+    for cov, shared, bal in CASES:
+      kw = dict(covariance=cov, shared=shared, mask_NxT=mask, balance_counts=bal, block_size=6)
+      np.save("{tmp_path}/" + cov + str(shared) + str(bal) + ".npy", lira.leave_one_out(loss, keep, backend="jax", **kw))
+  """.replace("CASES", repr(SHARDED_CASES))
   out = _python(code, {"XLA_FLAGS": "--xla_force_host_platform_device_count=4", "JAX_PLATFORMS": "cpu"})
   assert out.returncode == 0, out.stderr[-3000:]
   loss, keep, mask = ragged(N=11)
-  for cov, shared in (("oas", False), ("oas", True), ("independent", False)):
-    ref = plain_loo(loss, keep, covariance=cov, shared=shared, mask_NxT=mask, balance_counts=False)
-    assert_backends_equal(ref, np.load(tmp_path / f"{cov}{shared}.npy"))
+  for cov, shared, bal in SHARDED_CASES:
+    ref = plain_loo(loss, keep, covariance=cov, shared=shared, mask_NxT=mask, balance_counts=bal)
+    assert_backends_equal(ref, np.load(tmp_path / f"{cov}{shared}{bal}.npy"))
 
 
 def free_port():
@@ -57,11 +64,11 @@ def test_two_processes_equal_one(tmp_path):
     pid = int(sys.argv[1])
     loo_jax.initialize_processes("127.0.0.1:{port}", 2, pid)
     loss, keep, mask = ragged(N=13)
-    for cov, fix in (("oas", False), ("independent", True)):
+    for cov, fix, bal in {cases}:
       llr = lira.leave_one_out(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask,
-                               balance_counts=False, backend="jax", block_size=3)
-      np.save("{out}/" + cov + str(pid) + ".npy", llr)
-  """.format(port=port, out=tmp_path)
+                               balance_counts=bal, backend="jax", block_size=3)
+      np.save("{out}/" + cov + str(bal) + str(pid) + ".npy", llr)
+  """.format(port=port, out=tmp_path, cases=repr(PROCESS_CASES))
   env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.path.join(ROOT, "tests", "lira"), "JAX_PLATFORMS": "cpu"}
   procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(p)], env=env, cwd=ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for p in (0, 1)]
@@ -69,8 +76,7 @@ def test_two_processes_equal_one(tmp_path):
     _, err = p.communicate(timeout=300)
     assert p.returncode == 0, err[-3000:]
   loss, keep, mask = ragged(N=13)
-  for cov, fix in (("oas", False), ("independent", True)):
-    ref = plain_loo(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask,
-                             balance_counts=False)
+  for cov, fix, bal in PROCESS_CASES:
+    ref = plain_loo(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask, balance_counts=bal)
     for pid in (0, 1):  # every process gets all the scores
-      assert_backends_equal(ref, np.load(tmp_path / f"{cov}{pid}.npy"))
+      assert_backends_equal(ref, np.load(tmp_path / f"{cov}{bal}{pid}.npy"))

@@ -117,6 +117,33 @@ def test_balanced_offline_matches_bruteforce(covariance, shift):
   assert_scores_close(plain_loo(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
 
 
+@pytest.mark.parametrize("covariance,shared", VARIANTS)
+def test_balanced_unequal_counts_and_position_space_match_bruteforce(covariance, shared):
+  # Keep matrices of one's own: every canary its own IN count (3 to M - 3), so the larger class drops up to M - 5
+  # rows (a rank-(M - 5) downdate); T = 4 < the class sizes puts OAS in position space; loss statistic, group:2.
+  M, N = 14, 9
+  loss, _ = make_losses(M=M, N=N, T=4, seed=31)
+  rng = np.random.default_rng(31)
+  keep = np.stack([rng.permutation(M) < k for k in np.linspace(3, M - 3, N).astype(int)], axis=1)
+  for kw in (dict(statistic="loss"), dict(reduction="group:2")):
+    kw = dict(covariance=covariance, shared=shared, balance_counts=True, **kw)
+    assert_scores_close(plain_loo(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
+
+
+@pytest.mark.parametrize("covariance", ["univariate", "independent", "oas"])
+def test_balanced_offline_unequal_counts_match_bruteforce(covariance):
+  M, N = 12, 7
+  loss, _ = make_losses(M=M, N=N, T=5, seed=37)
+  rng = np.random.default_rng(37)
+  keep = np.stack([rng.permutation(M) < k for k in np.linspace(3, M - 3, N).astype(int)], axis=1)
+  mask = rng.uniform(size=(N, 5)) < 0.7
+  mask[:, :2] = True
+  for shift in ("std", "uniform"):
+    kw = dict(covariance=covariance, shared=False, offline=True, offline_shift=shift, balance_counts=True,
+              mask_NxT=mask)
+    assert_scores_close(plain_loo(loss, keep, **kw), bruteforce_llr(loss, keep, **kw))
+
+
 def test_balanced_refuses_too_few_models_per_class_after_balancing():
   loss, keep = make_losses(M=8, N=3, T=4, seed=1)
   keep[:, 1] = np.arange(8) < 2

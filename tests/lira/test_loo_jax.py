@@ -15,8 +15,7 @@ VARIANTS = [(c, s) for c in ("univariate", "independent", "oas") for s in (False
 
 
 def plain_loo(loss, keep, scoring=None, **kw):
-  """lira.leave_one_out with plain (unbalanced) leave-one-out unless the test asks for balanced counts: the closed
-  forms under test here are the plain ones (balanced refits are tested against the brute force separately)."""
+  """lira.leave_one_out with plain (unbalanced) leave-one-out unless the test asks for balanced counts."""
   return lira.leave_one_out(loss, keep, scoring, **({**kw} if scoring is not None else {"balance_counts": False, **kw}))
 
 
@@ -60,6 +59,25 @@ def test_offline_jax_equals_numpy(covariance, shift):
   loss, keep, mask = ragged(seed=1)
   assert_backends_equal(*both(loss, keep, covariance=covariance, shared=False, offline=True, offline_shift=shift,
                               mask_NxT=mask, statistic="loss", block_size=4))
+
+
+@pytest.mark.parametrize("covariance,shared", VARIANTS)
+def test_balanced_jax_equals_numpy(covariance, shared):
+  # Balanced leave-one-out runs its closed form on the device too; ragged() has canaries with 5, 6 and 7 IN models
+  # of 12 (unequal counts drop more rows from the larger class). numpy's balanced scores equal a brute-force refit
+  # (test_loo.py), so this ties the device to the reference.
+  loss, keep, mask = ragged(seed=4)
+  kw = dict(covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=True, block_size=4)
+  assert_backends_equal(plain_loo(loss, keep, **kw), plain_loo(loss, keep, backend="jax", **kw))
+
+
+@pytest.mark.parametrize("covariance", ["univariate", "independent", "oas"])
+def test_balanced_offline_jax_equals_numpy(covariance):
+  loss, keep, mask = ragged(seed=5)
+  for shift in ("std", "uniform"):
+    kw = dict(covariance=covariance, shared=False, offline=True, offline_shift=shift, mask_NxT=mask,
+              statistic="loss", balance_counts=True, block_size=4)
+    assert_backends_equal(plain_loo(loss, keep, **kw), plain_loo(loss, keep, backend="jax", **kw))
 
 
 @pytest.mark.parametrize("covariance,shared", [(c, s) for c, s in VARIANTS if c != "oas"])
@@ -130,16 +148,18 @@ def test_float32_within_its_error(covariance, shared):
 
 
 @pytest.mark.parametrize("covariance,shared", VARIANTS)
-def test_float32_within_its_error_at_paper_shape(covariance, shared):
+@pytest.mark.parametrize("balance_counts", [False, True])
+def test_float32_within_its_error_at_paper_shape(covariance, shared, balance_counts):
   # The paper's shape, M = 64 models and T = 128 correlated positions (lira.synthetic), with N = 64 canaries.
   loss, keep, _ = synthetic.synthetic_losses(num_models=64, num_canaries=64, seq_len=128, seed=3)
-  ref = plain_loo(loss, keep, covariance=covariance, shared=shared, balance_counts=False)
-  f32 = plain_loo(loss, keep, covariance=covariance, shared=shared, balance_counts=False, backend="jax",
-                           precision="float32")
+  ref = plain_loo(loss, keep, covariance=covariance, shared=shared, balance_counts=balance_counts)
+  f32 = plain_loo(loss, keep, covariance=covariance, shared=shared, balance_counts=balance_counts, backend="jax",
+                  precision="float32")
   # The float32 bound of docs/statistics.md, per pair: |llr32 - llr64| <= 2e-3 max(1, |llr64|). The llr is a
   # difference of two quadratic forms (and log-determinants) of D = 128 positions, each term about 1 for whitened
   # residuals, so each form is about D in size whatever the llr; float32 rounds every term to eps = 1.2e-7
   # relative, and the leave-one-out downdate (W - c z z^T) cancels up to a factor n = 32 (a class's rows):
   # eps x n x D = 5e-4 of max(1, |llr|), and 2e-3 leaves a factor 4 for the two forms and the OAS eigenbasis.
+  # Balanced counts downdate both classes by one row each (the same cancellation, once more per class).
   err = np.abs(f32 - ref) / np.maximum(1.0, np.abs(ref))
   assert err.max() <= 2e-3, err.max()
