@@ -178,6 +178,7 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
     if shared:
       pooled = gram.Fit(z_BxMxD, p_B)
       P_BxMxR = pooled.project(z_BxMxD)
+      p_delta = pooled.project(delta_BxD[:, None, :])[:, 0][:, None, :]  # [B, 1, R]
     else:  # each row projected on its own class's eigenbasis (one batched eigh for both: Fit.pair)
       fits = dict(zip((True, False), gram.Fit.pair(z_BxMxD[:, :k], z_BxMxD[:, k:], p_B)))
       P_BxMxR = xp.concat([fits[True].project(z_BxMxD[:, :k]), fits[False].project(z_BxMxD[:, k:])], axis=1)
@@ -200,25 +201,26 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
     Z_own, Z_oth = Z[:, :, :s_own], Z[:, :, s_own:]
     z_t = Z_own[:, :, 0]
     # Residuals of the target to each class mean after the removal: (x - mean) + g / L.
-    r_own = z_t + xp.sum(Z_own, axis=2) / L if s_own > 1 else z_t * ((L + 1.0) / L)
-    r_oth = z_t + ((1.0 if target_in else -1.0) * delta_BxD[:, None, :] + xp.sum(Z_oth, axis=2) / L)
+    g_own, g_oth = _row_sum(Z_own), _row_sum(Z_oth)
+    r_own = z_t * ((L + 1.0) / L) if s_own == 1 else z_t + g_own / L
+    r_oth = z_t + (1.0 if target_in else -1.0) * delta_BxD[:, None, :]
+    r_oth = r_oth if s_oth == 0 else r_oth + g_oth / L
     if not oas:
-      def removed(Zs):  # diag(Z_S^T C Z_S) [B, J, D]
-        return xp.sum(Zs * Zs, axis=2) + xp.sum(Zs, axis=2) ** 2 / L
-      scat_own = diag_w[target_in][:, None] - removed(Z_own)
-      scat_oth = diag_w[not target_in][:, None] - removed(Z_oth)
       if offline:  # the OUT fit: the own one for OUT targets, the other one for IN targets
-        r, scat = (r_oth, scat_oth) if target_in else (r_own, scat_own)
+        r, Zs, g = (r_oth, Z_oth, g_oth) if target_in else (r_own, Z_own, g_own)
+        scat = diag_w[False][:, None] - _removed_diag(Zs, g, L)
         scores.append(gaussian.offline_z(r, floored(scat / L), valid_BxD, 1.0, offline_shift, model_axis=1))
         continue
+      removed_own, removed_oth = _removed_diag(Z_own, g_own, L), _removed_diag(Z_oth, g_oth, L)
       if shared:
-        var_own = var_oth = floored((scat_own + scat_oth) / (2.0 * L))
-        logdet_own = logdet_oth = 0.0  # the same covariance for both classes: cancels
+        inv_var = 1.0 / floored(((diag_w[True] + diag_w[False])[:, None] - removed_own - removed_oth) / (2.0 * L))
+        q_own = xp.sum(r_own * r_own * inv_var, axis=2)
+        q_oth = xp.sum(r_oth * r_oth * inv_var, axis=2)  # the same covariance for both classes: logdets cancel
       else:
-        var_own, var_oth = floored(scat_own / L), floored(scat_oth / L)
-        logdet_own, logdet_oth = xp.sum(xp.log(var_own), axis=2), xp.sum(xp.log(var_oth), axis=2)
-      q_own = xp.sum(r_own * r_own / var_own, axis=2) + logdet_own
-      q_oth = xp.sum(r_oth * r_oth / var_oth, axis=2) + logdet_oth
+        var_own = floored((diag_w[target_in][:, None] - removed_own) / L)
+        var_oth = floored((diag_w[not target_in][:, None] - removed_oth) / L)
+        q_own = xp.sum(r_own * r_own / var_own + xp.log(var_own), axis=2)
+        q_oth = xp.sum(r_oth * r_oth / var_oth + xp.log(var_oth), axis=2)
     else:
       P = _gather(P_BxMxR, idx_BxJxS)
       P_own, P_oth = P[:, :, :s_own], P[:, :, s_own:]
@@ -226,18 +228,41 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
         Zs, Ps, r, s = (Z_oth, P_oth, r_oth, s_oth) if target_in else (Z_own, P_own, r_own, s_own)
         scores.append(_offline(fits[False], diag_w[False], Zs, Ps, r, s, L, valid_BxD, floor, offline_shift))
         continue
+      # Projections by linearity where the basis allows: r_own on its own class's (or the pooled) basis.
+      p_t, pg_own = P_own[:, :, 0], _row_sum(P_own)
+      pr_own = p_t * ((L + 1.0) / L) if s_own == 1 else p_t + pg_own / L
       if shared:
         C = xp.asarray(_removal_matrix((s_own, s_oth), L, _np_dtype(xp, dt)))
         dd = _Downdated(pooled, Z, P, C, 2.0 * L, floor)
-        q_own, q_oth = _quadratic(dd, r_own), _quadratic(dd, r_oth)  # logdets cancel
+        pr_oth = p_t + (1.0 if target_in else -1.0) * p_delta
+        pr_oth = pr_oth if s_oth == 0 else pr_oth + _row_sum(P_oth) / L
+        q_own, q_oth = _quadratic(dd, r_own, pr_own), _quadratic(dd, r_oth, pr_oth)  # logdets cancel
       else:
         own = _downdated(fits[target_in], Z_own, P_own, s_own, L, floor)
         oth = _downdated(fits[not target_in], Z_oth, P_oth, s_oth, L, floor)
-        q_own = _quadratic(own, r_own) + own.logdet()
-        q_oth = _quadratic(oth, r_oth) + oth.logdet()
+        q_own = _quadratic(own, r_own, pr_own) + own.logdet()
+        q_oth = _quadratic(oth, r_oth, oth.project(r_oth)) + oth.logdet()
     own_minus_oth = -0.5 * (q_own - q_oth)
     scores.append(own_minus_oth if target_in else -own_minus_oth)
   return xp.concat(scores, axis=1)
+
+
+def _row_sum(Z_BxJxSxD):
+  """g = the sum of each target's removed rows, [B, J, D] (None when none are removed)."""
+  s = Z_BxJxSxD.shape[2]
+  if s == 0:
+    return None
+  return Z_BxJxSxD[:, :, 0] if s == 1 else array_namespace(Z_BxJxSxD).sum(Z_BxJxSxD, axis=2)
+
+
+def _removed_diag(Z_BxJxSxD, g_BxJxD, L):
+  """diag(Z_S^T C Z_S) = sum of squared removed rows + g^2 / L: what the removal takes off diag(W), [B, J, D]."""
+  s = Z_BxJxSxD.shape[2]
+  if s == 0:
+    return 0.0
+  if s == 1:
+    return g_BxJxD * g_BxJxD * ((L + 1.0) / L)
+  return array_namespace(Z_BxJxSxD).sum(Z_BxJxSxD * Z_BxJxSxD, axis=2) + g_BxJxD * g_BxJxD / L
 
 
 def _np_dtype(xp, dt):
@@ -252,9 +277,9 @@ def _downdated(fit, Z, P, s, L, floor):
   return _Downdated(fit, Z, P, xp.asarray(_removal_matrix((s,), L, dtype)), float(L), floor)
 
 
-def _quadratic(dd, r_BxJxD):
-  pr = dd.project(r_BxJxD)
-  return dd.bilinear(r_BxJxD, pr, r_BxJxD, pr)
+def _quadratic(dd, r_BxJxD, pr_BxJxR):
+  """r^T S'^-1 r per target for residuals r and their projections pr."""
+  return dd.bilinear(r_BxJxD, pr_BxJxR, r_BxJxD, pr_BxJxR)
 
 
 def _offline(fit, diag_w_BxD, Z, P, r, s, L, valid_BxD, floor, shift):
@@ -265,7 +290,7 @@ def _offline(fit, diag_w_BxD, Z, P, r, s, L, valid_BxD, floor, shift):
   if shift == "uniform":
     u = xp.broadcast_to(valid, r.shape)
   else:
-    diag = diag_w_BxD[:, None] - (xp.sum(Z * Z, axis=2) + xp.sum(Z, axis=2) ** 2 / L)  # diag(W') [B, J, D]
+    diag = diag_w_BxD[:, None] - _removed_diag(Z, _row_sum(Z), L)  # diag(W') [B, J, D]
     u = xp.sqrt(dd.alpha[..., None] + dd.beta[..., None] * xp.maximum(diag, 0.0)) * valid
   pu, pr = dd.project(u), dd.project(r)
   return dd.bilinear(u, pu, r, pr) / xp.sqrt(dd.bilinear(u, pu, u, pu))
