@@ -17,6 +17,7 @@ import numpy as np
 import threadpoolctl
 from tqdm.auto import tqdm
 
+from lira import allocator
 from lira import balanced
 from lira import gaussian
 from lira.checks import check_arrays
@@ -57,6 +58,12 @@ def leave_one_out_variants(loss_MxNxT, keep_MxN, scorings, *, mask_NxT=None, on_
   The numpy backend reads and transforms each block of canaries once for all of them (the per-token statistic is
   a large share of the work at M = 484); the jax backend scores them one after another.
   """
+  with allocator.reuse_freed_blocks():
+    return _variants(loss_MxNxT, keep_MxN, scorings, mask_NxT, on_undefined, block_size, num_threads, progress,
+                     model_ids)
+
+
+def _variants(loss_MxNxT, keep_MxN, scorings, mask_NxT, on_undefined, block_size, num_threads, progress, model_ids):
   scorings = list(scorings)
   if not scorings:
     raise InputError("no scoring given: pass at least one lira.Scoring")
