@@ -23,11 +23,14 @@ own) drop more rows from the larger class: the same formulas with a larger s.
 backend runs it here (`balanced_llr`), the jax backend jits this one copy (lira/loo_jax.py).
 """
 
+import functools
+
 import numpy as np
 from array_api_compat import array_namespace
 
 from lira import gaussian
 from lira import gram
+from lira import woodbury
 
 
 def removal_counts(k, M):
@@ -50,111 +53,11 @@ def first_after(order_BxM, k):
   return (order_BxM - pos_M[None]).astype(np.int32)
 
 
-def _swap(a):
-  return gram._swap(a)
-
-
 def _gather(rows_BxnxX, idx):
   """rows_BxnxX[b, idx[b, j, t]] -> [B, J, s, X]; idx is [B, J, s] (per canary)."""
   xp = array_namespace(rows_BxnxX)
   B = rows_BxnxX.shape[0]
   return rows_BxnxX[xp.arange(B)[:, None, None], idx]
-
-
-def _small_solve(E, b):
-  """E^-1 b for batches of s x s systems E [..., s, s], b [..., s] (s = 1, 2 written out; they are the usual ones)."""
-  xp = array_namespace(E)
-  s = E.shape[-1]
-  if s == 0:
-    return b
-  if s == 1:
-    return b / E[..., 0]
-  if s == 2:
-    a, bb, c, d = E[..., 0, 0], E[..., 0, 1], E[..., 1, 0], E[..., 1, 1]
-    det = a * d - bb * c
-    return xp.stack([(d * b[..., 0] - bb * b[..., 1]) / det, (a * b[..., 1] - c * b[..., 0]) / det], axis=-1)
-  return xp.linalg.solve(E, b[..., None])[..., 0]
-
-
-def _small_logdet(E):
-  """log det E for batches of s x s matrices with a positive determinant."""
-  xp = array_namespace(E)
-  s = E.shape[-1]
-  if s == 0:
-    return xp.zeros(E.shape[:-2], dtype=E.dtype)
-  if s == 1:
-    return xp.log(E[..., 0, 0])
-  if s == 2:
-    return xp.log(E[..., 0, 0] * E[..., 1, 1] - E[..., 0, 1] * E[..., 1, 0])
-  return xp.linalg.slogdet(E)[1]
-
-
-def _pairs(a_BxJxSxX, b_BxJxSxX):
-  """sum_x a[..., i, x] b[..., j, x]: [B, J, S, S] (vecdot over broadcast pairs; batched matmul of 1 x 1 or 2 x 2
-  blocks is numpy's slowest case)."""
-  return gram._dot_last(a_BxJxSxX[..., :, None, :], b_BxJxSxX[..., None, :, :])
-
-
-def _mm(a_SxS, b_BxJxSxS):
-  """a @ b for small S (broadcast sum; see _pairs)."""
-  xp = array_namespace(b_BxJxSxS)
-  return xp.sum(a_SxS[..., :, :, None] * b_BxJxSxS[..., None, :, :], axis=-2)
-
-
-class _Downdated:
-  """An OAS fit (lira.gram.Fit) with, per target, a set of rows removed: S' = alpha' I + beta' (W - Z_S^T C Z_S)."""
-
-  def __init__(self, fit, Z_BxJxSxD, P_BxJxSxR, C_SxS, n_after, floor):
-    xp = self.xp = fit.xp
-    self.fit, self.Z, self.P, self.C = fit, Z_BxJxSxD, P_BxJxSxR, C_SxS
-    G = _pairs(Z_BxJxSxD, Z_BxJxSxD)
-    ZWZ = _pairs(P_BxJxSxR * fit.lam[:, None, None, :], P_BxJxSxR)
-    CG = _mm(C_SxS, G)
-    trace = fit.trace_B[:, None] - xp.sum(C_SxS * G, axis=(-2, -1))
-    fro2 = fit.fro2_B[:, None] - 2.0 * xp.sum(C_SxS * ZWZ, axis=(-2, -1)) + xp.sum(CG * _swap(CG), axis=(-2, -1))
-    self.alpha, self.beta = fit.params(n_after, trace, fro2, floor)  # [B, J]
-    self.denom = fit.denominator(self.alpha, self.beta)
-    self.w = fit.weights(self.denom)  # [B, J, R]
-    self.full_rank = (fit.rank_B >= fit.p_B)[:, None]
-    self.Pw = P_BxJxSxR * self.w[:, :, None, :]
-    resid = xp.where(self.full_rank[..., None, None], 0.0, G - _pairs(P_BxJxSxR, P_BxJxSxR))
-    K = _pairs(self.Pw, P_BxJxSxR) + resid / self.alpha[..., None, None]  # Z_S A^-1 Z_S^T, [B, J, S, S]
-    S = C_SxS.shape[0]
-    self.E = xp.eye(S, dtype=G.dtype) - self.beta[..., None, None] * _mm(C_SxS, K)
-
-  def logdet(self):
-    """logdet S' per target, [B, J]."""
-    return self.fit.logdet(self.alpha, self.beta, self.denom) + _small_logdet(self.E)
-
-  def _a(self, v_BxJxD, pv_BxJxR):
-    """Z_S A^-1 v per target, [B, J, S], for vectors v and their projections pv."""
-    xp = self.xp
-    inspan = gram._dot_last(self.Pw, pv_BxJxR[:, :, None, :])
-    resid = gram._dot_last(self.Z, v_BxJxD[:, :, None, :]) - gram._dot_last(self.P, pv_BxJxR[:, :, None, :])
-    return inspan + xp.where(self.full_rank[..., None], 0.0, resid) / self.alpha[..., None]
-
-  def project(self, v_BxJxD):
-    return self.fit.project(v_BxJxD)
-
-  def bilinear(self, u_BxJxD, pu, v_BxJxD, pv):
-    """u^T S'^-1 v per target, [B, J], for vectors u, v [B, J, D] and their projections."""
-    xp = self.xp
-    base = self.fit.bilinear(pu, pv, gram._dot_last(u_BxJxD, v_BxJxD), self.alpha, self.beta, self.w)
-    a_u = self._a(u_BxJxD, pu)
-    a_v = a_u if v_BxJxD is u_BxJxD else self._a(v_BxJxD, pv)
-    y = _small_solve(self.E, xp.sum(self.C * a_v[..., None, :], axis=-1))  # E^-1 C a_v
-    return base + self.beta * xp.sum(a_u * y, axis=-1)
-
-
-def _removal_matrix(sizes, L, dtype):
-  """C for removal blocks of the given sizes from classes left with L rows each: blockdiag(I + 1 1^T / L)."""
-  S = sum(sizes)
-  C = np.eye(S)
-  at = 0
-  for s in sizes:
-    C[at:at + s, at:at + s] += 1.0 / L
-    at += s
-  return C.astype(dtype)
 
 
 def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, floor, offline_shift="std"):
@@ -178,10 +81,12 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
     if shared:
       pooled = gram.Fit(z_BxMxD, p_B)
       P_BxMxR = pooled.project(z_BxMxD)
-      p_delta = pooled.project(delta_BxD[:, None, :])[:, 0][:, None, :]  # [B, 1, R]
+      proj_delta = {None: pooled.project(delta_BxD[:, None, :])}  # [B, 1, R]
     else:  # each row projected on its own class's eigenbasis (one batched eigh for both: Fit.pair)
       fits = dict(zip((True, False), gram.Fit.pair(z_BxMxD[:, :k], z_BxMxD[:, k:], p_B)))
       P_BxMxR = xp.concat([fits[True].project(z_BxMxD[:, :k]), fits[False].project(z_BxMxD[:, k:])], axis=1)
+      proj_delta = {c: fits[c].project(delta_BxD[:, None, :]) for c in (True, False)}
+    delta_b = delta_BxD[:, None, :]  # [B, 1, D]: the gap between the class means, the same for every target
 
   def floored(var):  # floor; unscored positions (zero residuals) get variance 1 so they add nothing
     return xp.where(valid_BxD[:, None, :], xp.maximum(var, floor), 1.0)
@@ -201,11 +106,11 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
     Z_own, Z_oth = Z[:, :, :s_own], Z[:, :, s_own:]
     z_t = Z_own[:, :, 0]
     # Residuals of the target to each class mean after the removal: (x - mean) + g / L.
-    g_own, g_oth = _row_sum(Z_own), _row_sum(Z_oth)
-    r_own = z_t * ((L + 1.0) / L) if s_own == 1 else z_t + g_own / L
-    r_oth = z_t + (1.0 if target_in else -1.0) * delta_BxD[:, None, :]
-    r_oth = r_oth if s_oth == 0 else r_oth + g_oth / L
     if not oas:
+      g_own, g_oth = _row_sum(Z_own), _row_sum(Z_oth)
+      r_own = z_t * ((L + 1.0) / L) if s_own == 1 else z_t + g_own / L
+      r_oth = z_t + (1.0 if target_in else -1.0) * delta_BxD[:, None, :]
+      r_oth = r_oth if s_oth == 0 else r_oth + g_oth / L
       if offline:  # the OUT fit: the own one for OUT targets, the other one for IN targets
         r, Zs, g = (r_oth, Z_oth, g_oth) if target_in else (r_own, Z_own, g_own)
         scat = diag_w[False][:, None] - _removed_diag(Zs, g, L)
@@ -224,24 +129,42 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
     else:
       P = _gather(P_BxMxR, idx_BxJxS)
       P_own, P_oth = P[:, :, :s_own], P[:, :, s_own:]
-      if offline:
-        Zs, Ps, r, s = (Z_oth, P_oth, r_oth, s_oth) if target_in else (Z_own, P_own, r_own, s_own)
-        scores.append(_offline(fits[False], diag_w[False], Zs, Ps, r, s, L, valid_BxD, floor, offline_shift))
+      coef = functools.partial(_coefficients, xp, dt)
+      c_own = coef([1.0 + 1.0 / L] + [1.0 / L] * (s_own - 1))  # r_own over the own removed rows (target first)
+      if offline:  # the OUT fit; basis: its removed rows, [the target, the gap,] the offline direction
+        fit = fits[False]
+        if target_in:
+          Zs, Ps, s = Z_oth, P_oth, s_oth
+          extra = [(z_t, fit.project(z_t)), (delta_b, proj_delta[False])]
+          r = coef([1.0 / L] * s_oth + [1.0, 1.0, 0.0])
+        else:
+          Zs, Ps, s, extra, r = Z_own, P_own, s_own, [], coef([1.0 + 1.0 / L] + [1.0 / L] * (s_own - 1) + [0.0])
+        G_S = woodbury.pairs(Zs, Zs)
+        rem = woodbury.Removal(fit, Ps, G_S, woodbury.removal_matrix((s,), L), float(L), floor)
+        u = _offline_direction(rem, diag_w[False], Zs, L, valid_BxD, offline_shift)
+        rem.basis(_parts([(Zs, Ps)] + extra + [u]), G_S)
+        e_u = coef([0.0] * (r.shape[0] - 1) + [1.0])
+        scores.append(rem.form(e_u, r) / xp.sqrt(rem.form(e_u, e_u)))
         continue
-      # Projections by linearity where the basis allows: r_own on its own class's (or the pooled) basis.
-      p_t, pg_own = P_own[:, :, 0], _row_sum(P_own)
-      pr_own = p_t * ((L + 1.0) / L) if s_own == 1 else p_t + pg_own / L
-      if shared:
-        C = xp.asarray(_removal_matrix((s_own, s_oth), L, _np_dtype(xp, dt)))
-        dd = _Downdated(pooled, Z, P, C, 2.0 * L, floor)
-        pr_oth = p_t + (1.0 if target_in else -1.0) * p_delta
-        pr_oth = pr_oth if s_oth == 0 else pr_oth + _row_sum(P_oth) / L
-        q_own, q_oth = _quadratic(dd, r_own, pr_own), _quadratic(dd, r_oth, pr_oth)  # logdets cancel
-      else:
-        own = _downdated(fits[target_in], Z_own, P_own, s_own, L, floor)
-        oth = _downdated(fits[not target_in], Z_oth, P_oth, s_oth, L, floor)
-        q_own = _quadratic(own, r_own, pr_own) + own.logdet()
-        q_oth = _quadratic(oth, r_oth, oth.project(r_oth)) + oth.logdet()
+      sgn = 1.0 if target_in else -1.0
+      if shared:  # basis: own removed rows, other removed rows, the gap between the class means
+        C = woodbury.removal_matrix((s_own, s_oth), L)
+        G_S = woodbury.pairs(Z, Z)
+        rem = woodbury.Removal(pooled, P, G_S, C, 2.0 * L, floor)
+        rem.basis(_parts([(Z, P), (delta_b, proj_delta[None])]), G_S)
+        a_own = coef([1.0 + 1.0 / L] + [1.0 / L] * (s_own - 1) + [0.0] * s_oth + [0.0])
+        a_oth = coef([1.0] + [0.0] * (s_own - 1) + [1.0 / L] * s_oth + [sgn])
+        q_own, q_oth = rem.form(a_own, a_own), rem.form(a_oth, a_oth)  # logdets cancel
+      else:  # own fit: basis its removed rows; other fit: its removed rows, the target, the gap
+        G_own, G_oth = woodbury.pairs(Z_own, Z_own), woodbury.pairs(Z_oth, Z_oth)
+        own = woodbury.Removal(fits[target_in], P_own, G_own, woodbury.removal_matrix((s_own,), L), float(L), floor)
+        own.basis([(Z_own, P_own)], G_own)
+        fit = fits[not target_in]
+        oth = woodbury.Removal(fit, P_oth, G_oth, woodbury.removal_matrix((s_oth,), L), float(L), floor)
+        oth.basis(_parts([(Z_oth, P_oth), (z_t, fit.project(z_t)), (delta_b, proj_delta[not target_in])]), G_oth)
+        a_oth = coef([1.0 / L] * s_oth + [1.0, sgn])
+        q_own = own.form(c_own, c_own) + own.logdet()
+        q_oth = oth.form(a_oth, a_oth) + oth.logdet()
     own_minus_oth = -0.5 * (q_own - q_oth)
     scores.append(own_minus_oth if target_in else -own_minus_oth)
   return xp.concat(scores, axis=1)
@@ -265,35 +188,30 @@ def _removed_diag(Z_BxJxSxD, g_BxJxD, L):
   return array_namespace(Z_BxJxSxD).sum(Z_BxJxSxD * Z_BxJxSxD, axis=2) + g_BxJxD * g_BxJxD / L
 
 
-def _np_dtype(xp, dt):
-  return np.float64 if dt == xp.float64 else np.float32
+def _coefficients(xp, dt, values):
+  """A coefficient vector over a basis U (a residual as a combination of the basis vectors), as an array."""
+  return xp.asarray(np.asarray(values, dtype=np.float64), dtype=dt)
 
 
-def _downdated(fit, Z, P, s, L, floor):
-  xp = fit.xp
-  dtype = _np_dtype(xp, Z.dtype)
-  if s == 0:  # nothing removed: the full fit (Woodbury on an empty set)
-    return _Downdated(fit, Z[:, :, :0], P[:, :, :0], xp.asarray(np.eye(0, dtype=dtype)), float(L), floor)
-  return _Downdated(fit, Z, P, xp.asarray(_removal_matrix((s,), L, dtype)), float(L), floor)
+def _as_rows(a):
+  """[B, J|1, X] -> [B, J|1, 1, X]; [B, J, q, X] unchanged."""
+  return a[:, :, None, :] if a.ndim == 3 else a
 
 
-def _quadratic(dd, r_BxJxD, pr_BxJxR):
-  """r^T S'^-1 r per target for residuals r and their projections pr."""
-  return dd.bilinear(r_BxJxD, pr_BxJxR, r_BxJxD, pr_BxJxR)
+def _parts(parts):
+  """Basis parts with every array as [B, J|1, q, X] ([B, J|1, X] is one vector per target)."""
+  return [(_as_rows(v), _as_rows(p)) for v, p in parts]
 
 
-def _offline(fit, diag_w_BxD, Z, P, r, s, L, valid_BxD, floor, shift):
-  """GLS z-score u^T S'^-1 r / sqrt(u^T S'^-1 u) (unsigned) under the downdated OUT fit; u = 1 or sqrt(diag S')."""
-  xp = fit.xp
-  dd = _downdated(fit, Z, P, s, L, floor)
-  valid = xp.astype(valid_BxD, r.dtype)[:, None, :]
+def _offline_direction(rem, diag_w_BxD, Z_S, L, valid_BxD, shift):
+  """(u, its projection) of the offline test: u = 1 on the scored positions, or sqrt(diag S') per target (std)."""
+  xp = rem.xp
+  valid = xp.astype(valid_BxD, diag_w_BxD.dtype)[:, None, :]
   if shift == "uniform":
-    u = xp.broadcast_to(valid, r.shape)
-  else:
-    diag = diag_w_BxD[:, None] - _removed_diag(Z, _row_sum(Z), L)  # diag(W') [B, J, D]
-    u = xp.sqrt(dd.alpha[..., None] + dd.beta[..., None] * xp.maximum(diag, 0.0)) * valid
-  pu, pr = dd.project(u), dd.project(r)
-  return dd.bilinear(u, pu, r, pr) / xp.sqrt(dd.bilinear(u, pu, u, pu))
+    return valid, rem.fit.project(valid)
+  diag = diag_w_BxD[:, None] - _removed_diag(Z_S, _row_sum(Z_S), L)  # diag(W') [B, J, D]
+  u = xp.sqrt(rem.alpha[..., None] + rem.beta[..., None] * xp.maximum(diag, 0.0)) * valid
+  return u, rem.fit.project(u)
 
 
 def balanced_llr(x_MxBxD, keep_MxB, valid_BxD, scoring):

@@ -1,0 +1,133 @@
+"""An OAS fit with a set of rows removed per target, in closed form on the fit's one eigendecomposition.
+
+Removing S rows (centred rows z_S; the class keeps L rows) from a fit on n rows changes its scatter to
+  W' = W - Z_S^T C Z_S,   C = I_S + 1 1^T / L   (block-diagonal over classes for a shared fit),
+so trace(W') and ||W'||_F^2 follow from Z_S Z_S^T and Z_S W Z_S^T (both S x S), and with them OAS's (alpha', beta').
+With A = alpha' I + beta' W (diagonal in the fit's eigenbasis, lira/gram.py), Woodbury gives
+  u^T S'^-1 v = u^T A^-1 v + beta' (Z_S A^-1 u)^T E^-1 C (Z_S A^-1 v),   E = I - beta' C Z_S A^-1 Z_S^T,
+  logdet S'   = logdet A + logdet E.
+Every vector scored is a combination of a few per-target vectors U = [z_S, then others: the target, the class-mean
+gap, an offline direction], so all forms come from one Q x Q matrix H = U^T A^-1 U per target: residuals are
+coefficient vectors over U, and no D-length vector is formed per target beyond U itself.
+
+Array API (numpy or jax.numpy, no in-place updates); shapes: B canaries, J targets, Q basis vectors, R eigenvectors.
+"""
+
+import numpy as np
+from array_api_compat import array_namespace
+
+from lira import gram
+
+
+def pairs(a_BxJxQxX, b_BxJxPxX):
+  """sum_x a[..., i, x] b[..., j, x]: [B, J, Q, P] (vecdot over broadcast pairs: numpy's batched matmul of tiny
+  matrices is its slowest case)."""
+  return gram._dot_last(a_BxJxQxX[..., :, None, :], b_BxJxPxX[..., None, :, :])
+
+
+def _mm(a_SxS, b_BxJxSxP):
+  """a @ b for a small constant a (broadcast sum)."""
+  xp = array_namespace(b_BxJxSxP)
+  return xp.sum(a_SxS[..., :, :, None] * b_BxJxSxP[..., None, :, :], axis=-2)
+
+
+def small_solve(E, b):
+  """E^-1 b for batches of s x s systems E [..., s, s], b [..., s] (s <= 2 written out: the usual sizes)."""
+  xp = array_namespace(E)
+  s = E.shape[-1]
+  if s == 0:
+    return b
+  if s == 1:
+    return b / E[..., 0]
+  if s == 2:
+    a, bb, c, d = E[..., 0, 0], E[..., 0, 1], E[..., 1, 0], E[..., 1, 1]
+    det = a * d - bb * c
+    return xp.stack([(d * b[..., 0] - bb * b[..., 1]) / det, (a * b[..., 1] - c * b[..., 0]) / det], axis=-1)
+  return xp.linalg.solve(E, b[..., None])[..., 0]
+
+
+def small_logdet(E):
+  """log det E for batches of s x s matrices with a positive determinant."""
+  xp = array_namespace(E)
+  s = E.shape[-1]
+  if s == 0:
+    return xp.zeros(E.shape[:-2], dtype=E.dtype)
+  if s == 1:
+    return xp.log(E[..., 0, 0])
+  if s == 2:
+    return xp.log(E[..., 0, 0] * E[..., 1, 1] - E[..., 0, 1] * E[..., 1, 0])
+  return xp.linalg.slogdet(E)[1]
+
+
+def removal_matrix(sizes, L, dtype=np.float64):
+  """C for removal blocks of the given sizes from classes left with L rows each: blockdiag(I + 1 1^T / L)."""
+  C = np.eye(sum(sizes), dtype=dtype)
+  at = 0
+  for s in sizes:
+    C[at:at + s, at:at + s] += 1.0 / L
+    at += s
+  return C
+
+
+class Removal:
+  """`fit` (a lira.gram.Fit) with, per target, its first S basis rows removed (C: removal_matrix; n_after rows left).
+
+  P_S, G_S: the removed rows' projections [B, J, S, R] and their dot products [B, J, S, S]. (alpha, beta) are the
+  downdated OAS parameters [B, J]; call `basis` with the full basis before `form`.
+  """
+
+  def __init__(self, fit, P_S, G_S, C_SxS, n_after, floor):
+    xp = self.xp = fit.xp
+    self.fit, self.S = fit, C_SxS.shape[0]
+    self.C = xp.asarray(C_SxS, dtype=fit.lam.dtype)
+    if self.S:
+      ZWZ = pairs(P_S * fit.lam[:, None, None, :], P_S)
+      CG = _mm(self.C, G_S)
+      trace = fit.trace_B[:, None] - xp.sum(self.C * G_S, axis=(-2, -1))
+      fro2 = fit.fro2_B[:, None] - 2.0 * xp.sum(self.C * ZWZ, axis=(-2, -1)) + xp.sum(CG * gram._swap(CG),
+                                                                                      axis=(-2, -1))
+    else:
+      trace = xp.broadcast_to(fit.trace_B[:, None], P_S.shape[:2])
+      fro2 = xp.broadcast_to(fit.fro2_B[:, None], P_S.shape[:2])
+    self.alpha, self.beta = fit.params(n_after, trace, fro2, floor)  # [B, J]
+    self.denom = fit.denominator(self.alpha, self.beta)
+    self.w = fit.weights(self.denom)  # kept / (alpha + beta lam), [B, J, R]
+    self.full_rank = (fit.rank_B >= fit.p_B)[:, None, None, None]
+
+  def basis(self, parts, G_S=None):
+    """Set the basis U: parts [(vectors, projections)], each [B, J|1, q, D] and [B, J|1, q, R] (J = 1: the same for
+    every target), the first part the S removed rows (G_S: their dot products, if already computed)."""
+    xp = self.xp
+    weighted = [p * self.w[:, :, None, :] for _, p in parts]
+    rows = []
+    for i, (v_i, p_i) in enumerate(parts):
+      row = []
+      for j, (v_j, p_j) in enumerate(parts):
+        if j < i:  # H is symmetric
+          row.append(gram._swap(rows[j][i]))
+          continue
+        g = G_S if (i == j == 0 and G_S is not None) else pairs(v_i, v_j)
+        resid = xp.where(self.full_rank, 0.0, g - pairs(p_i, p_j))  # the part outside the rows' span
+        h = pairs(weighted[i], p_j) + resid / self.alpha[..., None, None]
+        row.append(xp.broadcast_to(h, self.alpha.shape + h.shape[2:]))
+      rows.append(row)
+    self.H = xp.concat([xp.concat(row, axis=-1) for row in rows], axis=-2)  # U^T A^-1 U, [B, J, Q, Q]
+    S = self.S
+    self.E = xp.eye(S, dtype=self.H.dtype) - self.beta[..., None, None] * _mm(self.C, self.H[..., :S, :S])
+    return self
+
+  def form(self, a, b):
+    """a^T S'^-1 b per target, [B, J], for coefficient vectors over the basis (constants [Q] or arrays [B, J, Q])."""
+    xp = self.xp
+    Hb = xp.sum(self.H * b[..., None, :], axis=-1)  # [B, J, Q]
+    out = xp.sum(a * Hb, axis=-1)
+    if self.S:
+      Ha = Hb if a is b else xp.sum(self.H * a[..., None, :], axis=-1)
+      S = self.S
+      y = small_solve(self.E, xp.sum(self.C * Hb[..., None, :S], axis=-1))  # E^-1 C (Z_S A^-1 b)
+      out = out + self.beta * xp.sum(Ha[..., :S] * y, axis=-1)
+    return out
+
+  def logdet(self):
+    """logdet S' per target, [B, J]."""
+    return self.fit.logdet(self.alpha, self.beta, self.denom) + small_logdet(self.E)
