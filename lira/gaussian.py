@@ -1,7 +1,8 @@
 """The one place LiRA's Gaussians are fitted and scored (Rossi et al. 2025, Sec. 3.2; docs/conventions.md).
 
-Every scorer comes here: plain leave-one-out (lira/loo.py, lira/loo_jax.py), balanced leave-one-out
-(lira/balanced.py) and separate targets (lira/targets.py). Per canary the vector x (D positions, after the
+Every scorer's model is this one: plain leave-one-out (lira/loo.py, lira/loo_jax.py), balanced leave-one-out
+(lira/balanced.py, its downdates tested equal to `fit_score` on the kept rows) and separate targets
+(lira/targets.py). Per canary the vector x (D positions, after the
 statistic and the length reduction; D = 1 for univariate) of a target is scored as
   llr = log N(x | mu_IN, S_IN) - log N(x | mu_OUT, S_OUT)
 with S diagonal (univariate, independent; floored at var_floor), or OAS (alpha I + beta W, solved in the eigenbasis
@@ -11,10 +12,11 @@ u^T S^-1 r / sqrt(u^T S^-1 u) of a shift along u (u = 1: "uniform"; u = sqrt(dia
 statistic's member sign. LiRA's fixed variance replaces S by one pooled variance per class (shared: one).
 
 Two ways to get the fits:
-- `fit_score`: fit on given rows and score given vectors (balanced leave-one-out, separate targets).
+- `fit_score`: fit on given rows and score given vectors (separate targets).
 - `loo_diag` / `gram.loo_oas`: all M targets of a block at once, each target's own row removed in closed form
   (removing row x, centred z, from a class of n rows changes the mean by -z/(n-1), the scatter by -n/(n-1) z z^T,
-  and the target's residual to its own class mean becomes n/(n-1) z).
+  and the target's residual to its own class mean becomes n/(n-1) z). Balanced leave-one-out (lira/balanced.py)
+  removes a set of rows from each class the same way.
 """
 
 import functools

@@ -93,6 +93,8 @@ class Removal:
     self.denom = fit.denominator(self.alpha, self.beta)
     self.w = fit.weights(self.denom)  # kept / (alpha + beta lam), [B, J, R]
     self.full_rank = (fit.rank_B >= fit.p_B)[:, None, None, None]
+    # numpy: skip the outside-the-span terms when no canary has any (n >= D, the usual case at large M)
+    self.spanned = isinstance(self.full_rank, np.ndarray) and bool(np.all(self.full_rank))
 
   def basis(self, parts, G_S=None):
     """Set the basis U: parts [(vectors, projections)], each [B, J|1, q, D] and [B, J|1, q, R] (J = 1: the same for
@@ -106,9 +108,10 @@ class Removal:
         if j < i:  # H is symmetric
           row.append(gram._swap(rows[j][i]))
           continue
-        g = G_S if (i == j == 0 and G_S is not None) else pairs(v_i, v_j)
-        resid = xp.where(self.full_rank, 0.0, g - pairs(p_i, p_j))  # the part outside the rows' span
-        h = pairs(weighted[i], p_j) + resid / self.alpha[..., None, None]
+        h = pairs(weighted[i], p_j)
+        if not self.spanned:  # the part of the vectors outside the rows' span, where A^-1 is 1 / alpha
+          g = G_S if (i == j == 0 and G_S is not None) else pairs(v_i, v_j)
+          h = h + xp.where(self.full_rank, 0.0, g - pairs(p_i, p_j)) / self.alpha[..., None, None]
         row.append(xp.broadcast_to(h, self.alpha.shape + h.shape[2:]))
       rows.append(row)
     self.H = xp.concat([xp.concat(row, axis=-1) for row in rows], axis=-2)  # U^T A^-1 U, [B, J, Q, Q]
