@@ -107,25 +107,33 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
     z_t = Z_own[:, :, 0]
     # Residuals of the target to each class mean after the removal: (x - mean) + g / L.
     if not oas:
+      c = (L + 1.0) / L
       g_own, g_oth = _row_sum(Z_own), _row_sum(Z_oth)
-      r_own = z_t * ((L + 1.0) / L) if s_own == 1 else z_t + g_own / L
       r_oth = z_t + (1.0 if target_in else -1.0) * delta_BxD[:, None, :]
       r_oth = r_oth if s_oth == 0 else r_oth + g_oth / L
+      if s_own == 1:  # the target alone: r_own = c z_t, and it removes c z_t^2 from diag(W)
+        zt2 = z_t * z_t
+        removed_own, rr_own = zt2 * c, zt2 * (c * c)
+      else:
+        r_own = z_t + g_own / L
+        removed_own, rr_own = _removed_diag(Z_own, g_own, L), r_own * r_own
+      removed_oth = _removed_diag(Z_oth, g_oth, L)
       if offline:  # the OUT fit: the own one for OUT targets, the other one for IN targets
-        r, Zs, g = (r_oth, Z_oth, g_oth) if target_in else (r_own, Z_own, g_own)
-        scat = diag_w[False][:, None] - _removed_diag(Zs, g, L)
+        r, scat = (r_oth, diag_w[False][:, None] - removed_oth) if target_in else \
+            (z_t * c if s_own == 1 else r_own, diag_w[False][:, None] - removed_own)
         scores.append(gaussian.offline_z(r, floored(scat / L), valid_BxD, 1.0, offline_shift, model_axis=1))
         continue
-      removed_own, removed_oth = _removed_diag(Z_own, g_own, L), _removed_diag(Z_oth, g_oth, L)
-      if shared:
-        inv_var = 1.0 / floored(((diag_w[True] + diag_w[False])[:, None] - removed_own - removed_oth) / (2.0 * L))
-        q_own = xp.sum(r_own * r_own * inv_var, axis=2)
-        q_oth = xp.sum(r_oth * r_oth * inv_var, axis=2)  # the same covariance for both classes: logdets cancel
+      rr_oth = r_oth * r_oth
+      if shared:  # unscored positions: zero residuals, so the floor there adds nothing
+        inv_var = (2.0 * L) / xp.maximum((diag_w[True] + diag_w[False])[:, None] - (removed_own + removed_oth),
+                                         2.0 * L * floor)
+        q_own = xp.sum(rr_own * inv_var, axis=2)
+        q_oth = xp.sum(rr_oth * inv_var, axis=2)  # the same covariance for both classes: logdets cancel
       else:
         var_own = floored((diag_w[target_in][:, None] - removed_own) / L)
         var_oth = floored((diag_w[not target_in][:, None] - removed_oth) / L)
-        q_own = xp.sum(r_own * r_own / var_own + xp.log(var_own), axis=2)
-        q_oth = xp.sum(r_oth * r_oth / var_oth + xp.log(var_oth), axis=2)
+        q_own = xp.sum(rr_own / var_own + xp.log(var_own), axis=2)
+        q_oth = xp.sum(rr_oth / var_oth + xp.log(var_oth), axis=2)
     else:
       P = _gather(P_BxMxR, idx_BxJxS)
       P_own, P_oth = P[:, :, :s_own], P[:, :, s_own:]
