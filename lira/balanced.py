@@ -91,6 +91,10 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
   def floored(var):  # floor; unscored positions (zero residuals) get variance 1 so they add nothing
     return xp.where(valid_BxD[:, None, :], xp.maximum(var, floor), 1.0)
 
+  if not shared and not offline and 2 * k == M:
+    return _classwise_paired(z_BxMxD, delta_BxD, k, first_BxM, diag_w, floored,
+                             (fits, P_BxMxR, proj_delta, floor) if oas else None)
+
   scores = []
   for target_in, (s_own, s_oth, L) in zip((True, False), removal_counts(k, M)):
     n_own = k if target_in else M - k
@@ -175,6 +179,55 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
         q_oth = oth.form(a_oth, a_oth) + oth.logdet()
     own_minus_oth = -0.5 * (q_own - q_oth)
     scores.append(own_minus_oth if target_in else -own_minus_oth)
+  return xp.concat(scores, axis=1)
+
+
+def _classwise_paired(z_BxMxD, delta_BxD, k, first_BxM, diag_w, floored, oas):
+  """Class-wise scores [B, M] when both classes have k = M/2 models (LiRA's balanced keep matrix): every target
+  loses one row from each class, so target m's fit of the other class (without its partner p, the first model of
+  that class after m) is p's own leave-one-out fit. Each class's leave-one-out fits are made once and the other
+  class's targets take their partners' (`Removal.take`)."""
+  xp = array_namespace(z_BxMxD)
+  B, M, _ = z_BxMxD.shape
+  L = k - 1.0
+  c = k / L
+  rows = {True: slice(0, k), False: slice(k, M)}
+  b = xp.arange(B)[:, None]
+  partner = {g: first_BxM[:, rows[g]] % k for g in (True, False)}  # in the other class, [B, k]
+  q_own, own = {}, {}
+  for g in (True, False):
+    z_g = z_BxMxD[:, rows[g]]
+    if oas is None:
+      zt2 = z_g * z_g
+      var = floored((diag_w[g][:, None] - c * zt2) / L)  # each row's leave-one-out variances, [B, k, D]
+      logdet = xp.sum(xp.log(var), axis=2)
+      q_own[g], own[g] = (c * c) * xp.sum(zt2 / var, axis=2) + logdet, (var, logdet)
+    else:
+      fits, P_BxMxR, proj_delta, floor = oas
+      P_g = P_BxMxR[:, rows[g]][:, :, None]
+      zz = xp.sum(z_g * z_g, axis=2)[..., None, None]
+      rem = woodbury.Removal(fits[g], P_g, zz, woodbury.removal_matrix((1,), L), L, floor)
+      rem.basis([(z_g[:, :, None], P_g), (delta_BxD[:, None, None], proj_delta[g][:, :, None])], zz)
+      e = _coefficients(xp, z_BxMxD.dtype, [c, 0.0])
+      q_own[g], own[g] = rem.form(e, e) + rem.logdet(), rem
+  scores = []
+  for g in (True, False):
+    o, idx, sgn = not g, partner[g], (1.0 if g else -1.0)
+    z_t, z_p = z_BxMxD[:, rows[g]], z_BxMxD[:, rows[o]][b, idx]
+    if oas is None:
+      var_p, logdet_p = own[o][0][b, idx], own[o][1][b, idx]
+      r = z_t + (sgn * delta_BxD[:, None, :] + z_p / L)
+      q_oth = xp.sum(r * r / var_p, axis=2) + logdet_p
+    else:
+      fits, P_BxMxR, proj_delta, _ = oas
+      oth = own[o].take(idx)
+      P_p = P_BxMxR[:, rows[o]][b, idx][:, :, None]
+      oth.extend([(z_p[:, :, None], P_p), (delta_BxD[:, None, None], proj_delta[o][:, :, None])],
+                 [(z_t[:, :, None], fits[o].project(z_t)[:, :, None])])
+      a = _coefficients(xp, z_BxMxD.dtype, [1.0 / L, sgn, 1.0])  # r = z_p / L + sgn delta + z_t
+      q_oth = oth.form(a, a) + oth.logdet()
+    own_minus_oth = -0.5 * (q_own[g] - q_oth)
+    scores.append(own_minus_oth if g else -own_minus_oth)
   return xp.concat(scores, axis=1)
 
 

@@ -96,28 +96,58 @@ class Removal:
     # numpy: skip the outside-the-span terms when no canary has any (n >= D, the usual case at large M)
     self.spanned = isinstance(self.full_rank, np.ndarray) and bool(np.all(self.full_rank))
 
+  def _block(self, part_i, weighted_i, part_j, g=None):
+    """v_i^T A^-1 v_j for two basis parts ([B, J|1, q, X] vectors and projections; weighted_i = p_i * w)."""
+    (v_i, p_i), (v_j, p_j) = part_i, part_j
+    xp = self.xp
+    h = pairs(weighted_i, p_j)
+    if not self.spanned:  # the part of the vectors outside the rows' span, where A^-1 is 1 / alpha
+      g = pairs(v_i, v_j) if g is None else g
+      h = h + xp.where(self.full_rank, 0.0, g - pairs(p_i, p_j)) / self.alpha[..., None, None]
+    return xp.broadcast_to(h, self.alpha.shape + h.shape[2:])
+
   def basis(self, parts, G_S=None):
     """Set the basis U: parts [(vectors, projections)], each [B, J|1, q, D] and [B, J|1, q, R] (J = 1: the same for
     every target), the first part the S removed rows (G_S: their dot products, if already computed)."""
-    xp = self.xp
-    weighted = [p * self.w[:, :, None, :] for _, p in parts]
-    rows = []
-    for i, (v_i, p_i) in enumerate(parts):
-      row = []
-      for j, (v_j, p_j) in enumerate(parts):
-        if j < i:  # H is symmetric
-          row.append(gram._swap(rows[j][i]))
-          continue
-        h = pairs(weighted[i], p_j)
-        if not self.spanned:  # the part of the vectors outside the rows' span, where A^-1 is 1 / alpha
-          g = G_S if (i == j == 0 and G_S is not None) else pairs(v_i, v_j)
-          h = h + xp.where(self.full_rank, 0.0, g - pairs(p_i, p_j)) / self.alpha[..., None, None]
-        row.append(xp.broadcast_to(h, self.alpha.shape + h.shape[2:]))
-      rows.append(row)
-    self.H = xp.concat([xp.concat(row, axis=-1) for row in rows], axis=-2)  # U^T A^-1 U, [B, J, Q, Q]
+    self.H = self._grown(None, [], parts, G_S)
     S = self.S
-    self.E = xp.eye(S, dtype=self.H.dtype) - self.beta[..., None, None] * _mm(self.C, self.H[..., :S, :S])
+    self.E = self.xp.eye(S, dtype=self.H.dtype) - self.beta[..., None, None] * _mm(self.C, self.H[..., :S, :S])
     return self
+
+  def extend(self, old_parts, new_parts):
+    """Add the vectors new_parts to the basis; old_parts: the basis so far, as these targets see it."""
+    self.H = self._grown(self.H, old_parts, new_parts)
+    return self
+
+  def _grown(self, H, old_parts, new_parts, G_first=None):
+    """H of the basis old_parts + new_parts, given H of old_parts (None if there are none)."""
+    xp = self.xp
+    weighted = [p * self.w[:, :, None, :] for _, p in new_parts]
+    n = len(new_parts)
+    blocks = [[None] * n for _ in range(n)]
+    for i in range(n):
+      for j in range(i, n):
+        g = G_first if (H is None and i == j == 0) else None
+        blocks[i][j] = self._block(new_parts[i], weighted[i], new_parts[j], g)
+      for j in range(i):
+        blocks[i][j] = gram._swap(blocks[j][i])
+    new = xp.concat([xp.concat(row, axis=-1) for row in blocks], axis=-2)
+    if H is None:
+      return new
+    X = xp.concat([xp.concat([self._block(new_parts[i], weighted[i], old) for old in old_parts], axis=-1)
+                   for i in range(n)], axis=-2)  # new^T A^-1 old, [B, J, Qn, Qo]
+    return xp.concat([xp.concat([H, gram._swap(X)], axis=-1), xp.concat([X, new], axis=-1)], axis=-2)
+
+  def take(self, idx_BxJ):
+    """This removal as other targets see it: target j of canary b gets this removal's target idx[b, j]."""
+    xp = self.xp
+    out = object.__new__(Removal)
+    out.xp, out.fit, out.S, out.C, out.full_rank, out.spanned = (self.xp, self.fit, self.S, self.C, self.full_rank,
+                                                                self.spanned)
+    b = xp.arange(idx_BxJ.shape[0])[:, None]
+    for name in ("alpha", "beta", "denom", "w", "H", "E"):
+      setattr(out, name, getattr(self, name)[b, idx_BxJ])
+    return out
 
   def form(self, a, b):
     """a^T S'^-1 b per target, [B, J], for coefficient vectors over the basis (constants [Q] or arrays [B, J, Q])."""
