@@ -47,7 +47,7 @@ def table_rows(page, heading):
   table = section.split("| flag | default | meaning |", 1)[1].split("\n\n", 1)[0]
   rows = []
   for line in table.strip().splitlines()[1:]:
-    cells = [c.strip() for c in line.strip().strip("|").split(" | ")]
+    cells = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip().strip("|"))]
     named = FLAG.findall(cells[0] + "`") if cells[0] != "scoring flags" else FLAG.findall(cells[2])
     rows.append((named, cells[1]))
   return rows
@@ -72,10 +72,12 @@ def defaults():
 def as_value(cell):
   """The value a default cell states, or None when it describes the default in words ("(required)", "all six")."""
   cell = cell.strip("`")
+  if cell in ("none", "all"):  # no value: the flag's default is None (or empty)
+    return "none"
+  if cell == "empty":
+    return ""
   if cell in ("true", "false"):
     return cell == "true"
-  if cell == "none":
-    return "none"
   if re.fullmatch(r"-?[0-9.]+(e-?[0-9]+)?", cell):
     return float(cell)
   if re.fullmatch(r"[a-z0-9_.:/-]+(,[a-z0-9_.:/-]+)*", cell):
@@ -85,7 +87,7 @@ def as_value(cell):
 
 def same(value, default):
   if value == "none":
-    return default in (None, [], "")
+    return default in (None, [], "", "none")
   if isinstance(value, bool):
     return default is value
   if isinstance(value, float):
