@@ -8,16 +8,15 @@ reproducible, needs no seed, and spreads the dropped models evenly. With LiRA's 
 IN for M/2 models) each class loses exactly one row: m from its own class, the first model of the other class after
 m from the other.
 
-Nothing is refitted. Removing a set S of s rows (centred rows z_S, their sum g) from a class of n rows moves its
-mean by -g / (n - s) and its scatter to
-  W' = W - Z_S^T C Z_S,   C = I_s + 1 1^T / (n - s),
-a rank-s downdate (s = 1: the plain leave-one-out's W - n/(n-1) z z^T). The diagonal estimators read diag(W') off
-it directly. OAS needs trace(W') and ||W'||_F^2 (from Z_S Z_S^T and Z_S W Z_S^T, both s x s), then solves with
-alpha' I + beta' W' by Woodbury on the class's one eigendecomposition (lira/gram.py):
-  u^T S'^-1 v = u^T A^-1 v + beta' a_u^T E^-1 C a_v,   logdet S' = logdet A + logdet E,
-with A = alpha' I + beta' W, a_u = Z_S A^-1 u and E = I - beta' C Z_S A^-1 Z_S^T. A shared fit removes both classes'
-sets from the pooled scatter at once (C block-diagonal). Canaries whose counts are unequal (a keep matrix of one's
-own) drop more rows from the larger class: the same formulas with a larger s.
+Nothing is refitted. Removing a set S of s rows (centred rows z_S, their sum g) from a class that keeps L = n - s
+rows moves its mean by -g / L and its scatter to
+  W' = W - Z_S^T C Z_S,   C = I_s + 1 1^T / L,
+a rank-s downdate (s = 1: plain leave-one-out's W - n/(n-1) z z^T). The diagonal estimators read diag(W') off it
+directly; OAS solves with alpha' I + beta' W' by Woodbury on the class's one eigendecomposition (lira/woodbury.py).
+A shared fit removes both classes' sets from the pooled scatter at once (C block-diagonal). Canaries whose counts
+are unequal (a keep matrix of one's own) drop more rows from the larger class: the same formulas with a larger s.
+With M/2 models per class, class-wise fits take each target's other-class fit from its partner's own leave-one-out
+fit (`_classwise_paired`).
 
 `sorted_balanced` is written against the Python array API (numpy or jax.numpy, no in-place updates): the numpy
 backend runs it here (`balanced_llr`), the jax backend jits this one copy (lira/loo_jax.py).
