@@ -14,8 +14,9 @@ rows moves its mean by -g / L and its scatter to
 a rank-s downdate (s = 1: plain leave-one-out's W - n/(n-1) z z^T). The diagonal estimators read diag(W') off it
 directly; OAS solves with alpha' I + beta' W' by Woodbury on the class's one eigendecomposition (lira/woodbury.py).
 A shared fit removes both classes' sets from the pooled scatter at once (C block-diagonal). Canaries whose counts
-are unequal (a keep matrix of one's own) drop more rows from the larger class: the same formulas with a larger s.
-With M/2 models per class, class-wise fits take each target's other-class fit from its partner's own leave-one-out
+are unequal (a keep matrix of one's own) drop more rows from the larger class: the same formulas with a larger s,
+as long as a class drops no more rows than it keeps (the downdate then cancels at most half its scatter); beyond
+that the kept rows are fitted directly (`_kept_scores`; OAS in their L x L Gram space, woodbury.Kept). With M/2 models per class, class-wise fits take each target's other-class fit from its partner's own leave-one-out
 fit (`_classwise_paired`).
 
 `sorted_balanced` is written against the Python array API (numpy or jax.numpy, no in-place updates): the numpy
@@ -105,6 +106,16 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
         % (M - n_own)
     idx_BxJxS = xp.concat([xp.broadcast_to(xp.asarray(own_idx, dtype=oth_idx.dtype), oth_idx.shape[:2] + (s_own,)),
                            oth_idx], axis=2)
+    if max(s_own, s_oth) > L:  # more rows dropped than kept: fit the kept rows directly (no cancelling downdate)
+      kept_own = own_at + (np.arange(n_own)[:, None] + s_own + np.arange(L)[None]) % n_own
+      kept_oth = oth_at + (first_BxM[:, own_at:own_at + n_own, None] + s_oth
+                           + xp.asarray(np.arange(L, dtype=np.int32))) % (M - n_own)
+      K_own = z_BxMxD[:, kept_own]  # [B, J, L, D]
+      K_oth = _gather(z_BxMxD, kept_oth)
+      scores.append(_kept_scores(K_own, K_oth, z_BxMxD[:, own_at:own_at + n_own],
+                                 (1.0 if target_in else -1.0) * delta_BxD[:, None, :], valid_BxD, target_in,
+                                 oas=oas, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift))
+      continue
     Z = _gather(z_BxMxD, idx_BxJxS)  # [B, J, S, D]
     Z_own, Z_oth = Z[:, :, :s_own], Z[:, :, s_own:]
     z_t = Z_own[:, :, 0]
@@ -179,6 +190,47 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
     own_minus_oth = -0.5 * (q_own - q_oth)
     scores.append(own_minus_oth if target_in else -own_minus_oth)
   return xp.concat(scores, axis=1)
+
+
+def _kept_scores(K_own, K_oth, z_t, gap, valid_BxD, target_in, *, oas, shared, offline, floor, offline_shift):
+  """Scores [B, J] of targets z_t [B, J, D] from each class's kept rows K [B, J, L, D] (rows centred by their class
+  means over all models; gap: the target's offset to the other class, +-delta), fitted directly."""
+  xp = array_namespace(z_t)
+  valid = xp.astype(valid_BxD, z_t.dtype)
+  m_own, m_oth = xp.mean(K_own, axis=2), xp.mean(K_oth, axis=2)
+  r_own, r_oth = z_t - m_own, z_t + gap - m_oth
+  Kc_own, Kc_oth = K_own - m_own[:, :, None], K_oth - m_oth[:, :, None]
+  p_B = xp.sum(valid, axis=1)
+  if offline:  # the OUT class: the own one for OUT targets
+    Kc, r = (Kc_oth, r_oth) if target_in else (Kc_own, r_own)
+    if not oas:
+      var = xp.where(valid_BxD[:, None, :], xp.maximum(xp.mean(Kc * Kc, axis=2), floor), 1.0)
+      return gaussian.offline_z(r, var, valid_BxD, 1.0, offline_shift, model_axis=1)
+    fit = woodbury.Kept(Kc, p_B, floor)
+    if offline_shift == "uniform":
+      u = xp.broadcast_to(valid[:, None, :], r.shape)
+    else:
+      u = xp.sqrt(fit.alpha[..., None] + fit.beta[..., None] * xp.sum(Kc * Kc, axis=2)) * valid[:, None, :]
+    return fit.bilinear(u, r) / xp.sqrt(fit.bilinear(u, u))
+  if not oas:
+    def var(Kc):
+      return xp.where(valid_BxD[:, None, :], xp.maximum(xp.mean(Kc * Kc, axis=2), floor), 1.0)
+    if shared:
+      v = var(xp.concat([Kc_own, Kc_oth], axis=2))
+      q_own, q_oth = xp.sum(r_own * r_own / v, axis=2), xp.sum(r_oth * r_oth / v, axis=2)
+    else:
+      v_own, v_oth = var(Kc_own), var(Kc_oth)
+      q_own = xp.sum(r_own * r_own / v_own + xp.log(v_own), axis=2)
+      q_oth = xp.sum(r_oth * r_oth / v_oth + xp.log(v_oth), axis=2)
+  elif shared:
+    fit = woodbury.Kept(xp.concat([Kc_own, Kc_oth], axis=2), p_B, floor)
+    q_own, q_oth = fit.bilinear(r_own, r_own), fit.bilinear(r_oth, r_oth)  # logdets cancel
+  else:
+    own, oth = woodbury.Kept(Kc_own, p_B, floor), woodbury.Kept(Kc_oth, p_B, floor)
+    q_own = own.bilinear(r_own, r_own) + own.logdet()
+    q_oth = oth.bilinear(r_oth, r_oth) + oth.logdet()
+  own_minus_oth = -0.5 * (q_own - q_oth)
+  return own_minus_oth if target_in else -own_minus_oth
 
 
 def _classwise_paired(z_BxMxD, delta_BxD, k, first_BxM, diag_w, floored, oas):

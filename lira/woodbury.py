@@ -17,6 +17,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from lira import gram
+from lira.covariance import oas_shrinkage
 
 
 def pairs(a_BxJxQxX, b_BxJxPxX):
@@ -164,3 +165,33 @@ class Removal:
   def logdet(self):
     """logdet S' per target, [B, J]."""
     return self.fit.logdet(self.alpha, self.beta, self.denom) + small_logdet(self.E)
+
+
+class Kept:
+  """An OAS fit made directly on each target's L kept rows (centred: Kc [B, J, L, D]), solved in their L x L Gram
+  space: S = alpha I + beta Kc^T Kc, S^-1 = (I - beta Kc^T (alpha I + beta Kc Kc^T)^-1 Kc) / alpha. Used where a
+  class drops more rows than it keeps (a downdate would cancel most of its scatter, which float32 cannot afford)."""
+
+  def __init__(self, Kc_BxJxLxD, p_B, floor):
+    xp = self.xp = array_namespace(Kc_BxJxLxD)
+    self.Kc, L = Kc_BxJxLxD, Kc_BxJxLxD.shape[2]
+    G = pairs(Kc_BxJxLxD, Kc_BxJxLxD)
+    p = p_B[:, None]
+    trace, fro2 = xp.sum(xp.linalg.diagonal(G), axis=-1), xp.sum(G * G, axis=(-2, -1))
+    mu = trace / (L * p)
+    rho = oas_shrinkage(mu, fro2 / (L * L * p * p), float(L), p)
+    self.alpha, self.beta = xp.maximum(rho * mu, floor), (1.0 - rho) / L  # as lira.gram.Fit.params, n = L
+    self.A = self.alpha[..., None, None] * xp.eye(L, dtype=G.dtype) + self.beta[..., None, None] * G
+    self.extra_logdet = (p - L) * xp.log(self.alpha)
+
+  def bilinear(self, u_BxJxD, v_BxJxD):
+    """u^T S^-1 v per target, [B, J]."""
+    xp = self.xp
+    Ku = gram._dot_last(self.Kc, u_BxJxD[:, :, None, :])
+    Kv = Ku if v_BxJxD is u_BxJxD else gram._dot_last(self.Kc, v_BxJxD[:, :, None, :])
+    y = small_solve(self.A, Kv)
+    return (gram._dot_last(u_BxJxD, v_BxJxD) - self.beta * xp.sum(Ku * y, axis=-1)) / self.alpha
+
+  def logdet(self):
+    """logdet S on the p scored positions, [B, J]."""
+    return small_logdet(self.A) + self.extra_logdet

@@ -135,15 +135,33 @@ def test_x64_does_not_leak():
 
 
 @pytest.mark.parametrize("covariance,shared", VARIANTS)
-def test_float32_within_its_error(covariance, shared):
+@pytest.mark.parametrize("balance_counts", [False, True])
+def test_float32_within_its_error(covariance, shared, balance_counts):
   loss, keep, mask = ragged(M=16, N=12, T=9, seed=7)
-  ref = plain_loo(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=False)
-  f32 = plain_loo(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=False,
-                           backend="jax", precision="float32")
+  ref = plain_loo(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=balance_counts)
+  f32 = plain_loo(loss, keep, covariance=covariance, shared=shared, mask_NxT=mask, balance_counts=balance_counts,
+                  backend="jax", precision="float32")
   # float32 rounds the features and every sum to eps = 1.2e-7 relative. The leave-one-out downdates subtract a
   # target's share from its class's scatter (W - c z z^T), cancelling up to a factor n = 8 here, and the llr is a
   # difference of two log-densities each about max |llr| + D log(var) in size: 1e-7 x 8 x a few terms x an
   # eigengap amplification of 1e2 stays below 1e-4 of max(1, max |llr|).
+  np.testing.assert_allclose(f32, ref, rtol=0, atol=1e-4 * max(1.0, np.abs(ref).max()))
+
+
+@pytest.mark.parametrize("covariance,shared,offline", [(c, s, False) for c, s in VARIANTS] +
+                         [("independent", False, True), ("oas", False, True)])
+def test_float32_balanced_with_very_unequal_counts(covariance, shared, offline):
+  # Canaries with 3 to 13 IN models of 16: the larger class drops up to 10 rows and keeps 2. Such classes are fitted
+  # on their kept rows directly (a downdate removing 10 rows of 12 cancelled to 0.2 relative error in float32).
+  M, N = 16, 13
+  loss, _ = make_losses(M=M, N=N, T=9, seed=3)
+  rng = np.random.default_rng(3)
+  keep = np.stack([rng.permutation(M) < k for k in np.linspace(3, M - 3, N).astype(int)], axis=1)
+  kw = dict(covariance=covariance, shared=shared, offline=offline, balance_counts=True)
+  ref = plain_loo(loss, keep, **kw)
+  f32 = plain_loo(loss, keep, backend="jax", precision="float32", **kw)
+  # The same bound as test_float32_within_its_error: eps = 1.2e-7 times a cancellation of at most 2 (a class never
+  # removes more rows than it keeps by downdating), a few terms and an eigengap factor of 1e2: 1e-4 of max(1, |llr|).
   np.testing.assert_allclose(f32, ref, rtol=0, atol=1e-4 * max(1.0, np.abs(ref).max()))
 
 
