@@ -53,8 +53,9 @@ def test_a_reachable_host_is_used_online_and_probed_once(probe_env):
 
 
 def test_a_resolver_that_hangs_is_given_up_after_the_timeout(probe_env):
-  def slow(*args, **kwargs):
+  def slow(*args, **kwargs):  # a resolver that answers after 5 s, as one without network can
     time.sleep(5)
+    raise OSError("Temporary failure in name resolution")
 
   probe_env.setattr(socket, "create_connection", slow)
   start = time.perf_counter()
