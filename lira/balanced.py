@@ -99,13 +99,6 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
   for target_in, (s_own, s_oth, L) in zip((True, False), removal_counts(k, M)):
     n_own = k if target_in else M - k
     own_at, oth_at = (0, k) if target_in else (k, 0)  # where each class's rows start
-    # Rows removed per target, as positions in the sorted rows: the target and the next s_own - 1 of its class
-    # (cyclically), then the first s_oth of the other class after it.
-    own_idx = own_at + (np.arange(n_own)[:, None] + np.arange(s_own)[None]) % n_own
-    oth_idx = oth_at + (first_BxM[:, own_at:own_at + n_own, None] + xp.asarray(np.arange(s_oth, dtype=np.int32))) \
-        % (M - n_own)
-    idx_BxJxS = xp.concat([xp.broadcast_to(xp.asarray(own_idx, dtype=oth_idx.dtype), oth_idx.shape[:2] + (s_own,)),
-                           oth_idx], axis=2)
     if max(s_own, s_oth) > L:  # more rows dropped than kept: fit the kept rows directly (no cancelling downdate)
       kept_own = own_at + (np.arange(n_own)[:, None] + s_own + np.arange(L)[None]) % n_own
       kept_oth = oth_at + (first_BxM[:, own_at:own_at + n_own, None] + s_oth
@@ -116,6 +109,13 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
                                  (1.0 if target_in else -1.0) * delta_BxD[:, None, :], valid_BxD, target_in,
                                  oas=oas, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift))
       continue
+    # Rows removed per target, as positions in the sorted rows: the target and the next s_own - 1 of its class
+    # (cyclically), then the first s_oth of the other class after it.
+    own_idx = own_at + (np.arange(n_own)[:, None] + np.arange(s_own)[None]) % n_own
+    oth_idx = oth_at + (first_BxM[:, own_at:own_at + n_own, None] + xp.asarray(np.arange(s_oth, dtype=np.int32))) \
+        % (M - n_own)
+    idx_BxJxS = xp.concat([xp.broadcast_to(xp.asarray(own_idx, dtype=oth_idx.dtype), oth_idx.shape[:2] + (s_own,)),
+                           oth_idx], axis=2)
     Z = _gather(z_BxMxD, idx_BxJxS)  # [B, J, S, D]
     Z_own, Z_oth = Z[:, :, :s_own], Z[:, :, s_own:]
     z_t = Z_own[:, :, 0]

@@ -129,21 +129,20 @@ def score_canaries(features, keep_MxN, idx_N, scoring, *, global_var, block_size
       cols = mine[at]
       x_MxBxD = x_MxBxD.astype(dtype, copy=False)
       keep_MxB = keep_MxN[:, cols]
-      if scoring.balance_counts:
-        (k, _, order_BxM), = gram.sorted_groups(keep_MxB)  # blocks share one IN count
-        x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD, 0, 1), order_BxM[:, :, None], axis=1)
-        args = dict(x_BxMxD=placer.put(_pad(x_BxMxD, bs, 0), 0),
-                    first_BxM=placer.put(_pad(balanced.first_after(order_BxM, k), bs, 0), 0),
-                    valid_BxD=placer.put(_pad(valid_BxD, bs, 0), 0))
-        _collect(previous, llr_MxL, sign, offline)
-        out = bal(**args, k=k, oas=covariance == "oas" and x_MxBxD.shape[2] > 1, shared=shared, offline=offline,
-                  floor=floor, offline_shift=offline_shift)
-      elif covariance == "oas" and x_MxBxD.shape[2] > 1:
-        (k, _, order_BxM), = gram.sorted_groups(keep_MxB)  # blocks share one IN count
+      oas_block = covariance == "oas" and x_MxBxD.shape[2] > 1
+      if scoring.balance_counts or oas_block:  # models sorted IN-first; blocks share one IN count
+        (k, _, order_BxM), = gram.sorted_groups(keep_MxB)
         x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD, 0, 1), order_BxM[:, :, None], axis=1)
         x_dev, valid_dev = placer.put(_pad(x_BxMxD, bs, 0), 0), placer.put(_pad(valid_BxD, bs, 0), 0)
+        if scoring.balance_counts:
+          first_dev = placer.put(_pad(balanced.first_after(order_BxM, k), bs, 0), 0)
         _collect(previous, llr_MxL, sign, offline)
-        out = oas(x_dev, k=k, valid_BxD=valid_dev, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift)
+        if scoring.balance_counts:
+          out = bal(x_dev, k=k, first_BxM=first_dev, valid_BxD=valid_dev, oas=oas_block, shared=shared,
+                    offline=offline, floor=floor, offline_shift=offline_shift)
+        else:
+          out = oas(x_dev, k=k, valid_BxD=valid_dev, shared=shared, offline=offline, floor=floor,
+                    offline_shift=offline_shift)
       else:
         order_BxM = None
         # Models in the middle ([B, M, D]): XLA's CPU backend sums over a leading axis several times slower.

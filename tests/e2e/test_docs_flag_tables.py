@@ -3,15 +3,13 @@ every default it states as a value (a number, true / false, none, a word or a li
 command table names every command."""
 
 import concurrent.futures
-import json
 import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from test_command_conventions import COMMANDS, defined_flags
+from test_flag_defaults import flag_defaults
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DOCS = os.path.join(ROOT, "docs")
@@ -51,15 +49,6 @@ def table_rows(page, heading):
     named = FLAG.findall(cells[0] + "`") if cells[0] != "scoring flags" else FLAG.findall(cells[2])
     rows.append((named, cells[1]))
   return rows
-
-
-def flag_defaults(module):
-  """{flag: default} of every flag `python -m experiments.<module>` has (imported in a fresh process)."""
-  code = ("import json\nfrom absl import flags\nimport experiments.%s\n"
-          "print(json.dumps({name: flags.FLAGS[name].default for name in flags.FLAGS}, default=str))") % module
-  out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
-  assert out.returncode == 0, out.stderr[-2000:]
-  return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
