@@ -20,7 +20,8 @@ that the kept rows are fitted directly (`_kept_scores`; OAS in their L x L Gram 
 fit (`_classwise_paired`).
 
 `sorted_balanced` is written against the Python array API (numpy or jax.numpy, no in-place updates): the numpy
-backend runs it here (`balanced_llr`), the jax backend jits this one copy (lira/loo_jax.py).
+backend runs it here (`balanced_llr`; `balanced_llr_variants` sorts and centres a block once for several variants),
+the jax backend jits this one copy (lira/loo_jax.py).
 """
 
 import functools
@@ -60,22 +61,32 @@ def _gather(rows_BxnxX, idx):
   return rows_BxnxX[xp.arange(B)[:, None, None], idx]
 
 
-def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, floor, offline_shift="std"):
-  """Balanced leave-one-out scores [B, M] (llr, or the offline z without the statistic's member sign) of canaries
-  whose first k models are IN.
-
-  Rows are sorted IN-first, each class in ascending model id; first_BxM from `first_after`. oas: the OAS model
-  (D > 1), else the diagonal one (univariate features have D = 1). k is static (shapes depend on it).
-  """
+def centred(x_BxMxD, k):
+  """(z_BxMxD, delta_BxD, diag_w) of sorted rows: each row centred by its class mean, the gap mean_IN - mean_OUT,
+  and each class's diag(W) = sum of squared centred rows ({True: IN, False: OUT}, [B, D])."""
   xp = array_namespace(x_BxMxD)
-  dt = x_BxMxD.dtype
-  B, M, D = x_BxMxD.shape
+  M = x_BxMxD.shape[1]
   mean_in = xp.mean(x_BxMxD[:, :k], axis=1)
   mean_out = xp.mean(x_BxMxD[:, k:], axis=1)
   is_in = xp.asarray(np.arange(M) < k)
   z_BxMxD = x_BxMxD - xp.where(is_in[None, :, None], mean_in[:, None], mean_out[:, None])
-  delta_BxD = mean_in - mean_out
-  diag_w = {True: xp.sum(z_BxMxD[:, :k] ** 2, axis=1), False: xp.sum(z_BxMxD[:, k:] ** 2, axis=1)}  # diag(W), [B, D]
+  diag_w = {True: xp.sum(z_BxMxD[:, :k] ** 2, axis=1), False: xp.sum(z_BxMxD[:, k:] ** 2, axis=1)}
+  return z_BxMxD, mean_in - mean_out, diag_w
+
+
+def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, floor, offline_shift="std",
+                    centring=None):
+  """Balanced leave-one-out scores [B, M] (llr, or the offline z without the statistic's member sign) of canaries
+  whose first k models are IN.
+
+  Rows are sorted IN-first, each class in ascending model id; first_BxM from `first_after`. oas: the OAS model
+  (D > 1), else the diagonal one (univariate features have D = 1). k is static (shapes depend on it). centring:
+  `centred(x_BxMxD, k)` when already computed (variants scored on the same rows share it).
+  """
+  xp = array_namespace(x_BxMxD)
+  dt = x_BxMxD.dtype
+  B, M, D = x_BxMxD.shape
+  z_BxMxD, delta_BxD, diag_w = centred(x_BxMxD, k) if centring is None else centring
   if oas:
     p_B = xp.sum(xp.astype(valid_BxD, dt), axis=1)
     if shared:
@@ -327,17 +338,38 @@ def _offline_direction(rem, diag_w_BxD, Z_S, L, valid_BxD, shift):
 
 
 def balanced_llr(x_MxBxD, keep_MxB, valid_BxD, scoring):
-  """Balanced leave-one-out scores [M, B] of a block of canaries (features as lira.gaussian.features computes them),
-  numpy: canaries grouped by IN count, models sorted IN-first, `sorted_balanced` per group."""
-  M, B, D = x_MxBxD.shape
-  out_MxB = np.empty((M, B))
-  oas = scoring.covariance == "oas" and D > 1
+  """Balanced leave-one-out scores [M, B] of a block of canaries (features as lira.gaussian.features computes them)."""
+  return _balanced_groups(x_MxBxD, keep_MxB, valid_BxD, [scoring], position_features=False)[0]
+
+
+def balanced_llr_variants(x_MxBxD, keep_MxB, valid_BxD, scorings):
+  """balanced_llr of several scorings (differing in covariance and shared) on one block's position features
+  (lira.gaussian.position_features; the univariate ones take their mean): [llr_MxB per scoring]. The rows are sorted
+  and centred once for all of them."""
+  return _balanced_groups(x_MxBxD, keep_MxB, valid_BxD, scorings, position_features=True)
+
+
+def _balanced_groups(x_MxBxD, keep_MxB, valid_BxD, scorings, position_features):
+  """numpy driver: canaries grouped by IN count, models sorted IN-first, `sorted_balanced` per group and scoring."""
+  M, B, _ = x_MxBxD.shape
+  outs = [np.empty((M, B)) for _ in scorings]
   for k, cols, order_BxM in gram.sorted_groups(keep_MxB):
     x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD[:, cols], 0, 1), order_BxM[:, :, None], axis=1)
-    llr_BxM = sorted_balanced(x_BxMxD, k, first_after(order_BxM, k), valid_BxD[cols], oas=oas,
-                              shared=scoring.shared, offline=scoring.offline, floor=scoring.var_floor,
-                              offline_shift=scoring.offline_shift)
-    unsorted = np.empty_like(llr_BxM)
-    np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
-    out_MxB[:, cols] = scoring.sign * unsorted.T if scoring.offline else unsorted.T
-  return out_MxB
+    first_BxM = first_after(order_BxM, k)
+    rows = {}  # features -> (x, valid, centring), made once per kind of features
+    for out_MxB, scoring in zip(outs, scorings):
+      uni = position_features and scoring.covariance == "univariate"
+      if uni not in rows:
+        x, valid = x_BxMxD, valid_BxD[cols]
+        if uni:  # each model's mean over the valid positions (lira.gaussian.univariate)
+          x = (x.sum(axis=2) / valid.sum(axis=1)[:, None])[:, :, None]
+          valid = np.ones((len(cols), 1), bool)
+        rows[uni] = (x, valid, centred(x, k))
+      x, valid, centring = rows[uni]
+      llr_BxM = sorted_balanced(x, k, first_BxM, valid, oas=scoring.covariance == "oas" and x.shape[2] > 1,
+                                shared=scoring.shared, offline=scoring.offline, floor=scoring.var_floor,
+                                offline_shift=scoring.offline_shift, centring=centring)
+      unsorted = np.empty_like(llr_BxM)
+      np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
+      out_MxB[:, cols] = scoring.sign * unsorted.T if scoring.offline else unsorted.T
+  return outs

@@ -110,7 +110,16 @@ def _variants(loss_MxNxT, keep_MxN, scorings, mask_NxT, on_undefined, block_size
 
   def score(blk):
     full = features(blk)
+    # Balanced variants with every canary of the block defined (the usual case) are sorted and centred together.
+    together = [v for v, s in enumerate(scorings) if s.balance_counts and not undefined_VxN[v][blk].any()]
+    if together:
+      x_MxBxD, valid_BxD = full
+      for v, llr_MxB in zip(together, balanced.balanced_llr_variants(x_MxBxD, keep_MxN[:, blk], valid_BxD,
+                                                                     [scorings[v] for v in together])):
+        llr_VxMxN[v][:, blk] = llr_MxB
     for v, s in enumerate(scorings):
+      if v in together:
+        continue
       x_MxBxD, valid_BxD = gaussian.for_covariance(full, s.covariance)
       ok = ~undefined_VxN[v][blk]
       if ok.all():  # the usual case: no copy of the block per variant
