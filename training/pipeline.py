@@ -20,6 +20,7 @@ import models
 from lira.reports import run_folder
 from training import canaries as canaries_lib
 from training import data as data_lib
+from training import dp as dp_lib
 from training import images as images_lib
 from training import preemption
 from training import trainer
@@ -58,11 +59,19 @@ def _diff(a, b, prefix=""):
   return out
 
 
+# Written into config.json by the run itself (the accountant's epsilons), not part of the config compared on resume.
+RECORDED = ("accountant",)
+
+
 def check_config(cfg, run_dir):
-  """Refuse a run folder written by a different config; otherwise record the config in it."""
+  """Refuse a run folder written by a different config; otherwise record the config in it. A folder written before
+  configs had a `train.dp` block matches a config whose block leaves DP-SGD off."""
   wanted = _config_dict(cfg)
   if os.path.exists(run_folder.config_path(run_dir)):
-    diffs = _diff(run_folder.load_config(run_dir), wanted)
+    have = {k: v for k, v in run_folder.load_config(run_dir).items() if k not in RECORDED}
+    if "dp" not in have.get("train", {"dp": None}) and not dp_lib.enabled(cfg.train.get("dp")):
+      wanted = {**wanted, "train": {k: v for k, v in wanted["train"].items() if k != "dp"}}
+    diffs = _diff(have, wanted)
     if diffs:
       raise InputError(f"run folder {run_dir} was written by a different config; use another --run_dir or the same "
                        "config:\n  " + "\n  ".join(diffs))
@@ -86,6 +95,26 @@ def validate(cfg):
     raise InputError(f"canaries.kind must be 'worst' or 'average', got {cfg.canaries.kind!r}")
   if cfg.canaries.num_canaries < 1:
     raise InputError(f"canaries.num_canaries must be >= 1, got {cfg.canaries.num_canaries}")
+  if dp_lib.enabled(cfg.train.get("dp")):
+    dp_lib.validate(cfg.train.dp, cfg.train.batch_size)
+
+
+def training_length(data):
+  """The run-wide number of examples of the model with the most (every model takes this many slots per epoch)."""
+  return data.num_train + int(data.keep_MxN.sum(axis=1).max())
+
+
+def dp_setup(cfg, run_dir, data):
+  """The run's DP-SGD settings (None with DP off), its noise multiplier calibrated to train.dp.epsilon if given;
+  each model's epsilon is recorded in config.json ("accountant")."""
+  steps = cfg.train.epochs * -(-training_length(data) // cfg.train.batch_size)
+  num_samples_M = data.num_train + data.keep_MxN.sum(axis=1)
+  dp, record = dp_lib.from_config(cfg.train.get("dp"), cfg.train.batch_size, steps, num_samples_M)
+  if record is not None:
+    config = run_folder.load_config(run_dir)
+    if config.get("accountant") != record:
+      run_folder.save_config(run_dir, {**config, "accountant": record})
+  return dp
 
 
 def _corpus(cfg):
@@ -291,8 +320,9 @@ def restore_checkpoint(ckpt, target):
   return _checkpointer().restore(ckpt, target)
 
 
-def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True):
-  """Train (or restore) one group, checkpoint it, and write its canary losses [G, N, T] (and the family's stats)."""
+def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True, dp=None):
+  """Train (or restore) one group, checkpoint it, and write its canary losses [G, N, T] (and the family's stats);
+  dp: the run's DP-SGD settings (dp_setup)."""
   ckpt, losses_path = run_folder.group_paths(run_dir, g)
   # the group's params, shard by shard on the devices it is scored on (the first local one without a mesh)
   target = nnx.to_pure_dict(trainer.abstract_stack(model, len(model_ids), mesh))
@@ -300,9 +330,9 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True)
     params = restore_checkpoint(ckpt, target)
   else:
     tcfg = trainer.TrainConfig(cfg.train.epochs, cfg.train.batch_size, cfg.train.learning_rate,
-                               cfg.train.weight_decay, cfg.shadow.seed)
+                               cfg.train.weight_decay, cfg.shadow.seed, dp)
     example_ids = [canaries_lib.training_indices(data.num_train, data.keep_MxN, m) for m in model_ids]
-    length = data.num_train + int(data.keep_MxN.sum(axis=1).max())
+    length = training_length(data)
     state, _ = trainer.train_group(model, data.examples_ExT, example_ids, model_ids, tcfg, bos_id=data.bos_id,
                                    length=length, mesh=mesh, progress=progress)
     params = nnx.to_pure_dict(state)
@@ -382,6 +412,7 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   check_config(cfg, run_dir)
   data = prepare_data(cfg, run_dir, progress)
   model = build_model(cfg, data, run_dir, progress)
+  dp = dp_setup(cfg, run_dir, data)
   todo = [(g, ids) for g, ids in groups_of(cfg, process_id, num_processes)
           if not os.path.exists(run_folder.group_paths(run_dir, g)[1])]
   mine = len(groups_of(cfg, process_id, num_processes))
@@ -391,7 +422,7 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   for i, (g, ids) in enumerate(todo):
     preemption.check()
     t0 = time.perf_counter()
-    run_group(cfg, run_dir, data, model, g, ids, mesh, progress)
+    run_group(cfg, run_dir, data, model, g, ids, mesh, progress, dp)
     if log_groups:
       print(f"group {g} ({done + i + 1} of {mine}): models {ids[0]}-{ids[-1]} finished in "
             f"{time.perf_counter() - t0:.1f} s", flush=True)

@@ -13,9 +13,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import jax_privacy
 from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
+from training import dp as dp_lib
 from training import per_token
 from training import preemption
 from lira.errors import InputError, UserError
@@ -28,6 +30,7 @@ class TrainConfig:
   learning_rate: float = 1e-3
   weight_decay: float = 0.0
   seed: int = 0
+  dp: dp_lib.DPConfig | None = None  # DP-SGD (training/dp.py); None: plain AdamW steps
 
 
 class TrainingDiverged(UserError, RuntimeError):
@@ -77,9 +80,10 @@ def make_optimizer(learning_rate, weight_decay):
 
 
 @functools.lru_cache(maxsize=16)
-def make_step(model, learning_rate, weight_decay, bos_id, single=False):
-  """One AdamW step for a stack of models: (params, opt_state, examples_GxBx..., weight_GxB[, key_data_Gx2]) ->
-  (..., loss_G); the per-position loss is the model family's (`model.loss`), with dropout keys where it has dropout.
+def make_step(model, learning_rate, weight_decay, bos_id, single=False, dp=None):
+  """One AdamW step for a stack of models: (params, opt_state, examples_GxBx..., weight_GxB[, key_data_Gx2]
+  [, noise_key_data_Gx2]) -> (..., loss_G); the per-position loss is the model family's (`model.loss`), with dropout
+  keys where it has dropout. dp (training.dp.DPConfig): a DP-SGD step instead (`_dp_gradient`), with noise keys.
 
   Cached, so the groups of a run share one compiled step (jit caches per function object). With `single` (a stack
   of one model) the model axis is dropped inside the step instead of vmapped over: under vmap XLA lays the weight
@@ -88,14 +92,17 @@ def make_step(model, learning_rate, weight_decay, bos_id, single=False):
   """
   optimizer = make_optimizer(learning_rate, weight_decay)
 
-  def step(params, opt_state, examples_B, weight_B, key_data=None):
+  def step(params, opt_state, examples_B, weight_B, key_data=None, noise_key_data=None):
     key = None if key_data is None else dropout_key(key_data)
 
     def loss_fn(p):
       per_example_B = model.loss(p, examples_B, bos_id, key).mean(axis=1)
       return (per_example_B * weight_B).sum() / jnp.maximum(weight_B.sum(), 1.0)
 
-    loss, grads = jax.value_and_grad(loss_fn)(params)
+    if dp is None:
+      loss, grads = jax.value_and_grad(loss_fn)(params)
+    else:
+      loss, grads = _dp_gradient(model, bos_id, dp, params, examples_B, weight_B, key, dropout_key(noise_key_data))
 
     def update(grads, opt_state, params):
       updates, new_opt_state = optimizer.update(grads, opt_state, params)
@@ -105,6 +112,8 @@ def make_step(model, learning_rate, weight_decay, bos_id, single=False):
     # branch, so no select over every leaf (measured ~3% of a PixelCNN++ step); vmapped, lax.cond would become
     # that select anyway.
     has_data = weight_B.sum() > 0
+    if dp is not None and dp.noise_multiplier > 0:  # a noisy step is taken whatever was sampled (even nothing)
+      has_data = jnp.asarray(True)
     if single:
       new_params, new_opt_state = jax.lax.cond(has_data, update, lambda g, o, p: (p, o), grads, opt_state, params)
       return new_params, new_opt_state, loss
@@ -118,6 +127,25 @@ def make_step(model, learning_rate, weight_decay, bos_id, single=False):
       return jax.tree.map(lambda x: x[None], out)
     return jax.jit(unstacked, donate_argnums=(0, 1))
   return jax.jit(jax.vmap(step), donate_argnums=(0, 1))
+
+
+def _dp_gradient(model, bos_id, dp, params, examples_B, weight_B, key, noise_key):
+  """(loss, DP-SGD gradient) of one model's batch: per-example gradients clipped to dp.clip_norm and summed
+  (jax_privacy.clipped_grad), Gaussian noise of std noise_multiplier * clip_norm added (its gaussian_privatizer),
+  divided by the expected batch size (Poisson) or the examples in the batch (shuffle). Empty slots weigh 0."""
+  def example_loss(p, example_1xT, weight_1, example_key=None):
+    return (model.loss(p, example_1xT, bos_id, example_key).mean(axis=1) * weight_1).sum()
+
+  grad_fn = jax_privacy.clipped_grad(example_loss, l2_clip_norm=dp.clip_norm, batch_argnums=(1, 2),
+                                     return_values=True, prng_argnum=None if key is None else 3)
+  args = (params, examples_B, weight_B) + (() if key is None else (key,))
+  grad_sum, aux = grad_fn(*args)
+  stddev = dp.noise_multiplier * dp.clip_norm if dp.noise_multiplier else 0.0  # noise 0 with clipping off: none
+  privatizer = jax_privacy.noise_addition.gaussian_privatizer(stddev=stddev, prng_key=0)
+  noisy, _ = privatizer.update(grad_sum, (noise_key, ()))
+  count = jnp.maximum(weight_B.sum(), 1.0)
+  denominator = count if dp.sampling == "shuffle" else float(dp.batch_size)
+  return aux.values.sum() / count, jax.tree.map(lambda g: g / denominator, noisy)
 
 
 def init_stack(model, keys, mesh=None):
@@ -240,14 +268,21 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id=N
   keys = jnp.stack([model_key(config.seed, m) for m in model_ids])
   params = init_stack(model, keys, mesh)
   opt_state = opt_init(params, config.learning_rate, config.weight_decay, mesh)
-  step = make_step(model, config.learning_rate, config.weight_decay, bos_id, single=G == 1)
+  dp = config.dp
+  step = make_step(model, config.learning_rate, config.weight_decay, bos_id, single=G == 1, dp=dp)
   examples_ExT = np.asarray(examples_ExT)
   steps = -(-length // config.batch_size)
+  poisson = dp is not None and dp.sampling == "poisson"
   bar = tqdm(total=config.epochs * steps, desc=f"models {model_ids[0]}-{model_ids[-1]}", disable=not progress,
              leave=False, unit="step")
   for epoch in range(config.epochs):
-    slots_GxSxB = np.stack([epoch_slots(ids, length, config.batch_size, config.seed, m, epoch)
-                            for ids, m in zip(example_ids, model_ids)])
+    if poisson:
+      physical = dp_lib.max_batch(dp, config.batch_size)
+      slots_GxSxB = np.stack([dp_lib.poisson_slots(ids, config.batch_size, physical, steps, config.seed, m, epoch)
+                              for ids, m in zip(example_ids, model_ids)])
+    else:
+      slots_GxSxB = np.stack([epoch_slots(ids, length, config.batch_size, config.seed, m, epoch)
+                              for ids, m in zip(example_ids, model_ids)])
     losses = []
     for s in range(steps):
       if preemption.requested():  # SIGTERM: abandon the group between steps (its earlier groups are kept)
@@ -256,9 +291,13 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id=N
       slot_GxB = slots_GxSxB[:, s]
       batch_GxB = examples_ExT[np.maximum(slot_GxB, 0)]
       weight_GxB = (slot_GxB >= 0).astype(np.float32)
-      dropout = [dropout_key_data(config.seed, model_ids, epoch, s)] if model.dropout else []  # jit places it
-      params, opt_state, loss_G = step(params, opt_state, _put(batch_GxB, mesh, 1), _put(weight_GxB, mesh, 1),
-                                       *dropout)
+      # dropout and noise keys as positional arguments (key_data=None when the model has no dropout); jit places them
+      keys = [dropout_key_data(config.seed, model_ids, epoch, s) if model.dropout else None]
+      if dp is not None:
+        keys.append(dp_lib.noise_key_data(config.seed, model_ids, epoch, s))
+      while keys and keys[-1] is None:
+        keys.pop()
+      params, opt_state, loss_G = step(params, opt_state, _put(batch_GxB, mesh, 1), _put(weight_GxB, mesh, 1), *keys)
       if losses:  # one step in flight at most: the bar shows finished steps, not queued ones
         jax.block_until_ready(losses[-1])
       losses.append(loss_G)

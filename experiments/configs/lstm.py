@@ -10,6 +10,8 @@ Any field can be overridden, e.g. --config.canaries.kind=average --config.shadow
 
 import ml_collections
 
+from training import dp
+
 from lira.errors import InputError
 
 
@@ -28,6 +30,7 @@ def get_config(arg="cpu"):
   c.shadow = dict(num_models=32, group_size=1, seed=0)  # one model per group: fastest on 2 CPU cores (BENCHMARKS.md)
   c.model = dict(name="lstm", embed_dim=64, hidden_dim=128, num_layers=2)
   c.train = dict(epochs=6, batch_size=16, learning_rate=3e-3, weight_decay=0.0)
+  c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
   if arg == "paper":
     c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)
     c.tokenizer.update(name="EleutherAI/pythia-1b-deduped")

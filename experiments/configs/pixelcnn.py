@@ -23,6 +23,8 @@ worst-case canaries are clearly memorised.
 
 import ml_collections
 
+from training import dp
+
 from lira.errors import InputError
 
 
@@ -34,6 +36,7 @@ def get_config(arg="cpu"):
   c.model = dict(name="pixelcnn_pp", image_shape=(8, 8, 1), num_levels=17, nr_resnet=1, nr_filters=32,
                  nr_logistic_mix=5, dropout_p=0.0)
   c.train = dict(epochs=10, batch_size=32, learning_rate=2e-3, weight_decay=0.0, eval_batch_size=256)
+  c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
   if arg == "paper":
     c.data.update(source="cifar10", data_dir="~/tensorflow_datasets", max_train_images=0)
     c.canaries.update(kind="average", num_canaries=10_000)

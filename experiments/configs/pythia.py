@@ -12,6 +12,8 @@ that fine-tuning does not use, into RUN_DIR/base_model).
 
 import ml_collections
 
+from training import dp
+
 from lira.errors import InputError
 
 
@@ -28,6 +30,7 @@ def get_config(arg="pythia_tiny"):
                            rotary_pct=0.25, max_position_embeddings=256))
   c.pretrain = dict(epochs=1, batch_size=32, learning_rate=3e-3, weight_decay=0.01, max_sequences=12_000)
   c.train = dict(epochs=3, batch_size=16, learning_rate=1e-3, weight_decay=1e-4, eval_batch_size=256)
+  c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
   if arg == "pythia":  # Table I: 7 epochs, lr 1e-4, weight decay 1e-4, batch 16, T = 128, AdamW, 64 models
     c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)
     c.tokenizer.update(name="EleutherAI/pythia-1b-deduped")

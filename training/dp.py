@@ -1,0 +1,156 @@
+"""DP-SGD for the shadow trainer (Abadi et al. 2016): per-example clipping, Gaussian noise, Poisson sampling and the
+accountant, all from jax-privacy (docs/shadow_models.md, "DP-SGD").
+
+A step draws each of the model's examples independently with probability q = batch_size / n (Poisson sampling;
+batches larger than `max_batch_size` are truncated to a uniform subset of that size, which the accountant includes),
+clips each example's gradient to L2 norm `clip_norm`, adds N(0, (noise_multiplier * clip_norm)^2) to the sum, and
+divides by the expected batch size. sampling="shuffle" uses the trainer's shuffled fixed-size batches instead (the
+common approximation: accounted as Poisson sampling with the same q, which shuffling does not strictly satisfy) and
+divides by the number of examples in the batch, so noise 0 and clip_norm inf give the plain trainer's steps.
+The accountant (PLD, add-or-remove-one adjacency) gives each model's epsilon for the run's steps; a target epsilon
+is met by calibrating the noise multiplier for the model with the fewest examples (the largest q).
+"""
+
+import dataclasses
+import math
+
+import numpy as np
+from jax_privacy import accounting
+from jax_privacy import batch_selection
+
+from lira.errors import InputError
+
+SAMPLINGS = ("poisson", "shuffle")
+
+
+@dataclasses.dataclass(frozen=True)
+class DPConfig:
+  """DP-SGD settings of a training run (hashable: part of the cached step's key)."""
+  noise_multiplier: float
+  clip_norm: float
+  batch_size: int  # the expected batch size (Poisson: the sum of clipped gradients is divided by it)
+  sampling: str = "poisson"
+  max_batch_size: int = 0  # the physical batch of Poisson sampling (truncation); 0: twice batch_size
+  delta: float = 1e-5
+
+
+def config_defaults():
+  """The `train.dp` block of every config: off unless `epsilon` or `noise_multiplier` is set."""
+  from ml_collections import config_dict
+  return config_dict.ConfigDict(dict(
+    epsilon=config_dict.placeholder(float),  # target epsilon: the noise multiplier is calibrated to it
+    noise_multiplier=config_dict.placeholder(float),  # or the noise multiplier itself (0: no noise)
+    clip_norm=1.0,  # per-example gradient L2 norm bound (inf: no clipping)
+    delta=1e-5,
+    sampling="poisson",  # or "shuffle": fixed-size shuffled batches, accounted as Poisson (an approximation)
+    max_batch_size=0,  # Poisson batches are truncated to this size; 0: twice train.batch_size
+  ))
+
+
+def enabled(dp_cfg):
+  """Whether a config's `train.dp` block switches DP-SGD on."""
+  return dp_cfg is not None and (dp_cfg.get("epsilon") is not None or dp_cfg.get("noise_multiplier") is not None)
+
+
+def validate(dp_cfg, batch_size):
+  """One-line InputError naming the first bad `train.dp` field (before any data is loaded)."""
+  eps, sigma = dp_cfg.get("epsilon"), dp_cfg.get("noise_multiplier")
+  if eps is not None and sigma is not None:
+    raise InputError("train.dp.epsilon and train.dp.noise_multiplier are both set: give one (the other follows)")
+  if eps is not None and not (eps > 0 and math.isfinite(eps)):
+    raise InputError(f"train.dp.epsilon must be a finite number > 0, got {eps}")
+  if sigma is not None and not (sigma >= 0 and math.isfinite(sigma)):
+    raise InputError(f"train.dp.noise_multiplier must be a finite number >= 0, got {sigma}")
+  if not dp_cfg.clip_norm > 0:
+    raise InputError(f"train.dp.clip_norm must be > 0 (inf: no clipping), got {dp_cfg.clip_norm}")
+  if math.isinf(dp_cfg.clip_norm) and (eps is not None or sigma):
+    raise InputError("train.dp.clip_norm is inf (no clipping): noise and epsilon need a finite clip norm")
+  if not 0 < dp_cfg.delta < 1:
+    raise InputError(f"train.dp.delta must be in (0, 1), got {dp_cfg.delta}")
+  if dp_cfg.sampling not in SAMPLINGS:
+    raise InputError(f"train.dp.sampling must be one of {', '.join(SAMPLINGS)}, got {dp_cfg.sampling!r}")
+  if dp_cfg.max_batch_size and dp_cfg.max_batch_size < batch_size:
+    raise InputError(f"train.dp.max_batch_size must be 0 or >= train.batch_size ({batch_size}), "
+                     f"got {dp_cfg.max_batch_size}")
+
+
+def max_batch(dp, batch_size):
+  """The physical batch size: Poisson batches truncated to it; shuffled batches are batch_size."""
+  if dp.sampling == "shuffle":
+    return batch_size
+  return dp.max_batch_size or 2 * batch_size
+
+
+def _accountant():
+  return accounting.DpsgdTrainingAccountant(accounting.PldAccountantConfig())
+
+
+def _params(sigma, num_samples, delta, batch_size, truncated):
+  return accounting.DpParams(noise_multipliers=sigma, num_samples=int(num_samples), delta=delta,
+                             batch_size=int(batch_size), truncated_batch_size=truncated)
+
+
+def _truncated(dp, batch_size):
+  return max_batch(dp, batch_size) if dp.sampling == "poisson" else None
+
+
+def epsilon(dp, batch_size, steps, num_samples):
+  """The accountant's epsilon at dp.delta of a model trained on num_samples examples for `steps` steps."""
+  if dp.noise_multiplier == 0 or math.isinf(dp.clip_norm):
+    return math.inf
+  return float(_accountant().compute_epsilon(steps, _params(dp.noise_multiplier, num_samples, dp.delta, batch_size,
+                                                            _truncated(dp, batch_size))))
+
+
+def calibrate(target_epsilon, dp, batch_size, steps, num_samples):
+  """The smallest noise multiplier (to 1e-3) whose epsilon at dp.delta is at most target_epsilon."""
+  return float(accounting.calibrate_noise_multiplier(
+    target_epsilon=target_epsilon, accountant=_accountant(), batch_sizes=int(batch_size), num_updates=int(steps),
+    num_samples=int(num_samples), target_delta=dp.delta, truncated_batch_size=_truncated(dp, batch_size),
+    tol=1e-3))
+
+
+def from_config(dp_cfg, batch_size, steps, num_samples_M):
+  """(DPConfig, accountant record for config.json) of a run, or (None, None) with DP off.
+
+  num_samples_M: each model's number of training examples; the noise multiplier is calibrated on the smallest.
+  """
+  if not enabled(dp_cfg):
+    return None, None
+  validate(dp_cfg, batch_size)
+  dp = DPConfig(noise_multiplier=0.0, clip_norm=float(dp_cfg.clip_norm), batch_size=int(batch_size),
+                sampling=dp_cfg.sampling,
+                max_batch_size=int(dp_cfg.max_batch_size), delta=float(dp_cfg.delta))
+  sigma = dp_cfg.noise_multiplier
+  if sigma is None:
+    sigma = calibrate(dp_cfg.epsilon, dp, batch_size, steps, min(num_samples_M))
+  dp = dataclasses.replace(dp, noise_multiplier=float(sigma))
+  per_model = {int(n): epsilon(dp, batch_size, steps, n) for n in sorted(set(int(n) for n in num_samples_M))}
+  eps_M = [per_model[int(n)] for n in num_samples_M]
+  record = dict(epsilon=max(eps_M), epsilon_per_model=eps_M, delta=dp.delta, noise_multiplier=dp.noise_multiplier,
+                clip_norm=dp.clip_norm, sampling=dp.sampling, max_batch_size=max_batch(dp, batch_size),
+                batch_size=int(batch_size), steps=int(steps),
+                sampling_prob=[batch_size / int(n) for n in num_samples_M],
+                target_epsilon=dp_cfg.get("epsilon"), accountant="PLD, add-or-remove-one (jax_privacy.accounting)")
+  return dp, record
+
+
+def poisson_slots(example_ids, batch_size, physical, steps, seed, model_id, epoch):
+  """Model's Poisson-sampled batches for one epoch, [steps, physical] (-1: empty slot): each example in each step
+  with probability batch_size / n, truncated to `physical` (jax_privacy.batch_selection.CyclicPoissonSampling); the
+  draws depend only on (seed, model, epoch)."""
+  example_ids = np.asarray(example_ids, np.int64)
+  sampler = batch_selection.CyclicPoissonSampling(sampling_prob=batch_size / len(example_ids), iterations=steps,
+                                                  truncated_batch_size=physical)
+  slots = np.full((steps, physical), -1, np.int64)
+  rng = np.random.default_rng([seed, model_id, epoch, 3])
+  for s, idx in enumerate(sampler.batch_iterator(len(example_ids), rng=rng)):
+    slots[s, :len(idx)] = example_ids[np.sort(idx)]
+  return slots
+
+
+def noise_key_data(seed, model_ids, epoch, step):
+  """uint32 [G, 2]: raw threefry keys of each model's gradient noise at one step, a function of (seed, model, epoch,
+  step) only (as the dropout keys, another stream)."""
+  return np.stack([np.random.default_rng([seed, m, epoch, step, 2]).integers(0, 2**32, 2, dtype=np.uint32)
+                   for m in model_ids])
