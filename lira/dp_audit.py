@@ -25,8 +25,9 @@ picks it: jax-privacy 2.0.0 (pinned in pyproject.toml) returns it only from its 
 this module calls through the same strategy code the public methods run. gdp is the auditor's epsilon_from_gdp on
 the auditor's thresholds and Clopper-Pearson bounds, one-sided: epsilon_from_gdp takes |mu|, counting a negative mu
 as evidence in the reverse direction, but upper bounds on FPR and FNR do not bound the reverse test's error rates
-(that needs lower bounds), so on scores without any membership signal it returns epsilons of 3 to 12. Where the
-largest |mu| is positive the two agree. tests/lira/test_dp_audit.py checks both against the public methods.
+(that needs lower bounds): on 100 IN and 100 OUT scores without any membership signal it returns epsilons of
+4 to 12. Where the largest |mu| is positive the two agree. tests/lira/test_dp_audit.py checks both against the
+public methods.
 """
 
 import dataclasses

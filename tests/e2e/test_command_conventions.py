@@ -52,6 +52,7 @@ def required_flags(command):
 # pretrain_attacks, make_synthetic) and each kind of check (a bound, both bounds, an even number, a finite float, a
 # list of integers, a scoring field). That every other integer or number flag has its range is read off --help.
 BAD_VALUES = {
+    "audit": ["--delta=0", "--confidence=1"],
     "cov_structure": ["--max_positions=1"],
     "covariance_error": ["--shadow_counts=1,4"],
     "evaluate": ["--n_boot=-1", "--k=1.5", "--reduction=min:0"],

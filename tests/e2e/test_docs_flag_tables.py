@@ -23,6 +23,7 @@ TABLES = {
     ("analyses.md", "## `paper_table`"): "paper_table",
     ("analyses.md", "## `cov_structure`"): "cov_structure",
     ("auditing.md", "## Flags"): "score_targets",
+    ("dp_audit.md", "## `audit`: epsilon lower bounds of runs"): "audit",
     ("images.md", "## Pictures of an image run: `image_maps`"): "image_maps",
     ("own_losses.md", "## From GPT-NeoX (Pythia) checkpoints: `extract_tokens --run_arrays`"): "extract_tokens",
     ("pretraining_attacks.md", "## `extract_features`: the features folder"): "extract_features",

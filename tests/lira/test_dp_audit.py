@@ -170,7 +170,8 @@ def test_per_model_and_pooled_bounds_take_the_right_pairs():
 @pytest.mark.parametrize("fields,names", [
     ({"delta": 0.0}, "delta"), ({"delta": 1.0}, "delta"), ({"delta": -1e-5}, "delta"),
     ({"confidence": 0.0}, "confidence"), ({"confidence": 1.0}, "confidence"),
-    ({"confidence": 0.4, "method": "clopper_pearson"}, "confidence"), ({"confidence": 0.5, "method": "gdp"}, "confidence"),
+    ({"confidence": 0.4, "method": "clopper_pearson"}, "confidence"),
+    ({"confidence": 0.5, "method": "gdp"}, "confidence"),
     ({"method": "two_run"}, "method"), ({"threshold_strategy": "multisplit"}, "threshold_strategy"),
     ({"method": "gdp", "threshold_strategy": "split"}, "threshold_strategy"), ({"seed": -1}, "seed"),
 ])

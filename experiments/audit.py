@@ -1,0 +1,97 @@
+"""Empirical epsilon lower bounds of DP-trained runs from membership scores (jax-privacy's CanaryScoreAuditor).
+
+python -m experiments.audit --run_dir=DIR[,DIR2,...] [--variants=...] [--attacks=loss] [--method=one_run]
+  [--delta=1e-5] [--confidence=0.95] [--threshold_strategy=bonferroni] [scoring flags] [--out_dir=DIR]
+python -m experiments.audit --target_scores=DIR --target_keep=KEEP.npy [--target_config=CONFIG.json]
+Each run's leave-one-out LiRA scores (computed here, as evaluate computes them) and the reference-free --attacks rows
+are bounded with each model as the audited one (median and max over models) and pooled over all pairs, beside the
+accountant's epsilon from the run's config.json ("accountant"; none: no DP). --target_scores reads score_targets'
+attack_scores_<variant>.npy [K, N] with the targets' membership --target_keep ([K, N], or [N] for one target).
+Writes audit.md, audit.json and audit.png (settings other than the defaults appended to the names) into --out_dir
+(default the first run folder, or the --target_scores folder).
+"""
+
+import dataclasses
+
+from absl import app
+from absl import flags
+
+from attacks import shadow
+from experiments import cli
+from experiments import scoring_flags
+from lira import dp_audit
+from lira.reports import audit_report
+from lira.reports import provenance
+
+FLAGS = flags.FLAGS
+_AUDIT = {f.name: f for f in dataclasses.fields(dp_audit.AuditOptions)}
+flags.DEFINE_list("run_dir", None, "Run folder(s), comma-separated: losses.npy [M, N, T], keep.npy [M, N], optional "
+                  "mask.npy, config.json (its \"accountant\" gives the DP-SGD epsilon).")
+flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six; with "
+                  "--target_scores, those whose scores the folder holds).")
+scoring_flags.define()
+flags.DEFINE_list("attacks", None, f"Reference-free attacks to add as rows: {','.join(shadow.SHADOW_ATTACKS)} "
+                  "(default none; --run_dir only).")
+flags.DEFINE_float("k", shadow.DEFAULTS["k"], "Min-K% and Min-K%++: the fraction of each canary's lowest tokens "
+                   "averaged.")
+cli.check_range("k", 0, 1, low_open=True)
+flags.DEFINE_enum("method", _AUDIT["method"].default, list(dp_audit.METHODS), _AUDIT["method"].metadata["help"])
+flags.DEFINE_float("delta", _AUDIT["delta"].default, _AUDIT["delta"].metadata["help"])
+cli.check_range("delta", 0, 1, low_open=True, high_open=True)
+flags.DEFINE_float("confidence", _AUDIT["confidence"].default, _AUDIT["confidence"].metadata["help"])
+cli.check_range("confidence", 0, 1, low_open=True, high_open=True)
+flags.DEFINE_enum("threshold_strategy", _AUDIT["threshold_strategy"].default, list(dp_audit.THRESHOLD_STRATEGIES),
+                  _AUDIT["threshold_strategy"].metadata["help"])
+flags.DEFINE_integer("seed", _AUDIT["seed"].default, _AUDIT["seed"].metadata["help"])
+cli.check_range("seed", 0)
+flags.DEFINE_string("target_scores", None, "Instead of --run_dir: a score_targets --out_dir holding "
+                    "attack_scores_<variant>.npy [K, N].")
+flags.DEFINE_string("target_keep", None, "With --target_scores: the targets' membership, bool [K, N] (or [N]) .npy.")
+flags.DEFINE_string("target_config", None, "With --target_scores: a config.json whose \"accountant\" is the targets' "
+                    "(default none: no DP).")
+flags.DEFINE_string("out_dir", None, "Where the reports go; default the first run folder (or --target_scores).")
+flags.DEFINE_bool("progress", True, "Show progress bars.")
+
+
+def _check_modes():
+  """Exactly one of --run_dir and --target_scores, and only the flags that apply to it."""
+  if bool(FLAGS.run_dir) == bool(FLAGS.target_scores):
+    raise app.UsageError("give either --run_dir (leave-one-out scores of run folders) or --target_scores (a "
+                         "score_targets folder), not both" if FLAGS.run_dir else "--run_dir or --target_scores is "
+                         "required")
+  if FLAGS.run_dir:
+    wrong = [name for name in ("target_keep", "target_config") if FLAGS[name].present]
+    if wrong:
+      raise app.UsageError(f"--{wrong[0]} applies to --target_scores, not --run_dir")
+    return
+  if not FLAGS.target_keep:
+    raise app.UsageError("--target_scores needs --target_keep (the targets' membership)")
+  wrong = [name for name in ("attacks", "balance_counts", "backend", "precision") if FLAGS[name].present]
+  if wrong:
+    raise app.UsageError(f"--{wrong[0]} applies to --run_dir (leave-one-out scores), not --target_scores")
+
+
+def main(argv):
+  del argv
+  options = dp_audit.AuditOptions(method=FLAGS.method, delta=FLAGS.delta, confidence=FLAGS.confidence,
+                                  threshold_strategy=FLAGS.threshold_strategy, seed=FLAGS.seed)
+  _check_modes()
+  scoring = scoring_flags.scoring()
+  if FLAGS.target_scores:
+    text, result = audit_report.audit_targets(FLAGS.target_scores, FLAGS.target_keep, FLAGS.out_dir, scoring, options,
+                                              variants=FLAGS.variants, target_config=FLAGS.target_config)
+    out_dir = FLAGS.out_dir or FLAGS.target_scores
+  else:
+    attack_rows_of = None
+    if FLAGS.attacks:  # called for every run after its files are checked, before LiRA's long work
+      attack_rows_of = lambda run_dir: shadow.shadow_rows(run_dir, FLAGS.attacks, k=FLAGS.k, n_boot=0)  # noqa: E731
+    text, result = audit_report.audit_runs(FLAGS.run_dir, FLAGS.out_dir, scoring, options, variants=FLAGS.variants,
+                                           attack_rows_of=attack_rows_of, progress=FLAGS.progress)
+    out_dir = FLAGS.out_dir or FLAGS.run_dir[0]
+  print(text)
+  print(f"\n{result['seconds']:.1f} s.")
+  print(provenance.wrote([f"{out_dir}/{name}" for name in result["files"]]))
+
+
+if __name__ == "__main__":
+  cli.run(main)
