@@ -27,8 +27,11 @@ def _use_small_corpus(monkeypatch, small_corpus):
 
 def _override(cfg, overrides):
   for key, value in overrides.items():
-    section, field = key.split("__")
-    cfg[section][field] = value
+    *sections, field = key.split("__")
+    node = cfg
+    for section in sections:
+      node = node[section]
+    node[field] = value
   return cfg
 
 
@@ -174,6 +177,9 @@ def test_a_diverging_group_names_the_model_and_keeps_finished_groups(tmp_path, m
      r"canaries.num_canaries=100000 is more than the \d+ distinct held-out sequences"),
     (dict(data__seq_len=10_000_000), r"data.seq_len=10000000 is longer than the training split allows"),
     (dict(data__max_train_sequences=3), r"leaves only 3 training sequences"),
+    (dict(train__dp__epsilon=0.0), r"train.dp.epsilon must be a finite number > 0"),
+    (dict(train__dp__epsilon=2.0, train__dp__delta=1.5), r"train.dp.delta must be in \(0, 1\)"),
+    (dict(train__dp__noise_multiplier=1.0, train__dp__clip_norm=0.0), r"train.dp.clip_norm must be > 0"),
 ])
 def test_bad_config_is_refused_before_training(tmp_path, monkeypatch, overrides, message):
   monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("training started"))
@@ -305,3 +311,30 @@ def test_pythia_configs_hold_table_one_and_are_reachable_from_lstm_py():
     assert lstm_configs.get_config(arg).to_dict() == pythia_configs.get_config(arg).to_dict()
   with pytest.raises(ValueError, match="unknown Pythia config 'pythia-1b'"):
     pythia_configs.get_config("pythia-1b")
+
+
+def test_a_dp_run_records_each_models_epsilon_and_resumes(tmp_path):
+  cfg = tiny_cfg(train__dp__epsilon=8.0, shadow__num_models=4, shadow__group_size=2)
+  run_dir = str(tmp_path / "run")
+  assert pipeline.run(cfg, run_dir, progress=False)
+  record = run_folder.load_config(run_dir)["accountant"]
+  assert len(record["epsilon_per_model"]) == 4 and max(record["epsilon_per_model"]) == record["epsilon"] <= 8.0
+  assert record["noise_multiplier"] > 0 and record["target_epsilon"] == 8.0 and record["delta"] == 1e-5
+  losses = np.load(os.path.join(run_dir, "losses.npy"))
+  assert np.isfinite(losses).all()
+  assert pipeline.run(cfg, run_dir, progress=False)  # the recorded accountant entry is no config difference
+  with pytest.raises(ValueError, match=r"train.dp.epsilon: run folder has 8.0, this command has 4.0"):
+    pipeline.run(tiny_cfg(train__dp__epsilon=4.0, shadow__num_models=4, shadow__group_size=2), run_dir,
+                 progress=False)
+
+
+def test_a_folder_recorded_before_the_dp_block_resumes_without_dp_only(tmp_path, monkeypatch):
+  run_dir = str(tmp_path / "run")
+  os.makedirs(run_dir)
+  pipeline.check_config(tiny_cfg(), run_dir)
+  config = run_folder.load_config(run_dir)
+  del config["train"]["dp"]
+  run_folder.save_config(run_dir, config)
+  pipeline.check_config(tiny_cfg(), run_dir)  # DP off: the same config
+  with pytest.raises(ValueError, match=r"train.dp: run folder has '<missing>'"):
+    pipeline.check_config(tiny_cfg(train__dp__epsilon=1.0), run_dir)
