@@ -164,3 +164,14 @@ def test_both_epsilon_and_noise_multiplier_are_refused():
   with pytest.raises(InputError, match="both set"):
     dp_lib.validate(cfg, 16)
   assert isinstance(cfg, ml_collections.ConfigDict)
+
+
+def test_default_truncation_costs_almost_no_epsilon():
+  # The CPU default's shape: batch 16, 1,500 examples, 6 epochs of 94 steps. Truncating Poisson batches at
+  # 16 + 6 * 4 = 40 (six standard deviations) must cost under 0.1% of the untruncated epsilon; at 2 x 16 it costs a
+  # third (so the check can fail).
+  poisson = dp_lib.DPConfig(noise_multiplier=1.0, clip_norm=1.0, batch_size=16)
+  untruncated = dp_lib.epsilon(dataclasses.replace(poisson, sampling="shuffle"), 16, 564, 1500)
+  assert dp_lib.max_batch(poisson, 16) == 40
+  assert dp_lib.epsilon(poisson, 16, 564, 1500) == pytest.approx(untruncated, rel=1e-3)
+  assert dp_lib.epsilon(dataclasses.replace(poisson, max_batch_size=32), 16, 564, 1500) > 1.2 * untruncated
