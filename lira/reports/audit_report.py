@@ -110,10 +110,10 @@ def _source_notes(src, options):
 def _value_words(value):
   """A number as '%g'; a list of numbers (one per model) as its value or its range 'low to high'."""
   if _number(value):
-    return f"{value:g}"
+    return f"{value:.4g}"
   if isinstance(value, list) and value and all(map(_number, value)):
     low, high = min(value), max(value)
-    return f"{low:g}" if low == high else f"{low:g} to {high:g}"
+    return f"{low:.4g}" if low == high else f"{low:.4g} to {high:.4g}"
   return None
 
 
@@ -122,7 +122,7 @@ def _accountant_words(acc):
     return "no DP (no accountant in the config)"
   extra = [f"{words} {_value_words(acc.get(key))}" for key, words in ACCOUNTANT_WORDS if _value_words(acc.get(key))]
   kind = f" ({acc['accountant']})" if isinstance(acc.get("accountant"), str) else ""
-  return (f"DP-SGD accountant{kind}: epsilon {acc['epsilon']:g} at delta {acc['delta']:g}"
+  return (f"DP-SGD accountant{kind}: epsilon {acc['epsilon']:.4g} at delta {acc['delta']:g}"
           + (f"; {', '.join(extra)}" if extra else ""))
 
 
@@ -139,7 +139,7 @@ def _cells(rows, method):
   body = []
   for row in rows:
     p, s = row["pooled"], row["per_model_summary"]
-    rates = "no guess" if p.tp + p.fp == 0 else f"{100 * p.tpr:.2f}% at {100 * p.fpr:.2f}%"
+    rates = "-" if p.tp + p.fp == 0 else f"{100 * p.tpr:.2f}% at {100 * p.fpr:.2f}%"
     top = f"{s['max']:.3f}" + (f" ({s['argmax']})" if s["max"] > 0 else "")
     cells = [row["name"], f"{p.epsilon:.3f}", rates, f"{s['median']:.3f}", top]
     body.append(cells + ([f"{p.mu:.3f}"] if method == "gdp" else []))
@@ -187,7 +187,7 @@ def write(out_dir, sources, options, settings, defaults, scores_words, dropped, 
   text_blocks, md_blocks = [setting], ["# Empirical epsilon lower bounds", setting]
   what = "target" if sources[0]["kind"] == "targets" else "model"
   legend = (f"pooled: all ({what}, canary) pairs; median / max eps over the {what}s, each the audited one in turn "
-            f"(max: the {what} with the largest bound)")
+            f"(max: the {what} with the largest bound); TPR at FPR '-': no threshold gives a bound above 0")
   for src in sources:
     for row in src["rows"]:
       row["exceeds"] = _exceeds(row, src["accountant"], options)
