@@ -90,8 +90,8 @@ def test_rates_are_brute_force_counts_at_the_threshold_the_bound_was_taken_at(me
 
 @pytest.mark.parametrize("seed", range(4))
 def test_gdp_is_the_auditors_where_its_largest_mu_is_positive(seed):
-  # Strong, plain separation: the auditor's largest |mu| is a positive mu (checked by eye over these seeds), where
-  # its epsilon_from_gdp is a valid bound and ours must equal it.
+  # Strong separation (mu = 2, 300 + 300 scores): on these draws the auditor's largest |mu| is a positive mu, so its
+  # epsilon_from_gdp is a valid bound and ours must equal it (a draw where the reverse |mu| won would differ).
   in_scores, out_scores = gaussian_scores(2.0, 300, seed)
   bound = dp_audit.epsilon_bound(in_scores, out_scores, method="gdp", delta=DELTA)
   auditor = auditing.CanaryScoreAuditor(in_scores, out_scores)
