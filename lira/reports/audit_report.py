@@ -187,7 +187,8 @@ def write(out_dir, sources, options, settings, defaults, scores_words, dropped, 
   text_blocks, md_blocks = [setting], ["# Empirical epsilon lower bounds", setting]
   what = "target" if sources[0]["kind"] == "targets" else "model"
   legend = (f"pooled: all ({what}, canary) pairs; median / max eps over the {what}s, each the audited one in turn "
-            f"(max: the {what} with the largest bound); TPR at FPR '-': no threshold gives a bound above 0")
+            f"(max: the {what} with the largest bound, the largest of several bounds each at the stated confidence, "
+            f"so not itself one at it); TPR at FPR '-': no threshold gives a bound above 0")
   for src in sources:
     for row in src["rows"]:
       row["exceeds"] = _exceeds(row, src["accountant"], options)
