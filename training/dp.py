@@ -112,10 +112,12 @@ def calibrate(target_epsilon, dp, batch_size, steps, num_samples):
     tol=1e-3))
 
 
-def from_config(dp_cfg, batch_size, steps, num_samples_M):
+def from_config(dp_cfg, batch_size, steps, num_samples_M, previous=None):
   """(DPConfig, accountant record for config.json) of a run, or (None, None) with DP off.
 
   num_samples_M: each model's number of training examples; the noise multiplier is calibrated on the smallest.
+  previous: the record a resumed run wrote; reused when made for the same settings (the accounting takes seconds
+  per distinct example count).
   """
   if not enabled(dp_cfg):
     return None, None
@@ -123,17 +125,20 @@ def from_config(dp_cfg, batch_size, steps, num_samples_M):
   dp = DPConfig(noise_multiplier=0.0, clip_norm=float(dp_cfg.clip_norm), batch_size=int(batch_size),
                 sampling=dp_cfg.sampling,
                 max_batch_size=int(dp_cfg.max_batch_size), delta=float(dp_cfg.delta))
+  inputs = dict(target_epsilon=dp_cfg.get("epsilon"), delta=dp.delta, clip_norm=dp.clip_norm, sampling=dp.sampling,
+                max_batch_size=max_batch(dp, batch_size), batch_size=int(batch_size), steps=int(steps),
+                sampling_prob=[batch_size / int(n) for n in num_samples_M])
+  if previous is not None and all(previous.get(k) == v for k, v in inputs.items()) and (
+      dp_cfg.noise_multiplier is None or previous.get("noise_multiplier") == dp_cfg.noise_multiplier):
+    return dataclasses.replace(dp, noise_multiplier=float(previous["noise_multiplier"])), previous
   sigma = dp_cfg.noise_multiplier
   if sigma is None:
     sigma = calibrate(dp_cfg.epsilon, dp, batch_size, steps, min(num_samples_M))
   dp = dataclasses.replace(dp, noise_multiplier=float(sigma))
   per_model = {int(n): epsilon(dp, batch_size, steps, n) for n in sorted(set(int(n) for n in num_samples_M))}
   eps_M = [per_model[int(n)] for n in num_samples_M]
-  record = dict(epsilon=max(eps_M), epsilon_per_model=eps_M, delta=dp.delta, noise_multiplier=dp.noise_multiplier,
-                clip_norm=dp.clip_norm, sampling=dp.sampling, max_batch_size=max_batch(dp, batch_size),
-                batch_size=int(batch_size), steps=int(steps),
-                sampling_prob=[batch_size / int(n) for n in num_samples_M],
-                target_epsilon=dp_cfg.get("epsilon"), accountant="PLD, add-or-remove-one (jax_privacy.accounting)")
+  record = dict(epsilon=max(eps_M), epsilon_per_model=eps_M, noise_multiplier=dp.noise_multiplier, **inputs,
+                accountant="PLD, add-or-remove-one (jax_privacy.accounting)")
   return dp, record
 
 

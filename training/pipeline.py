@@ -109,9 +109,10 @@ def dp_setup(cfg, run_dir, data):
   each model's epsilon is recorded in config.json ("accountant")."""
   steps = cfg.train.epochs * -(-training_length(data) // cfg.train.batch_size)
   num_samples_M = data.num_train + data.keep_MxN.sum(axis=1)
-  dp, record = dp_lib.from_config(cfg.train.get("dp"), cfg.train.batch_size, steps, num_samples_M)
+  config = run_folder.load_config(run_dir)
+  dp, record = dp_lib.from_config(cfg.train.get("dp"), cfg.train.batch_size, steps, num_samples_M,
+                                  previous=config.get("accountant"))
   if record is not None:
-    config = run_folder.load_config(run_dir)
     if config.get("accountant") != record:
       run_folder.save_config(run_dir, {**config, "accountant": record})
   return dp

@@ -175,3 +175,16 @@ def test_default_truncation_costs_almost_no_epsilon():
   assert dp_lib.max_batch(poisson, 16) == 40
   assert dp_lib.epsilon(poisson, 16, 564, 1500) == pytest.approx(untruncated, rel=1e-3)
   assert dp_lib.epsilon(dataclasses.replace(poisson, max_batch_size=32), 16, 564, 1500) > 1.2 * untruncated
+
+
+def test_a_resumed_run_reuses_its_accountant_record_only_for_the_same_settings():
+  cfg = dp_lib.config_defaults()
+  cfg.epsilon = 3.0
+  dp, record = dp_lib.from_config(cfg, 16, 30, [200, 180])
+  again, same = dp_lib.from_config(cfg, 16, 30, [200, 180], previous=record)
+  assert same is record and again == dp
+  _, other = dp_lib.from_config(cfg, 16, 31, [200, 180], previous=record)  # one step more: accounted again
+  assert other is not record and other["steps"] == 31
+  cfg.epsilon, cfg.noise_multiplier = None, 0.7
+  _, given = dp_lib.from_config(cfg, 16, 30, [200, 180], previous=record)
+  assert given["noise_multiplier"] == 0.7
