@@ -83,8 +83,15 @@ def max_batch(dp, batch_size):
   return dp.max_batch_size or batch_size + math.ceil(6 * math.sqrt(batch_size))
 
 
+# The PLD's privacy-loss grid. jax-privacy's default, 1e-4, takes ~2-6 s per epsilon at the CPU default's 564 steps
+# (calibration evaluates it ~25 times); 1e-3 is 10x faster and moves epsilon by under 0.03% there, upwards (the
+# discretisation is pessimistic, so the epsilon stays a valid upper bound).
+PLD_DISCRETIZATION = 1e-3
+
+
 def _accountant():
-  return accounting.DpsgdTrainingAccountant(accounting.PldAccountantConfig())
+  return accounting.DpsgdTrainingAccountant(
+    accounting.PldAccountantConfig(value_discretization_interval=PLD_DISCRETIZATION))
 
 
 def _params(sigma, num_samples, delta, batch_size, truncated):
@@ -138,7 +145,7 @@ def from_config(dp_cfg, batch_size, steps, num_samples_M, previous=None):
   per_model = {int(n): epsilon(dp, batch_size, steps, n) for n in sorted(set(int(n) for n in num_samples_M))}
   eps_M = [per_model[int(n)] for n in num_samples_M]
   record = dict(epsilon=max(eps_M), epsilon_per_model=eps_M, noise_multiplier=dp.noise_multiplier, **inputs,
-                accountant="PLD, add-or-remove-one (jax_privacy.accounting)")
+                accountant=f"PLD (grid {PLD_DISCRETIZATION:g}), add-or-remove-one (jax_privacy.accounting)")
   return dp, record
 
 

@@ -60,16 +60,30 @@ def test_noise_standard_deviation_is_multiplier_times_clip_norm():
 
 def test_accountant_epsilon_equals_dp_accounting_queried_directly():
   steps, n, B, sigma, delta = 40, 300, 16, 1.1, 1e-5
-  for sampling, truncated in (("poisson", 32), ("shuffle", None)):
-    dp = dp_lib.DPConfig(noise_multiplier=sigma, clip_norm=1.0, batch_size=B, sampling=sampling, delta=delta)
+  for sampling, max_batch_size in (("poisson", 0), ("poisson", 24), ("shuffle", 0)):
+    dp = dp_lib.DPConfig(noise_multiplier=sigma, clip_norm=1.0, batch_size=B, sampling=sampling,
+                         max_batch_size=max_batch_size, delta=delta)
+    truncated = dp_lib.max_batch(dp, B) if sampling == "poisson" else None
     if truncated is None:
       event = dp_accounting.PoissonSampledDpEvent(B / n, dp_accounting.GaussianDpEvent(sigma))
     else:
       event = dp_accounting.TruncatedSubsampledGaussianDpEvent(dataset_size=n, sampling_probability=B / n,
                                                               truncated_batch_size=truncated, noise_multiplier=sigma)
-    accountant = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE)
+    accountant = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                                 value_discretization_interval=dp_lib.PLD_DISCRETIZATION)
     accountant.compose(event, steps)
     assert dp_lib.epsilon(dp, B, steps, n) == pytest.approx(accountant.get_epsilon(delta), rel=1e-9)
+
+
+def test_the_accountants_grid_moves_epsilon_by_under_a_tenth_of_a_percent_upwards():
+  # dp_accounting's finer default grid (1e-4) against the one used, at the CPU default's shape and a small sigma.
+  for sigma in (1.0, 0.45):
+    fine = dp_accounting.pld.PLDAccountant(dp_accounting.NeighboringRelation.ADD_OR_REMOVE_ONE,
+                                           value_discretization_interval=1e-4)
+    fine.compose(dp_accounting.TruncatedSubsampledGaussianDpEvent(
+      dataset_size=1500, sampling_probability=16 / 1500, truncated_batch_size=40, noise_multiplier=sigma), 564)
+    eps = dp_lib.epsilon(dp_lib.DPConfig(noise_multiplier=sigma, clip_norm=1.0, batch_size=16), 16, 564, 1500)
+    assert fine.get_epsilon(1e-5) <= eps <= 1.001 * fine.get_epsilon(1e-5)
 
 
 def test_calibrated_noise_multiplier_meets_the_target_and_no_less_would():
