@@ -6,8 +6,10 @@ import os
 import numpy as np
 import pytest
 
+import lira
 from experiments.configs import lstm as lstm_configs
 from experiments.configs import pythia as pythia_configs
+from lira import dp_audit
 from lira.reports import run_folder
 from resume_check import assert_killed_run_resumes
 from training import data as data_lib
@@ -313,19 +315,29 @@ def test_pythia_configs_hold_table_one_and_are_reachable_from_lstm_py():
     pythia_configs.get_config("pythia-1b")
 
 
-def test_a_dp_run_records_each_models_epsilon_and_resumes(tmp_path):
-  cfg = tiny_cfg(train__dp__epsilon=8.0, shadow__num_models=4, shadow__group_size=2)
+def test_a_dp_run_records_each_models_epsilon_no_audit_exceeds_it_and_it_resumes(tmp_path):
+  cfg = tiny_cfg(train__dp__epsilon=2.0, canaries__num_canaries=64)
   run_dir = str(tmp_path / "run")
   assert pipeline.run(cfg, run_dir, progress=False)
   record = run_folder.load_config(run_dir)["accountant"]
-  assert len(record["epsilon_per_model"]) == 4 and max(record["epsilon_per_model"]) == record["epsilon"] <= 8.0
-  assert record["noise_multiplier"] > 0 and record["target_epsilon"] == 8.0 and record["delta"] == 1e-5
-  losses = np.load(os.path.join(run_dir, "losses.npy"))
-  assert np.isfinite(losses).all()
+  eps_M = np.array(record["epsilon_per_model"])
+  assert len(eps_M) == 6 and eps_M.max() == record["epsilon"] <= 2.0
+  assert record["noise_multiplier"] > 0 and record["target_epsilon"] == 2.0 and record["delta"] == 1e-5
+  loss_MxNxT, keep_MxN = np.load(os.path.join(run_dir, "losses.npy")), np.load(os.path.join(run_dir, "keep.npy"))
+  assert np.isfinite(loss_MxNxT).all()
+  # No empirical lower bound may exceed the accountant's epsilon: every LiRA variant and the Loss attack, per model
+  # and pooled, every method (a bound above it would mean a bug in the training, the accounting or the audit).
+  scores = lira.leave_one_out_variants(loss_MxNxT, keep_MxN, [lira.Scoring(covariance=c, shared=sh)
+                                                              for _, c, sh in lira.VARIANTS])
+  scores.append(-loss_MxNxT.mean(axis=2))
+  for llr_MxN in scores:
+    for method in dp_audit.METHODS:
+      per_model = [b.epsilon for b in dp_audit.model_bounds(llr_MxN, keep_MxN, method=method)]
+      assert np.all(np.array(per_model) <= eps_M), (method, per_model)
+      assert dp_audit.pooled_bound(llr_MxN, keep_MxN, method=method).epsilon <= record["epsilon"]
   assert pipeline.run(cfg, run_dir, progress=False)  # the recorded accountant entry is no config difference
-  with pytest.raises(ValueError, match=r"train.dp.epsilon: run folder has 8.0, this command has 4.0"):
-    pipeline.run(tiny_cfg(train__dp__epsilon=4.0, shadow__num_models=4, shadow__group_size=2), run_dir,
-                 progress=False)
+  with pytest.raises(ValueError, match=r"train.dp.epsilon: run folder has 2.0, this command has 4.0"):
+    pipeline.run(tiny_cfg(train__dp__epsilon=4.0, canaries__num_canaries=64), run_dir, progress=False)
 
 
 def test_a_folder_recorded_before_the_dp_block_resumes_without_dp_only(tmp_path, monkeypatch):
