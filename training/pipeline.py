@@ -414,6 +414,11 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   data = prepare_data(cfg, run_dir, progress)
   model = build_model(cfg, data, run_dir, progress)
   dp = dp_setup(cfg, run_dir, data)
+  if log_groups and dp is not None:
+    record = run_folder.load_config(run_dir)["accountant"]
+    print(f"DP-SGD: noise multiplier {dp.noise_multiplier:.4g}, clip norm {dp.clip_norm:g}, {dp.sampling} sampling, "
+          f"{record['steps']} steps; accountant epsilon {record['epsilon']:.4g} at delta {dp.delta:g} "
+          "(each model's in config.json)", flush=True)
   todo = [(g, ids) for g, ids in groups_of(cfg, process_id, num_processes)
           if not os.path.exists(run_folder.group_paths(run_dir, g)[1])]
   mine = len(groups_of(cfg, process_id, num_processes))
