@@ -27,12 +27,13 @@ FILES = {
     "prefix": "prefix.json",
 }
 
-# Attack -> the arrays it needs (common to the folder's builder and its reader).
+# Attack -> the files it needs (common to the folder's builder and its reader).
 NEEDS = {
     "loss": ("lp",), "zlib": ("lp", "texts"), "min_k": ("lp",), "min_k_pp": ("lp", "mu", "sigma"),
     "reference": ("lp", "ref_lp"), "neighbourhood": ("lp", "neighbour_lp"), "recall": ("lp", "cond_lp_shots"),
     "recall_shots": ("lp", "cond_lp_shots"), "recall_ensemble": ("lp", "cond_lp_ensemble"),
     "con_recall": ("lp", "cond_lp_shots", "cond_lp_member"), "em_mia": ("lp", "pair_lp", "mu", "sigma"),
+    "blind": ("texts",),  # the blind baseline reads the texts (and labels) alone, never the model's lp
 }
 ATTACKS = tuple(NEEDS)
 

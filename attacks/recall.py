@@ -29,7 +29,7 @@ def recall(lp_NxT, cond_lp_NxT, score_first=True):
 
 def con_recall(lp_NxT, nonmember_cond_lp_NxT, member_cond_lp_NxT, gamma, score_first=True):
   """Con-ReCall: (LL(x | P_nonmember) - gamma LL(x | P_member)) / LL(x). The paper tunes gamma on the evaluated set
-  (0.1 .. 1.0); a gamma chosen so must be reported as such."""
+  (its code's grid: 0.1, 0.2, 0.3, 0.5, ..., 1.0); a gamma chosen so must be reported as such."""
   for name, array in (("nonmember_cond_lp", nonmember_cond_lp_NxT), ("member_cond_lp", member_cond_lp_NxT)):
     same_rows(name, array, lp_NxT)
   numerator_N = (conditional_ll(nonmember_cond_lp_NxT, score_first, "nonmember_cond_lp")

@@ -1,15 +1,22 @@
 """Reports of the pretraining-data attacks on a features folder: the table, results.json, results.md and roc.png.
 
 Each attack gives one score per text (higher = member); its row is lira.metrics.summarize on those scores as a
-[1, N] array: AUC and TPR at 1% and 5% FPR (largest TPR with fpr <= target, as for LiRA; the official
-pretraining-attack code reads fpr < target), with 95% percentile intervals from a bootstrap over texts. An AUC below
-0.5 is reported as is, never flipped. A setting picked by its AUC on the evaluated texts (the best ReCaLL shot count,
-Con-ReCall's gamma when not given) is labelled "tuned on the evaluated set" in its row's name and in `tuned`.
+[1, N] array: AUC and TPR at 1% and 5% FPR (largest TPR over every ROC point with fpr <= target, as for LiRA), with
+95% percentile intervals from a bootstrap over texts. The official code reads TPR off sklearn's roc_curve with
+drop_intermediate=True, at fpr < target (MIMIR's run.py, ReCaLL's and Con-ReCall's eval.py do_plot, EM-MIA's eval.py
+evaluate, detect-pretrain-code's src/eval.py do_plot) or fpr <= target (Min-K%++'s run.py get_metrics);
+docs/conventions.md says where that differs. An AUC below 0.5 is reported as is, never flipped. A setting picked by
+its AUC on the evaluated texts (the best ReCaLL shot count, Con-ReCall's gamma when not given) is labelled "tuned on
+the evaluated set" in its row's name and in `tuned`.
+
+The blind baseline (attacks.blind) scores the same texts from their words alone; when its AUC reaches the bootstrap
+interval of the best model-based row (or, without a bootstrap, that row's AUC), a warning line says the split is
+distribution-shifted.
 
 results.json (schema "seqlira.pretrain_attacks", docs/outputs.md): schema, command, argv, features_dir, shape
-{N, T}, n_members, n_nonmembers, settings {attacks, requested_attacks, k, gamma, shots, n_boot, seed, level, fprs,
-tpr_rule}, skipped [{attack, reason}], rows [{name, attack, params, tuned, summary}], notes, seconds, files,
-features (the folder's features.json).
+{N, T}, n_members, n_nonmembers, settings {attacks, requested_attacks, k, gamma, shots, folds, n_boot, seed,
+level, fprs, tpr_rule}, skipped [{attack, reason}], rows [{name, attack, params, tuned, summary}], notes,
+blind_warning, seconds, files, features (the folder's features.json).
 """
 
 import os
@@ -19,6 +26,7 @@ import time
 import numpy as np
 
 import attacks as A
+from attacks import blind
 from attacks import feature_folder
 from attacks.min_k import DEFAULT_K
 from lira import metrics
@@ -30,21 +38,24 @@ from lira.reports import tables
 
 FPRS = (0.01, 0.05)
 LEVEL = 0.95
-GAMMAS = tuple(round(0.1 * i, 1) for i in range(1, 11))  # Con-ReCall's sweep (Wang et al. 2024)
+# Con-ReCall's sweep: the official grid (run.py of Wang et al. 2024's code), which has no 0.4.
+GAMMAS = (0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
 TUNED = "tuned on the evaluated set"
-DEFAULTS = {"attacks": None, "k": DEFAULT_K, "gamma": None, "shots": None, "n_boot": metrics.N_BOOT, "seed": 0}
+DEFAULTS = {"attacks": None, "k": DEFAULT_K, "gamma": None, "shots": None, "folds": blind.DEFAULT_FOLDS,
+            "n_boot": metrics.N_BOOT, "seed": 0}
 NAMES = {"loss": "Loss", "zlib": "Zlib", "min_k": "Min-K%", "min_k_pp": "Min-K%++", "reference": "Reference",
          "neighbourhood": "Neighbourhood", "recall": "ReCaLL", "recall_ensemble": "ReCaLL ensemble",
-         "recall_shots": "ReCaLL", "con_recall": "Con-ReCall", "em_mia": "EM-MIA"}
-# One colour per attack, dash-dotted, in colours the LiRA variants (blue, orange, green) do not use.
+         "recall_shots": "ReCaLL", "con_recall": "Con-ReCall", "em_mia": "EM-MIA", "blind": "Blind"}
+# One colour per attack, dash-dotted, in colours the LiRA variants (blue, orange, green) do not use; the blind
+# baseline, which never looks at the model, dotted.
 COLORS = {"loss": "tab:red", "zlib": "tab:purple", "min_k": "tab:brown", "min_k_pp": "tab:pink",
           "reference": "tab:gray", "neighbourhood": "tab:olive", "recall": "tab:cyan", "recall_shots": "darkcyan",
-          "recall_ensemble": "navy", "con_recall": "goldenrod", "em_mia": "black"}
+          "recall_ensemble": "navy", "con_recall": "goldenrod", "em_mia": "black", "blind": "magenta"}
 
 
 def style(attack):
   """Colour and line style of an attack's ROC curve."""
-  return {"color": COLORS.get(attack, "black"), "ls": "-."}
+  return {"color": COLORS.get(attack, "black"), "ls": ":" if attack == "blind" else "-."}
 
 
 def check_k(k):
@@ -70,8 +81,9 @@ def choose_attacks(features, attacks=None):
   return chosen, skipped
 
 
-def check_inputs(features, chosen, k, gamma, shots):
-  """Every check before any attack runs: k, gamma, shots, labels, and each chosen attack's arrays and shapes."""
+def check_inputs(features, chosen, k, gamma, shots, folds=DEFAULTS["folds"]):
+  """Every check before any attack runs: k, gamma, shots, folds, labels, and each chosen attack's arrays and
+  shapes."""
   check_k(k)
   if gamma is not None and not np.isfinite(gamma):
     raise InputError(f"--gamma must be a finite number, got {gamma}")
@@ -81,6 +93,8 @@ def check_inputs(features, chosen, k, gamma, shots):
     S = features["cond_lp_shots"].shape[0]
     if not 1 <= shots <= S:
       raise InputError(f"--shots={shots}: {features.path('cond_lp_shots')} holds 1 .. {S} shots")
+  if "blind" in chosen:
+    blind.check_inputs(arrays["blind"]["texts"], labels_N, folds)
   return labels_N, arrays
 
 
@@ -95,8 +109,10 @@ def _best(candidates, labels_N):
   return int(np.argmax(aucs)), aucs
 
 
-def attack_rows(attack, arrays, labels_N, k=DEFAULTS["k"], gamma=None, shots=None, texts=None):
-  """The rows (name, attack, params, tuned, plotted, scores [N]) one attack gives; several for recall_shots."""
+def attack_rows(attack, arrays, labels_N, k=DEFAULTS["k"], gamma=None, shots=None, folds=DEFAULTS["folds"],
+                seed=DEFAULTS["seed"]):
+  """The rows (name, attack, params, tuned, plotted, scores [N]) one attack gives; several for recall_shots. `folds`
+  and `seed` are the blind baseline's cross-validation."""
   a = arrays
   if attack == "loss":
     return [_row(attack, "Loss", A.loss(a["lp"]))]
@@ -145,6 +161,11 @@ def attack_rows(attack, arrays, labels_N, k=DEFAULTS["k"], gamma=None, shots=Non
     membership_N, _ = A.em_mia(a["pair_lp"], a["lp"], init_N)
     return [_row(attack, f"EM-MIA (init Min-K%++ k={k:g})", membership_N, {"init": "min_k_pp", "k": k,
                                                                         "iterations": 10})]
+  if attack == "blind":
+    scores_N, _ = blind.blind(a["texts"], labels_N, folds, seed)
+    return [_row(attack, f"Blind (text n-grams, no model; {folds}-fold)", scores_N,
+                 {"folds": int(folds), "seed": int(seed), "features": "tf-idf of word 1-2-grams and char 2-4-grams",
+                  "classifier": "logistic regression, out-of-fold decision function"})]
   raise InputError(f"unknown attack {attack!r}; choose from {', '.join(feature_folder.ATTACKS)}")
 
 
@@ -157,10 +178,35 @@ def summarize_row(row, labels_N, n_boot, seed):
   return metrics.summarize(row["scores"][None], labels_N[None], fprs=FPRS, n_boot=n_boot, level=LEVEL, seed=seed)
 
 
+def blind_warning(rows):
+  """The warning line when the blind row's AUC reaches the bootstrap interval of the best model-based row (that row's
+  AUC when there is no interval) or lies above it; None otherwise, or when either kind of row is missing."""
+  blind_rows = [r for r in rows if r["attack"] == "blind"]
+  others = [r for r in rows if r["attack"] != "blind"]
+  if not blind_rows or not others:
+    return None
+  auc = blind_rows[0]["summary"]["auc"]
+  best = max(others, key=lambda r: r["summary"]["auc"])
+  best_auc = best["summary"]["auc"]
+  low, high = best["summary"].get("auc_ci") or (None, None)
+  interval = low is not None and high is not None
+  low, high = (low, high) if interval else (best_auc, best_auc)
+  if auc < low:
+    return None
+  where = (f"{'above' if auc > high else 'within'} the {LEVEL:.0%} interval [{low:.4f}, {high:.4f}] of" if interval
+           else "at or above the AUC of")
+  return (f"WARNING: the blind baseline, which never looks at the model, reaches AUC {auc:.4f}, {where} the best "
+          f"attack ({best['name']}, AUC {best_auc:.4f}): members and non-members differ in distribution, so the "
+          "attacks' numbers say little about what the model memorised.")
+
+
 def notes_for(rows, skipped):
-  """The lines printed under the table."""
-  notes = ["TPR at FPR <= target, as for LiRA (the official pretraining-attack code reads fpr < target); an AUC "
-           "below 0.5 is shown as is, never flipped."]
+  """The lines printed under the table (the blind-baseline warning first)."""
+  warning = blind_warning(rows)
+  notes = [warning] if warning else []
+  notes.append("TPR at FPR <= target over every ROC point, as for LiRA (the official pretraining-attack codes read "
+               "fewer points and some fpr < target: docs/conventions.md); an AUC below 0.5 is shown as is, never "
+               "flipped.")
   if any(r["tuned"] for r in rows):
     notes.append(f"'{TUNED}': the setting was picked by its AUC on the very texts it is evaluated on, so the row "
                  "is optimistic.")
@@ -169,26 +215,28 @@ def notes_for(rows, skipped):
 
 
 def run_attacks(features_dir, attacks=DEFAULTS["attacks"], k=DEFAULTS["k"], gamma=DEFAULTS["gamma"],
-                shots=DEFAULTS["shots"], n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"], out_dir=None, progress=False):
-  """Run the attacks on a features folder, write the reports (named by their settings); returns (text, result)."""
+                shots=DEFAULTS["shots"], folds=DEFAULTS["folds"], n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"],
+                out_dir=None, progress=False):
+  """Run the attacks on a features folder, write the reports (named by their settings); returns (text, result).
+  `seed` seeds the bootstrap and the blind baseline's folds."""
   check_k(k)
   features = feature_folder.load_features(features_dir)
   chosen, skipped = choose_attacks(features, attacks)
   if not chosen:
     raise InputError(f"no attack can run on {features_dir}: " + "; ".join(f"{s['attack']}: {s['reason']}"
                                                                           for s in skipped))
-  labels_N, arrays = check_inputs(features, chosen, k, gamma, shots)
+  labels_N, arrays = check_inputs(features, chosen, k, gamma, shots, folds)
   out_dir = out_dir or features_dir
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   start = time.perf_counter()
   from tqdm import tqdm
   rows = [r for attack in tqdm(chosen, desc="attacks", disable=not progress)
-          for r in attack_rows(attack, arrays[attack], labels_N, k, gamma, shots)]
+          for r in attack_rows(attack, arrays[attack], labels_N, k, gamma, shots, folds, seed)]
   for row in tqdm(rows, desc="bootstrap", disable=not progress):
     row["summary"] = summarize_row(row, labels_N, n_boot, seed)
   seconds = time.perf_counter() - start
   settings = {"attacks": list(attacks) if attacks else None, "k": float(k), "gamma": gamma, "shots": shots,
-              "n_boot": int(n_boot), "seed": int(seed)}
+              "folds": int(folds), "n_boot": int(n_boot), "seed": int(seed)}
   paths = {ext: provenance.report_path(out_dir, stem, ext, settings, DEFAULTS)
            for stem, ext in (("results", "json"), ("results", "md"), ("roc", "png"))}
   n_pos = int(labels_N.sum())
@@ -202,14 +250,16 @@ def run_attacks(features_dir, attacks=DEFAULTS["attacks"], k=DEFAULTS["k"], gamm
       "shape": {"N": features.N, "T": features.T}, "n_members": n_pos, "n_nonmembers": features.N - n_pos,
       "settings": {**settings, "attacks": chosen, "requested_attacks": settings["attacks"], "level": LEVEL,
                    "fprs": list(FPRS), "tpr_rule": "fpr <= target"},
-      "setting": setting, "skipped": skipped, "notes": notes, "seconds": seconds,
+      "setting": setting, "skipped": skipped, "notes": notes, "blind_warning": blind_warning(rows),
+      "seconds": seconds,
       "rows": [{k_: r[k_] for k_ in ("name", "attack", "params", "tuned", "summary")} for r in rows],
       "files": [os.path.basename(p) for p in paths.values()], "features": features.meta,
   }
   run_folder.save_json(paths["json"], result)
   md_notes = "".join(f"\n{n}  " for n in notes)
+  md_table = tables.format_markdown(table_rows, fprs=FPRS, first="attack", unit="texts")
   run_folder.save_text(paths["md"], f"# Pretraining-data attacks\n\n{os.path.abspath(features_dir)}\n\n{setting}\n\n"
-                                f"{tables.format_markdown(table_rows, fprs=FPRS, first='attack', unit='texts')}\n{md_notes}\n")
+                                    f"{md_table}\n{md_notes}\n")
   plotted = [r for r in rows if r["plotted"]]
   curves = [plots.summary_curve(r["name"], r["summary"]) for r in plotted]
   fig = plots.roc_figure(curves, title=f"Pretraining-data attacks, {setting.split(';')[0]}",

@@ -1,10 +1,11 @@
 """Pretraining-data membership attacks on a features folder: AUC and TPR at 1% and 5% FPR with bootstrap intervals.
 
-python -m experiments.pretrain_attacks --features=DIR [--attacks=loss,zlib,min_k,...] [--k=0.2] [--gamma=0.5]
-    [--shots=3] [--out_dir=DIR] [--n_boot=200] [--seed=0]
+python -m experiments.pretrain_attacks --features=DIR [--attacks=loss,zlib,min_k,...,blind] [--k=0.2] [--gamma=0.5]
+    [--shots=3] [--folds=5] [--out_dir=DIR] [--n_boot=200] [--seed=0]
 Prints the table and writes results.json, results.md and roc.png (log-log, one line per attack) into the features
 folder (or --out_dir); settings other than the defaults are appended to the names (results_k-0.1.json). Without
---attacks, every attack whose arrays the folder holds runs, and the table says which were skipped and why.
+--attacks, every attack whose arrays the folder holds runs, and the table says which were skipped and why; `blind`,
+the blind baseline (a text classifier that never looks at the model), needs only texts.json and runs with them.
 """
 
 import os
@@ -21,18 +22,24 @@ FLAGS = flags.FLAGS
 flags.DEFINE_string("features", None, "Features folder (features.json, lp.npy, labels.npy, ...; docs/outputs.md).")
 flags.DEFINE_list("attacks", None, f"Attacks to run, from {','.join(feature_folder.ATTACKS)} (default: every attack "
                   "whose arrays the folder holds).")
-flags.DEFINE_float("k", report.DEFAULTS["k"], "Min-K%, Min-K%++ (and EM-MIA's Min-K%++ start): fraction of tokens averaged.")
+flags.DEFINE_float("k", report.DEFAULTS["k"], "Min-K%, Min-K%++ (and EM-MIA's Min-K%++ start): fraction of tokens "
+                   "averaged.")
 cli.check_range("k", 0, 1, low_open=True)
-flags.DEFINE_float("gamma", report.DEFAULTS["gamma"], "Con-ReCall's gamma, the weight of the member prefix's likelihood; "
-                   "without it 0.1 .. 1.0 are swept and the best is reported, labelled 'tuned on the evaluated set'.")
+flags.DEFINE_float("gamma", report.DEFAULTS["gamma"], "Con-ReCall's gamma, the weight of the member prefix's "
+                   "likelihood; without it the official grid 0.1, 0.2, 0.3, 0.5, 0.6, ..., 1.0 (no 0.4) is swept and "
+                   "the best is reported, labelled 'tuned on the evaluated set'.")
 cli.check_range("gamma", 0, 1)  # Con-ReCall's range (0: ReCaLL's non-member prefix alone); < 0 turns the contrast round
-flags.DEFINE_integer("shots", report.DEFAULTS["shots"], "ReCaLL: non-member shots in the prefix (default all stored); recall_shots "
-                     "sweeps 1 .. all.")
+flags.DEFINE_integer("shots", report.DEFAULTS["shots"], "ReCaLL: non-member shots in the prefix (default all stored); "
+                     "recall_shots sweeps 1 .. all.")
 cli.check_range("shots", 1)  # and at most the shots stored, checked once the folder is read
+flags.DEFINE_integer("folds", report.DEFAULTS["folds"], "blind: stratified cross-validation folds; each text is "
+                     "scored by the text classifier fitted on the other folds.")
+cli.check_range("folds", 2)  # and at most the texts of either class, checked once the folder is read
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the features folder.")
-flags.DEFINE_integer("n_boot", report.DEFAULTS["n_boot"], "Bootstrap replicates over texts for the 95% intervals (0 = none).")
+flags.DEFINE_integer("n_boot", report.DEFAULTS["n_boot"], "Bootstrap replicates over texts for the 95% intervals "
+                     "(0 = none).")
 cli.check_range("n_boot", 0)
-flags.DEFINE_integer("seed", report.DEFAULTS["seed"], "Bootstrap seed.")
+flags.DEFINE_integer("seed", report.DEFAULTS["seed"], "Seed of the bootstrap and of the blind baseline's folds.")
 cli.check_range("seed", 0)
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
@@ -42,7 +49,8 @@ def main(argv):
   if not FLAGS.features:
     raise app.UsageError("--features is required")
   table, result = report.run_attacks(FLAGS.features, FLAGS.attacks, k=FLAGS.k, gamma=FLAGS.gamma, shots=FLAGS.shots,
-                                     n_boot=FLAGS.n_boot, seed=FLAGS.seed, out_dir=FLAGS.out_dir, progress=FLAGS.progress)
+                                     folds=FLAGS.folds, n_boot=FLAGS.n_boot, seed=FLAGS.seed, out_dir=FLAGS.out_dir,
+                                     progress=FLAGS.progress)
   print(table)
   print(f"\n{result['seconds']:.1f} s.")
   out_dir = FLAGS.out_dir or FLAGS.features

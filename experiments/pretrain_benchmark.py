@@ -55,7 +55,7 @@ def build_features(cfg, features_dir, model_path, texts, labels, tokenizer_path,
 
 
 def evaluate(cfg, features_dir):
-  """(table text, rows [{"name", "summary", ...}]) of the configured attacks on a features folder."""
+  """(table text, result of attacks.report.run_attacks) of the configured attacks on a features folder."""
   from attacks import feature_folder
   from attacks import report
   a = cfg.attacks
@@ -64,9 +64,9 @@ def evaluate(cfg, features_dir):
     folder = feature_folder.load_features(features_dir)
     names = [n for n in feature_folder.ATTACKS if not folder.available(n)
              and not (n == "recall_shots" and cfg.features.prefix_shots <= 1)]
-  table, result = report.run_attacks(features_dir, attacks=names, k=a.k, gamma=a.gamma, n_boot=a.n_boot,
-                                     seed=cfg.seed, out_dir=features_dir)
-  return table, result["rows"]
+  table, result = report.run_attacks(features_dir, attacks=names, k=a.k, gamma=a.gamma, folds=a.folds,
+                                     n_boot=a.n_boot, seed=cfg.seed, out_dir=features_dir)
+  return table, result
 
 
 # ---- summary -------------------------------------------------------------------------------------------------------
@@ -106,7 +106,8 @@ def plot(path, cfg, aucs):
   lowest = min([v for col in aucs.values() for v in col.values()], default=0.5)
   for i, name in enumerate(aucs[f"epoch_{epochs[0]}"]):
     color = f"C{i % 10}"
-    ax.plot(epochs, [aucs[f"epoch_{e}"].get(name, np.nan) for e in epochs], "o-", color=color, label=name)
+    line = "o:" if name.startswith("Blind") else "o-"  # the blind baseline never looks at the model
+    ax.plot(epochs, [aucs[f"epoch_{e}"].get(name, np.nan) for e in epochs], line, color=color, label=name)
     if name in aucs.get(SHIFT, {}):
       # Drawn a little left of its epoch, so it does not hide that epoch's point.
       ax.plot([cfg.shift_epoch * 0.92], [aucs[SHIFT][name]], "x", color=color, markersize=9, mew=2)
@@ -139,7 +140,7 @@ def main(argv):
   tok_path, ref = os.path.join(out, "tokenizer.json"), offline_benchmark.reference_checkpoint(cfg, out)
   jobs = {f"epoch_{e}": ("main", e) for e in cfg.pretrain.checkpoint_epochs}
   jobs[SHIFT] = (SHIFT, cfg.shift_epoch)
-  aucs, tables, tuned = {}, {}, {}
+  aucs, tables, tuned, warnings, blind_ran = {}, {}, {}, {}, False
   for col, (split, epoch) in jobs.items():
     texts, labels = offline_benchmark.read_jsonl(os.path.join(out, offline_benchmark.SPLIT_FILES[split]))
     t0 = time.perf_counter()
@@ -147,8 +148,12 @@ def main(argv):
                             texts, labels, tok_path, ref)
     seconds[f"features_{col}"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    tables[col], rows = evaluate(cfg, folder)
+    tables[col], result = evaluate(cfg, folder)
     seconds[f"attacks_{col}"] = time.perf_counter() - t0
+    rows = result["rows"]
+    blind_ran = blind_ran or any(r["attack"] == "blind" for r in rows)
+    if result.get("blind_warning"):
+      warnings[col] = result["blind_warning"]
     keys = [row_key(r) for r in rows]
     aucs[col] = {name: float(_auc(r)) for (name, _), r in zip(keys, rows)}
     tuned[col] = {name: value for name, value in keys if value}
@@ -167,9 +172,15 @@ def main(argv):
   if f.neighbours:
     note += (f" Neighbourhood: {f.neighbours} offline-unigram neighbours per text (words swapped for words drawn "
              "from the texts' own frequencies; weaker than a masked LM's neighbours).")
+  if blind_ran:
+    note += (" Blind: a text classifier that never looks at the model (bag of n-grams, cross-validated); "
+             + (f"it reaches the best attack's AUC interval in: {', '.join(cols[c] for c in warnings)}, where the "
+                "split is distribution-shifted." if warnings else "it stays below the best attack's AUC interval in "
+                "every column."))
   run_folder.save_text(os.path.join(out, "summary.md"), f"{table}\n\n{note}\n")
-  run_folder.save_json(os.path.join(out, "summary.json"), {"columns": cols, "auc": aucs, "seconds": seconds, "note": note,
-                                                       "shift_epoch": cfg.shift_epoch, "tuned": tuned})
+  run_folder.save_json(os.path.join(out, "summary.json"), {"columns": cols, "auc": aucs, "seconds": seconds,
+                                                           "note": note, "shift_epoch": cfg.shift_epoch, "tuned": tuned,
+                                                           "blind_warning": warnings})
   plot(os.path.join(out, "auc_vs_epochs.png"), cfg, aucs)
   print(table + "\n\n" + note)
   print("\nseconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))

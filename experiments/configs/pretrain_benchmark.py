@@ -36,7 +36,7 @@ def get_config(arg="cpu"):
   c.pretrain = dict(checkpoint_epochs=(1, 2, 4, 8), batch_size=32, learning_rate=3e-3, weight_decay=0.01)
   c.reference = dict(epochs=4)
   c.features = dict(max_length=128, batch_size=16, prefix_shots=1, ensemble=0, pairs=False, neighbours=4)
-  c.attacks = dict(names=None, k=0.2, gamma=None, n_boot=200)
+  c.attacks = dict(names=None, k=0.2, gamma=None, folds=5, n_boot=200)  # folds: the blind baseline's
   c.shift_epoch = 1  # the checkpoint the distribution-shift split is scored on: where the real split is near chance
   if arg == "tiny":
     c.data.update(min_words=16, max_words=24, num_eval=24, num_reference=48, max_target=64, seq_len=32)

@@ -15,6 +15,7 @@ from absl import flags
 from sklearn import metrics as skm
 
 import attacks as A
+from attacks import blind
 from attacks import feature_folder
 from lira import metrics
 from lira.errors import InputError, MissingFileError
@@ -123,6 +124,7 @@ def expected_scores(arrays, texts, k=0.2):
       "recall_ensemble": lambda p: A.recall_ensemble(a["lp"], a["cond_lp_ensemble"]),
       "con_recall": lambda p: A.con_recall(a["lp"], a["cond_lp_shots"][-1], a["cond_lp_member"], p["gamma"]),
       "em_mia": lambda p: A.em_mia(a["pair_lp"], a["lp"], A.min_k_pp(a["lp"], a["mu"], a["sigma"], k))[0],
+      "blind": lambda p: blind.blind(texts, arrays["labels"], p["folds"], p["seed"])[0],
   }
 
 
@@ -159,6 +161,22 @@ def test_pretrain_attacks_rows_match_sklearn(tmp_path, pretrain_cli, capsys):
   con = next(r for r in tuned if r["attack"] == "con_recall")
   assert con["summary"]["auc"] == max(con["params"]["auc_by_gamma"].values())
   assert "tuned on the evaluated set" in (tmp_path / "results.md").read_text()
+
+
+def test_tpr_keeps_every_roc_point_where_the_official_readings_lose_one():
+  # 40 members, 40 non-members; the top 5 scores each tie one member with one non-member, so the ROC rises
+  # diagonally through (1, 1) ... (5, 5) in counts; 5% FPR is exactly 2 non-members.
+  from attacks import report
+  labels_N = np.array([1] * 40 + [0] * 40, bool)
+  scores_N = np.r_[100 - np.arange(5), 50 - np.arange(35), 100 - np.arange(5), -np.arange(35)].astype(np.float64)
+  summary = report.summarize_row({"name": "ties", "scores": scores_N}, labels_N, n_boot=0, seed=0)
+  assert summary["tpr"]["0.05"]["tpr"] == 2 / 40  # the (2, 2) point: largest TPR with fpr <= 0.05
+  fpr_G, tpr_G, _ = skm.roc_curve(labels_N, scores_N)  # drop_intermediate=True, as every official metric calls it
+  assert 2 / 40 not in fpr_G  # (2, 2) lies on the diagonal between kept corners: dropped
+  assert tpr_G[np.where(fpr_G <= 0.05)[0][-1]] == 1 / 40  # Min-K%++'s get_metrics
+  assert tpr_G[np.where(fpr_G < 0.05)[0][-1]] == 1 / 40  # MIMIR, ReCaLL, Con-ReCall, EM-MIA, detect-pretrain-code
+  fpr_G, tpr_G, _ = skm.roc_curve(labels_N, scores_N, drop_intermediate=False)
+  assert tpr_G[np.where(fpr_G < 0.05)[0][-1]] == 1 / 40  # `<` alone also leaves out fpr == target
 
 
 def test_pretrain_attacks_settings_in_names_gamma_and_shots(tmp_path, pretrain_cli):

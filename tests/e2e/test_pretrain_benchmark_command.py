@@ -29,8 +29,9 @@ def test_cli_writes_summary_with_labelled_shift_column(tiny_run):
   for col in summary["columns"]:
     names = set(summary["auc"][col])
     assert {"Loss", "Zlib", "Min-K% (k=0.2)", "Min-K%++ (k=0.2)", "Reference", "Neighbourhood"} <= names
-    for family in ("ReCaLL", "Con-ReCall", "EM-MIA"):
+    for family in ("ReCaLL", "Con-ReCall", "EM-MIA", "Blind"):
       assert sum(n.startswith(family + " ") for n in names) == 1, (family, names)
+  assert set(summary["blind_warning"]) <= set(summary["columns"])  # the columns whose blind row reached the attacks
   with open(os.path.join(out, "summary.md")) as f:
     assert "SHIFTED split" in f.read()
   assert os.path.getsize(os.path.join(out, "auc_vs_epochs.png")) > 0
