@@ -5,8 +5,8 @@
 
 One model (the `single` step train_shadows uses with group size 1), batch 16 of T = 32 tokens, timed over --steps
 jitted steps after a compile. Rows: the plain AdamW step; DP-SGD with Poisson sampling at the usual padded width
-(24: the trainer pads each step's batch to the next multiple of 8 above the largest sampled one, and Binomial batches
-of mean 16 mostly fit 24) and at the full truncation width (40 = 16 + 6 sqrt(16)); DP-SGD on shuffled batches of 16.
+(24: the trainer runs a step at width 24 when its batch fits, about 98% of Binomial batches of mean 16,
+training.dp.step_width) and at the full truncation width (40 = 16 + 6 sqrt(16)); DP-SGD on shuffled batches of 16.
 Each DP step computes, clips and sums one gradient per example (jax_privacy.clipped_grad), then adds noise.
 """
 

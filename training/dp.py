@@ -89,6 +89,15 @@ def max_batch(dp, batch_size):
 PLD_DISCRETIZATION = 1e-3
 
 
+def step_width(dp, batch_size, sampled):
+  """Slots a Poisson step is run with when `sampled` examples were drawn: the usual width (the next multiple of 8
+  above batch_size + 2 sqrt(batch_size), which holds ~98% of batches) or the truncation width. Two widths, so two
+  compiles, and the usual step costs about the expected batch rather than the truncation width."""
+  full = max_batch(dp, batch_size)
+  usual = min(full, -(-math.ceil(batch_size + 2 * math.sqrt(batch_size)) // 8) * 8)
+  return usual if sampled <= usual else full
+
+
 def _accountant():
   return accounting.DpsgdTrainingAccountant(
     accounting.PldAccountantConfig(value_discretization_interval=PLD_DISCRETIZATION))

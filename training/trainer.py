@@ -289,8 +289,8 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id=N
         bar.close()
         raise preemption.Preempted()
       slot_GxB = slots_GxSxB[:, s]
-      if poisson:  # filled slots come first: pad to the next multiple of 8 only (one compile per width)
-        slot_GxB = slot_GxB[:, :min(slot_GxB.shape[1], -(-max(int((slot_GxB >= 0).sum(axis=1).max()), 1) // 8) * 8)]
+      if poisson:  # filled slots come first: run the step at the usual width unless a batch needs more
+        slot_GxB = slot_GxB[:, :dp_lib.step_width(dp, config.batch_size, int((slot_GxB >= 0).sum(axis=1).max()))]
       batch_GxB = examples_ExT[np.maximum(slot_GxB, 0)]
       weight_GxB = (slot_GxB >= 0).astype(np.float32)
       # dropout and noise keys as positional arguments (key_data=None when the model has no dropout); jit places them

@@ -203,3 +203,10 @@ def test_a_resumed_run_reuses_its_accountant_record_only_for_the_same_settings()
   cfg.epsilon, cfg.noise_multiplier = None, 0.7
   _, given = dp_lib.from_config(cfg, 16, 30, [200, 180], previous=record)
   assert given["noise_multiplier"] == 0.7
+
+
+def test_poisson_steps_run_at_two_widths():
+  dp = dp_lib.DPConfig(noise_multiplier=1.0, clip_norm=1.0, batch_size=16)
+  assert [dp_lib.step_width(dp, 16, n) for n in (0, 16, 24, 25, 40)] == [24, 24, 24, 40, 40]
+  big = dp_lib.DPConfig(noise_multiplier=1.0, clip_norm=1.0, batch_size=64)
+  assert [dp_lib.step_width(big, 64, n) for n in (70, 80, 81)] == [80, 80, 112]
