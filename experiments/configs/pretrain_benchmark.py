@@ -14,10 +14,13 @@ Model: GPT-NeoX hidden 192, 3 layers, vocabulary 1,024. Measured steps of 32 x 1
 Reference 0.65 -> 0.94. The whole benchmark (552 target steps, 112 reference steps at 4 epochs, 5 features folders of
 1,000 texts, attacks) measured 10 min 50 s wall on this 2-core machine while it was shared with other jobs (1-minute
 load average 2.7-7.5, median 4.1): target 370 s, reference 158 s, features 19-27 s a folder without ReCaLL, attacks
-< 1 s each. Idle, the 664 steps alone take ~200 s, so a dedicated 2-core machine needs about 5-7 minutes.
+< 1 s each. With the blind baseline (five text-classifier fits per column) the attacks took 8-10 s a column, in a
+whole run of 16.7 min under nice at a load average of about 5. Idle, the 664 steps alone take ~200 s, so a dedicated
+2-core machine needs about 5-7 minutes.
 ReCaLL gets one shot (a text of ~110 tokens before texts of up to 128 fills the 256-position context; more shots need
-a longer context than the model was trained for), plus one member shot for Con-ReCall; both leave the evaluated set. EM-MIA's pairs (N^2 = 10^6 conditional passes per checkpoint) would cost
-hours on a CPU, so features.pairs is off here; turn it on with a smaller data.num_eval or on a GPU.
+a longer context than the model was trained for), plus one member shot for Con-ReCall; both leave the evaluated set.
+EM-MIA's pairs (N^2 = 10^6 conditional passes per checkpoint) would cost hours on a CPU, so features.pairs is off
+here; turn it on with a smaller data.num_eval or on a GPU.
 """
 
 import ml_collections
