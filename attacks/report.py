@@ -205,7 +205,7 @@ def notes_for(rows, skipped):
   warning = blind_warning(rows)
   notes = [warning] if warning else []
   notes.append("TPR at FPR <= target over every ROC point, as for LiRA (the official pretraining-attack codes read "
-               "fewer points and some fpr < target: docs/conventions.md); an AUC below 0.5 is shown as is, never "
+               "fewer points, most at fpr < target: docs/conventions.md); an AUC below 0.5 is shown as is, never "
                "flipped.")
   if any(r["tuned"] for r in rows):
     notes.append(f"'{TUNED}': the setting was picked by its AUC on the very texts it is evaluated on, so the row "
