@@ -64,7 +64,9 @@ def bounds_figure(sources, title=None, styles=None):
                           label=name))
   handles.append(Line2D([], [], color="0.3", ls="none", marker="o", ms=6, label="marker: pooled over all pairs"))
   handles.append(Line2D([], [], color="0.3", lw=1.4, marker="_", ms=7, label="bar: per model, median to max"))
-  ticks = {0.0: "0", **{x: f"{x:.3g}" for x in finite}} if finite else {}
+  ticks = {x: f"{x:.3g}" for x in finite}
+  if finite and min(finite) > 0.1 * x_nodp:  # the origin, unless a run's tick would overprint it
+    ticks[0.0] = "0"
   if len(finite) < len(eps_S):
     ticks[x_nodp] = NO_DP
     if finite:  # where the axis stops measuring epsilon
