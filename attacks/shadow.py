@@ -16,6 +16,7 @@ import numpy as np
 import attacks as A
 from attacks import report as attack_report
 from lira import metrics
+from lira import rmia
 from lira.reports import run_folder
 from lira.errors import InputError, MissingFileError
 
@@ -31,6 +32,14 @@ class AttackRows:
   settings: dict
   defaults: dict
   styles: dict
+  notes: tuple = ()
+
+  def __add__(self, other):
+    """Both sets of rows in one table (the first's rows first)."""
+    attacks = list(self.settings.get("attacks", [])) + list(other.settings.get("attacks", []))
+    return AttackRows(self.rows + other.rows, {**self.scores, **other.scores},
+                      {**self.settings, **other.settings, "attacks": attacks},
+                      {**self.defaults, **other.defaults}, {**self.styles, **other.styles}, self.notes + other.notes)
 
 
 def target_lp(loss_NxT, mask_NxT=None):
@@ -117,7 +126,7 @@ def shadow_rows(run_dir, attacks, k=DEFAULTS["k"], n_boot=metrics.N_BOOT, seed=0
   unknown = [a for a in attacks if a not in SHADOW_ATTACKS]
   if unknown:
     raise InputError(f"--attacks: {', '.join(unknown)} cannot run on a shadow run (no prefixes, reference model or "
-                     f"neighbours there); choose from {', '.join(SHADOW_ATTACKS)}")
+                     f"neighbours there); choose from {', '.join(SHADOW_ATTACKS + tuple(rmia.ATTACKS))}")
   attack_report.check_k(k)
   attacks = list(dict.fromkeys(attacks))
   run = run_folder.load_run(run_dir, mmap=True)
@@ -135,6 +144,8 @@ def shadow_rows(run_dir, attacks, k=DEFAULTS["k"], n_boot=metrics.N_BOOT, seed=0
     summary = metrics.summarize(scores_MxN, run.keep_MxN, fprs=fprs, n_boot=n_boot, seed=seed)
     rows.append({"name": name, "attack": attack, "params": {"k": k} if uses_k else {}, "summary": summary})
     scores[attack] = scores_MxN
+  note = (f"{', '.join(r['name'] for r in rows)}: reference-free, each target model scored from its own losses (and "
+          "mu, sigma) alone, no shadow models; pooled over the same (model, canary) pairs.")
   return AttackRows(rows, scores, {"attacks": attacks, "k": float(k)}, DEFAULTS,
-                    {r["name"]: attack_report.style(r["attack"]) for r in rows})
+                    {r["name"]: attack_report.style(r["attack"]) for r in rows}, (note,))
 

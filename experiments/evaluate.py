@@ -4,7 +4,8 @@ python -m experiments.evaluate --run_dir=DIR [--reduction=min:2] [--statistic=lo
 Writes results.json, results.md and roc.png (all variants, log-log) into DIR (or --out_dir); settings other than
 the defaults are appended to the names (results_reduction-min2.json), so reports with other settings are kept.
 --attacks adds rows for reference-free attacks (loss, zlib, min_k, min_k_pp), each target model scored from its own
-losses (and mu.npy, sigma.npy; Zlib decodes canaries.npy with tokenizer.json), pooled like the LiRA rows.
+losses (and mu.npy, sigma.npy; Zlib decodes canaries.npy with tokenizer.json), and for RMIA (rmia, rmia_offline,
+rmia_tokens, rmia_tokens_offline: leave-one-out like LiRA, against population_losses.npy), pooled like the LiRA rows.
 --backend=jax [--precision=float32] runs the leave-one-out jitted on the local devices; several hosts share the
 canaries with --num_processes/--process_id/--coordinator_address (jax.distributed; process 0 writes the report).
 """
@@ -14,10 +15,12 @@ import os
 from absl import app
 from absl import flags
 
+from attacks import rmia_rows
 from attacks import shadow
 from experiments import cli
 from experiments import scoring_flags
 from lira import metrics
+from lira import rmia
 from lira.reports import provenance
 from lira.reports import loo_report
 
@@ -30,8 +33,12 @@ flags.DEFINE_integer("n_boot", metrics.N_BOOT, "Bootstrap replicates over canari
 cli.check_range("n_boot", 0)
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
 cli.check_range("seed", 0)
-flags.DEFINE_list("attacks", None, f"Reference-free attacks to add as rows: {','.join(shadow.SHADOW_ATTACKS)} "
-                  "(default none).")
+flags.DEFINE_list("attacks", None, f"Attacks to add as rows: reference-free {','.join(shadow.SHADOW_ATTACKS)}; "
+                  f"RMIA {','.join(rmia.ATTACKS)} (default none).")
+flags.DEFINE_float("rmia_gamma", rmia_rows.DEFAULTS["rmia_gamma"], rmia.RMIA.__dataclass_fields__["gamma"].metadata["help"])
+cli.check_range("rmia_gamma", 0, low_open=True)
+flags.DEFINE_float("rmia_a", rmia_rows.DEFAULTS["rmia_a"], rmia.RMIA.__dataclass_fields__["a"].metadata["help"])
+cli.check_range("rmia_a", 0, 1)
 flags.DEFINE_float("k", shadow.DEFAULTS["k"], "Min-K% and Min-K%++: the fraction of each canary's lowest tokens averaged.")
 cli.check_range("k", 0, 1, low_open=True)
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the run folder.")
@@ -56,8 +63,15 @@ def main(argv):
     loo_jax.initialize_processes(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
   scoring = scoring_flags.scoring()  # checked before the attack rows' and the run's files are read
   attack_rows = None
-  if FLAGS.attacks:  # before LiRA: a missing mu.npy or tokenizer.json is reported before the long work
-    attack_rows = shadow.shadow_rows(FLAGS.run_dir, FLAGS.attacks, k=FLAGS.k, n_boot=FLAGS.n_boot, seed=FLAGS.seed)
+  reference_free, rmia_attacks = rmia_rows.split(FLAGS.attacks)
+  # before LiRA: a missing mu.npy, tokenizer.json or population_losses.npy is reported before the long work
+  if reference_free:
+    attack_rows = shadow.shadow_rows(FLAGS.run_dir, reference_free, k=FLAGS.k, n_boot=FLAGS.n_boot, seed=FLAGS.seed)
+  if rmia_attacks:
+    more = rmia_rows.rmia_rows(FLAGS.run_dir, rmia_attacks, gamma=FLAGS.rmia_gamma, a=FLAGS.rmia_a,
+                               reduction=scoring.reduction, balance_counts=scoring.balance_counts,
+                               n_boot=FLAGS.n_boot, seed=FLAGS.seed)
+    attack_rows = more if attack_rows is None else attack_rows + more
   table, result = loo_report.evaluate_run(
       FLAGS.run_dir, FLAGS.out_dir, scoring, variants=FLAGS.variants, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
       progress=FLAGS.progress, save_scores=FLAGS.save_scores, attack_rows=attack_rows)

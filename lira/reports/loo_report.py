@@ -7,8 +7,9 @@ fix_variance, n_boot, seed, level) and as one readable line `setting`; dropped_v
 variants [{name, covariance, shared, summary}] where summary is lira.metrics.summarize's dict (auc, auc_ci,
 n_pos, n_neg, n_excluded, n_boot, ci_level, tpr {"0.01": {fpr, tpr, ci, resolved, min_negatives}, ...},
 roc {fpr, tpr}); seconds; files (the report's file names); run_config (the run's config.json). Missing values
-(an interval without replicates) are null. With reference-free attack rows (evaluate --attacks, attacks/shadow.py):
-attacks [{name, attack, params, summary, scores_file}], pooled over the same pairs, and settings.attacks, settings.k.
+(an interval without replicates) are null. With attack rows (evaluate --attacks: the reference-free attacks of
+attacks/shadow.py, RMIA of attacks/rmia_rows.py): attacks [{name, attack, params, summary, scores_file}], pooled over
+the same pairs, and settings.attacks, settings.k (and settings.rmia_gamma, settings.rmia_a).
 """
 
 import dataclasses
@@ -98,7 +99,7 @@ def evaluate_run(run_dir, out_dir=None, scoring=None, *, variants=None, n_boot=m
 
   With save_scores, each variant's leave-one-out scores llr_MxN (float64, higher = member) are written as
   scores_<variant>[_settings].npy beside the report, for analyses of one's own. attack_rows (attacks.shadow.AttackRows,
-  computed beforehand) adds reference-free attack rows to the same table, results.json and roc.png. losses.npy is
+  computed beforehand) adds attack rows to the same table, results.json and roc.png. losses.npy is
   memory-mapped and read a block of canaries at a time. With the jax backend in a jax.distributed run every process
   scores its share, and only the first pools the ROCs and writes (the others return (None, None)).
   """
@@ -145,8 +146,7 @@ def evaluate_run(run_dir, out_dir=None, scoring=None, *, variants=None, n_boot=m
   table_rows = [(r["name"], r["summary"]) for r in rows + extra]
   notes = dropped_notes(dropped) + ([balance_note] if balance_note else [])
   if extra:
-    notes.append(f"{', '.join(r['name'] for r in extra)}: reference-free, each target model scored from its own "
-                 "losses (and mu, sigma) alone, no shadow models; pooled over the same (model, canary) pairs.")
+    notes += list(attack_rows.notes)
   result = provenance.header("evaluate", run_dir, run, {**settings, "variants": [scoring_lib.variant_key(v) for v in chosen],
                                                         "requested_variants": [scoring_lib.variant_key(v) for v in requested],
                                                         "level": LEVEL, "fprs": list(metrics.DEFAULT_FPRS)},

@@ -197,12 +197,12 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
 
 
 def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
-                 xlabel="models per subset m (each target: m-1 shadow models)"):
+                 xlabel="models per subset m (each target: m-1 shadow models)", styles=None):
   """TPR (%) versus number of models m: mean over draws with a min-max band, one line per variant (Fig. 5).
 
   Points whose target FPR is not resolved by the negatives available (row["resolved"] False in any draw: the
   table's n/r) are hollow, said so in the legend with the table's footnote; undefined points (tpr NaN or None: too
-  few models of a class) are left out.
+  few models of a class) are left out. styles {row name: matplotlib style} for rows other than the variants (RMIA).
   """
   fig = Figure(figsize=(7.6, 4.2), layout="constrained")
   ax = fig.subplots()
@@ -217,7 +217,7 @@ def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
   counts = sorted({int(r["m"]) for r in rows})
   order = {name: i for i, (name, _, _) in enumerate(VARIANTS)}
   for variant, by_m in sorted(by_variant.items(), key=lambda kv: (order.get(kv[0], len(order)), str(kv[0]))):
-    style = style_of(variant)
+    style = (styles or {}).get(variant) or style_of(variant)
     m_S = np.array(sorted(by_m))
     y_S = [np.asarray(by_m[m]) for m in m_S]
     mean_S = np.array([y.mean() for y in y_S])
