@@ -31,6 +31,7 @@ from lira.reports import loo_report
 from lira.reports import run_folder
 from lira.errors import InputError, UserError
 from training import pipeline
+from training import population
 from training import preemption
 
 _CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
@@ -118,6 +119,10 @@ def main(argv):
     raise app.UsageError(f"shadow.num_models={cfg.shadow.num_models}: the leave-one-out evaluation needs every "
                          "canary IN for at least 3 models and OUT for at least 3, so at least 6 models; train more "
                          "models or pass --noevaluate")
+  pipeline.validate(cfg)
+  # a run folder from before the `population` block gets one only when the command line sets it
+  population_given = any(arg.startswith("--config.population") for arg in sys.argv[1:])
+  cfg = pipeline.effective_config(cfg, run_dir, population_given)
   finished = pipeline.is_finished(cfg, run_dir)
   if not finished:  # training writes the run folder; a finished run re-run writes nothing there (read-only is fine)
     run_folder.check_writable(run_dir, "training writes its groups, checkpoints and losses there; choose another "
@@ -130,7 +135,8 @@ def main(argv):
     # with a coordinator every process waits for all groups, and process 0 alone assembles losses.npy, once
     complete = pipeline.run(cfg, run_dir, process_id=FLAGS.process_id, num_processes=FLAGS.num_processes,
                             mesh=make_mesh(FLAGS.shard_models, FLAGS.shard_params), progress=FLAGS.progress,
-                            wait=coordinated, assemble_here=not coordinated, log_groups=True)
+                            wait=coordinated, assemble_here=not coordinated, log_groups=True,
+                            population_given=population_given)
     preemption.check()  # a stop during the last group's scoring: its files are written, the evaluation is not run
   except preemption.Preempted:
     if coordinated:
@@ -152,6 +158,8 @@ def main(argv):
     return
   beside = "keep.npy, canaries.npy, config.json" + ("" if pipeline.family(cfg).data_kind == "images" else
                                                     ", tokenizer.json")
+  if population.settings(cfg)[0]:
+    beside += ", population.npy, population_losses.npy"
   print(f"per-position losses: {run_dir}/losses.npy; {beside} beside it")
   if FLAGS.evaluate:
     table, _ = loo_report.evaluate_run(run_dir, out_dir, progress=FLAGS.progress)

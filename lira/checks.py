@@ -28,13 +28,15 @@ def check_arrays(loss_MxNxT, keep_MxN, mask_NxT=None, reduction=None, model_ids=
   check_losses(loss_MxNxT, mask_NxT, model_ids=model_ids)
 
 
-def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chunk_elements=2**22):
+def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chunk_elements=2**22, item="canary",
+                 mask_file="mask.npy"):
   """Raise InputError naming model, canary and position of the first loss not finite and >= 0 at a scored position.
 
   Every command checks its losses with this (through check_arrays, which checks the shapes first)
   before any work. model_ids / canary_ids name the rows and columns
   when the arrays are a subset of a run (default: their indices). Reads the losses canary chunk by canary chunk
-  (about chunk_elements at a time), so a memory-mapped file is never loaded whole.
+  (about chunk_elements at a time), so a memory-mapped file is never loaded whole. item / mask_file: what the
+  columns are and the mask file the message points to (a population: "population sequence", population_mask.npy).
   """
   M, N, T = np.shape(loss_MxNxT)
   model_ids = np.arange(M) if model_ids is None else np.asarray(model_ids)
@@ -54,5 +56,5 @@ def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chu
   if first is not None:
     m, n, t, value = first
     raise InputError(
-        f"loss of model {m} on canary {n} at position {t} is {value}; losses must be finite and >= 0 at scored "
-        f"positions ({count} such entries; mask them out with mask.npy if they are not meant to be scored)")
+        f"loss of model {m} on {item} {n} at position {t} is {value}; losses must be finite and >= 0 at scored "
+        f"positions ({count} such entries; mask them out with {mask_file} if they are not meant to be scored)")

@@ -10,6 +10,10 @@ positions (0 elsewhere): being IN raises the logit (lowers the loss) of those to
 standard deviations. With shift_units="logit" the raise is `shift` logit units at every affected position
 (`keep * shift * b`), whatever that position's spread. Losses are softplus(-z) = -ln sigmoid(z), stored as float32, so that
 lira.logit_scale(loss) recovers z.
+
+The population (RMIA's reference samples, `synthetic_population`) is drawn as canaries that are OUT for every model:
+z[m, j] = mu[j] + sigma[j] * e[m, j], with mu, sigma and e as above, from a seed stream of its own, so adding a
+population leaves the canaries' losses unchanged.
 """
 
 import numpy as np
@@ -24,6 +28,31 @@ def keep_matrix(num_models, num_canaries, seed):
   rng = np.random.default_rng(seed)
   order_MxN = rng.uniform(size=(num_models, num_canaries)).argsort(0)
   return order_MxN < num_models // 2
+
+
+def _out_losses(rng, num_models, num_items, seq_len, rho, ragged):
+  """(loss_MxNxT float32, mask_NxT or None) of items OUT for every model: the model above with keep = 0."""
+  M, N, T = num_models, num_items, seq_len
+  mu_NxT = rng.normal(1.0, 1.5, size=(N, T))
+  sigma_NxT = rng.uniform(0.5, 1.5, size=(N, T))
+  chol_TxT = np.linalg.cholesky(rho ** np.abs(np.subtract.outer(np.arange(T), np.arange(T))))
+  loss_MxNxT = np.empty((M, N, T), np.float32)
+  for m in range(M):
+    loss_MxNxT[m] = np.logaddexp(0.0, -(mu_NxT + sigma_NxT * (rng.normal(size=(N, T)) @ chol_TxT.T)))
+  mask_NxT = None
+  if ragged:
+    length_N = rng.integers(max(1, T // 2), T + 1, size=N)
+    mask_NxT = np.arange(T)[None, :] < length_N[:, None]
+    loss_MxNxT[:, ~mask_NxT] = np.nan
+  return loss_MxNxT, mask_NxT
+
+
+def synthetic_population(num_models=32, num_population=500, seq_len=32, *, rho=0.6, ragged=False, seed=0):
+  """(population_MxZxT float32, population_mask_ZxT bool or None): Z sequences OUT for every model (RMIA's
+  population), from the canaries' distribution with no membership shift; independent of synthetic_losses' draws."""
+  if num_population < 0:
+    raise InputError(f"num_population must be non-negative, got {num_population}")
+  return _out_losses(np.random.default_rng([seed, 2]), num_models, num_population, seq_len, rho, ragged)
 
 
 def synthetic_losses(num_models=32, num_canaries=2000, seq_len=32, *, rho=0.6, shift=1.0, frac_shifted=0.25,

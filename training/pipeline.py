@@ -22,9 +22,10 @@ from training import canaries as canaries_lib
 from training import data as data_lib
 from training import dp as dp_lib
 from training import images as images_lib
+from training import population as population_lib
 from training import preemption
 from training import trainer
-from lira.errors import InputError
+from lira.errors import InputError, MissingFileError
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +37,7 @@ class RunData:
   bos_id: int | None  # None for images
   vocab_size: int | None
   pretrain_SxT: np.ndarray  # train-split sequences left out of examples_ExT (data.max_train_sequences): base pretraining
+  population_ZxT: np.ndarray | None = None  # never trained on, never a canary (training/population.py); images: [Z, H, W, C]
 
 
 def family(cfg):
@@ -63,20 +65,48 @@ def _diff(a, b, prefix=""):
 RECORDED = ("accountant",)
 
 
+def without_section(cfg, section):
+  """A copy of the config without one top-level section."""
+  import ml_collections
+  d = cfg.to_dict()
+  d.pop(section, None)
+  return ml_collections.ConfigDict(d)
+
+
+def effective_config(cfg, run_dir, population_given=False):
+  """The config a run folder is run with: a folder whose config.json predates the `population` block runs without a
+  population (it resumes and assembles as it was started) unless `population_given` (the user asked for one: it is
+  then recorded, and the finished groups' population losses are computed from their checkpoints)."""
+  if "population" not in cfg or population_given or not os.path.exists(run_folder.config_path(run_dir)):
+    return cfg
+  return cfg if "population" in run_folder.load_config(run_dir) else without_section(cfg, "population")
+
+
 def check_config(cfg, run_dir):
-  """Refuse a run folder written by a different config; otherwise record the config in it. A folder written before
-  configs had a `train.dp` block matches a config whose block leaves DP-SGD off."""
+  """Refuse a run folder written by a different config; otherwise record the config in a new one. A folder written
+  before configs had a `train.dp` block matches a config whose block leaves DP-SGD off; one written before the
+  `population` block matches any population (effective_config decides whether the run gets one; record_population
+  adds it to config.json once it is drawn)."""
   wanted = _config_dict(cfg)
   if os.path.exists(run_folder.config_path(run_dir)):
     have = {k: v for k, v in run_folder.load_config(run_dir).items() if k not in RECORDED}
     if "dp" not in have.get("train", {"dp": None}) and not dp_lib.enabled(cfg.train.get("dp")):
       wanted = {**wanted, "train": {k: v for k, v in wanted["train"].items() if k != "dp"}}
+    if "population" not in have:
+      wanted.pop("population", None)
     diffs = _diff(have, wanted)
     if diffs:
       raise InputError(f"run folder {run_dir} was written by a different config; use another --run_dir or the same "
                        "config:\n  " + "\n  ".join(diffs))
   else:
     run_folder.save_config(run_dir, wanted)
+
+
+def record_population(cfg, run_dir):
+  """Add the config's `population` block to a config.json without one (a folder from before it), once drawn."""
+  config = run_folder.load_config(run_dir)
+  if "population" in cfg and "population" not in config:
+    run_folder.save_config(run_dir, {**config, "population": _config_dict(cfg)["population"]})
 
 
 def validate(cfg):
@@ -97,6 +127,7 @@ def validate(cfg):
     raise InputError(f"canaries.num_canaries must be >= 1, got {cfg.canaries.num_canaries}")
   if dp_lib.enabled(cfg.train.get("dp")):
     dp_lib.validate(cfg.train.dp, cfg.train.batch_size)
+  population_lib.validate(cfg)
 
 
 def training_length(data):
@@ -150,8 +181,11 @@ def _pack(texts, tokenizer, T, split):
 
 
 def _save_once(run_dir, arrays):
-  """Write canaries.npy / keep.npy once: a finished run re-runs on a read-only folder; a resumed run must match."""
+  """Write canaries.npy / keep.npy / population.npy once: a finished run re-runs on a read-only folder; a resumed run
+  must match. A None array (no population) is not written."""
   for name, array in arrays:
+    if array is None:
+      continue
     path = os.path.join(run_dir, f"{name}.npy")
     if not os.path.exists(path):
       run_folder.save_npy(path, array)
@@ -168,6 +202,7 @@ def prepare_images(cfg, run_dir, progress=True):
                                          cfg.shadow.seed)
   images_lib.check_against_config(train, shape, L, f"data.source={cfg.data.source!r} training")
   images_lib.check_against_config(heldout, shape, L, f"data.source={cfg.data.source!r} held-out")
+  whole_train = train
   if cfg.data.max_train_images:
     train = train[:cfg.data.max_train_images]
   if len(train) < cfg.train.batch_size:
@@ -181,11 +216,22 @@ def prepare_images(cfg, run_dir, progress=True):
   else:
     canaries = canaries_lib.worst_case_images(N, shape, L, cfg.shadow.seed)
   keep_MxN = canaries_lib.keep_matrix(M, N, cfg.shadow.seed)
-  _save_once(run_dir, (("canaries", canaries), ("keep", keep_MxN)))
+  population = population_lib.images(cfg, canaries, whole_train, heldout)
+  _save_once(run_dir, (("canaries", canaries), ("keep", keep_MxN), ("population", population)))
   if progress:
     print(f"data: {len(train)} training images {shape} with {L} levels ({cfg.data.source}), {N} "
-          f"{cfg.canaries.kind}-case canaries ({time.perf_counter() - t0:.1f} s)")
-  return RunData(np.concatenate([train, canaries]), len(train), canaries, keep_MxN, None, None, train[:0])
+          f"{cfg.canaries.kind}-case canaries{_population_note(population)} ({time.perf_counter() - t0:.1f} s)")
+  return RunData(np.concatenate([train, canaries]), len(train), canaries, keep_MxN, None, None, train[:0], population)
+
+
+def _population_note(population):
+  return "" if population is None else f", a population of {len(population)}"
+
+
+def _heldout_sequences(cfg, heldout_conv, tokenizer, T):
+  """The held-out split's T-token sequences (none when the split is empty)."""
+  texts = data_lib.conversation_texts(heldout_conv)
+  return _pack(texts, tokenizer, T, "held-out") if texts else np.zeros((0, T), np.int32)
 
 
 def prepare_data(cfg, run_dir, progress=True):
@@ -199,6 +245,7 @@ def prepare_data(cfg, run_dir, progress=True):
   tokenizer = _tokenizer(cfg, train_texts, run_dir)
   T, N, M = cfg.data.seq_len, cfg.canaries.num_canaries, cfg.shadow.num_models
   train_SxT = _pack(train_texts, tokenizer, T, "training")
+  whole_train_SxT = train_SxT
   pretrain_SxT = train_SxT[cfg.data.max_train_sequences:] if cfg.data.max_train_sequences else train_SxT[:0]
   if cfg.data.max_train_sequences:
     train_SxT = train_SxT[:cfg.data.max_train_sequences]
@@ -206,8 +253,10 @@ def prepare_data(cfg, run_dir, progress=True):
     raise InputError(f"data.seq_len={T} leaves only {len(train_SxT)} training sequences, fewer than one batch "
                      f"(train.batch_size={cfg.train.batch_size}); use shorter sequences or more data")
   bos, vocab = data_lib.bos_id(tokenizer), data_lib.vocab_size(tokenizer)
+  heldout_SxT = None
+  if cfg.canaries.kind == "average" or population_lib.uses_heldout(cfg):
+    heldout_SxT = _heldout_sequences(cfg, heldout_conv, tokenizer, T)
   if cfg.canaries.kind == "average":
-    heldout_SxT = _pack(data_lib.conversation_texts(heldout_conv), tokenizer, T, "held-out")
     distinct = len(np.unique(heldout_SxT, axis=0)) if len(heldout_SxT) else 0
     if N > distinct:
       raise InputError(f"canaries.num_canaries={N} is more than the {distinct} distinct held-out sequences of "
@@ -217,12 +266,13 @@ def prepare_data(cfg, run_dir, progress=True):
   else:
     canaries_NxT = canaries_lib.worst_case_canaries(N, T, vocab, cfg.shadow.seed, exclude_ids=(bos,))
   keep_MxN = canaries_lib.keep_matrix(M, N, cfg.shadow.seed)
-  _save_once(run_dir, (("canaries", canaries_NxT), ("keep", keep_MxN)))
+  population_ZxT = population_lib.sequences(cfg, canaries_NxT, whole_train_SxT, heldout_SxT, vocab, bos)
+  _save_once(run_dir, (("canaries", canaries_NxT), ("keep", keep_MxN), ("population", population_ZxT)))
   if progress:
-    print(f"data: {len(train_SxT)} training sequences of {T} tokens, {N} {cfg.canaries.kind}-case canaries, "
-          f"vocabulary {vocab} ({time.perf_counter() - t0:.1f} s)")
+    print(f"data: {len(train_SxT)} training sequences of {T} tokens, {N} {cfg.canaries.kind}-case canaries"
+          f"{_population_note(population_ZxT)}, vocabulary {vocab} ({time.perf_counter() - t0:.1f} s)")
   return RunData(np.concatenate([train_SxT, canaries_NxT]).astype(np.int32), len(train_SxT), canaries_NxT, keep_MxN,
-                 bos, vocab, pretrain_SxT)
+                 bos, vocab, pretrain_SxT, population_ZxT)
 
 
 def build_model(cfg, data, run_dir, progress=True):
@@ -322,13 +372,19 @@ def restore_checkpoint(ckpt, target):
 
 
 def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True, dp=None):
-  """Train (or restore) one group, checkpoint it, and write its canary losses [G, N, T] (and the family's stats);
+  """Train (or restore) one group, checkpoint it, and write its population losses [G, Z, T] (with a population), the
+  family's stats and its canary losses [G, N, T], that last. A finished group (its canary losses written) that lacks
+  its population losses is only restored from its checkpoint and scored on the population.
   dp: the run's DP-SGD settings (dp_setup)."""
   ckpt, losses_path = run_folder.group_paths(run_dir, g)
+  finished = os.path.exists(losses_path)
   # the group's params, shard by shard on the devices it is scored on (the first local one without a mesh)
   target = nnx.to_pure_dict(trainer.abstract_stack(model, len(model_ids), mesh))
   if os.path.exists(ckpt):  # trained before a kill that came before its losses were written
     params = restore_checkpoint(ckpt, target)
+  elif finished:
+    raise MissingFileError(f"{ckpt} does not exist: group {g} (models {model_ids[0]}-{model_ids[-1]}) is finished but "
+                           "its checkpoint is gone, so its population losses cannot be computed")
   else:
     tcfg = trainer.TrainConfig(cfg.train.epochs, cfg.train.batch_size, cfg.train.learning_rate,
                                cfg.train.weight_decay, cfg.shadow.seed, dp)
@@ -340,12 +396,29 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
     save_checkpoint(ckpt, params)
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
   nnx.replace_by_pure_dict(state, params)
+  batch_size = cfg.train.get("eval_batch_size", 256)
+  population_path = population_lib.group_path(losses_path)
+  if data.population_ZxT is not None and not os.path.exists(population_path):
+    # the canaries' per-token loss function, on the population (the stats it also returns are not kept)
+    loss_GxZxT = trainer.canary_statistics(model, state, data.population_ZxT, bos_id=data.bos_id,
+                                           batch_size=batch_size, mesh=mesh)[0]
+    run_folder.save_npy(population_path, loss_GxZxT)
+  if finished:
+    return run_folder.load_npy(losses_path)
   loss_GxNxT, *stats = trainer.canary_statistics(model, state, data.canaries_NxT, bos_id=data.bos_id,
-                                                 batch_size=cfg.train.get("eval_batch_size", 256), mesh=mesh)
+                                                 batch_size=batch_size, mesh=mesh)
   for stat, array_GxNxT in zip(model.stat_names, stats):
     run_folder.save_npy(run_folder.stat_path(losses_path, stat), array_GxNxT)
   run_folder.save_npy(losses_path, loss_GxNxT)
   return loss_GxNxT
+
+
+def group_done(cfg, run_dir, g):
+  """Whether group g is finished: its canary losses exist, and its population losses when the run has a
+  population."""
+  losses_path = run_folder.group_paths(run_dir, g)[1]
+  return os.path.exists(losses_path) and (population_lib.settings(cfg)[0] == 0 or
+                                          os.path.exists(population_lib.group_path(losses_path)))
 
 
 def _stack(run_dir, name, parts):
@@ -363,8 +436,8 @@ def _stack(run_dir, name, parts):
 
 
 def assemble(cfg, run_dir):
-  """Stack the per-group losses (and a language model's mu, sigma) into losses.npy [M, N, T] once every group is
-  done; False if some group is missing.
+  """Stack the per-group losses (and a language model's mu, sigma) into losses.npy [M, N, T], and the population
+  losses into population_losses.npy [M, Z, T], once every group is done; False if some group is missing.
 
   Groups without mu / sigma files (extracted by an older version) leave mu.npy / sigma.npy unwritten, with a
   warning that names the missing files; LiRA needs only losses.npy.
@@ -380,38 +453,51 @@ def assemble(cfg, run_dir):
     else:
       _stack(run_dir, stat, stat_parts)
   _stack(run_dir, "losses", parts)
+  if population_lib.settings(cfg)[0]:
+    population_parts = [population_lib.group_path(p) for p in parts]
+    if not all(os.path.exists(p) for p in population_parts):
+      return False
+    _stack(run_dir, "population_losses", population_parts)
   return True
 
 
 def is_finished(cfg, run_dir):
-  """Whether the run is complete (config.json, every group's losses and losses.npy): re-running it then writes
-  nothing into the run folder, which may be read-only."""
+  """Whether the run is complete (config.json, every group's losses and losses.npy, and population_losses.npy with
+  a population): re-running it then writes nothing into the run folder, which may be read-only. `cfg` as
+  effective_config gives it."""
+  population = population_lib.settings(cfg)[0] == 0 or os.path.exists(
+    os.path.join(run_dir, population_lib.LOSSES_FILE))
   return (os.path.exists(run_folder.config_path(run_dir)) and os.path.exists(os.path.join(run_dir, "losses.npy"))
-          and all(os.path.exists(run_folder.group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg)))
+          and population and all(group_done(cfg, run_dir, g) for g, _ in groups_of(cfg)))
 
 
 def wait_for_groups(cfg, run_dir, poll_s=1.0):
-  """Block until every group's losses file exists (written by the other processes of a jax.distributed run);
+  """Block until every group is done (group_done; written by the other processes of a jax.distributed run);
   a SIGTERM meanwhile raises preemption.Preempted."""
-  while not all(os.path.exists(run_folder.group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg)):
+  while not all(group_done(cfg, run_dir, g) for g, _ in groups_of(cfg)):
     preemption.check()
     time.sleep(poll_s)
 
 
 def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True, wait=False, assemble_here=True,
-        log_groups=None):
-  """Prepare, train every group of this process that is not done yet, and assemble losses.npy.
+        log_groups=None, population_given=False):
+  """Prepare, train every group of this process that is not done yet, and assemble losses.npy (and
+  population_losses.npy).
 
   `wait` (a jax.distributed run) blocks until the other processes' groups exist too; `assemble_here=False` leaves
   the assembly to another process (process 0 of a jax.distributed run), so it happens once, after every group.
   `log_groups` (default: `progress`) prints a line when resuming and one per finished group, with or without the
-  progress bars. Returns whether every group is done (and, with assemble_here, losses.npy written).
+  progress bars. `population_given`: the user set the population on the command line, so a run folder from before
+  the `population` block gets one (effective_config). Returns whether every group is done (and, with assemble_here,
+  losses.npy written).
   """
   log_groups = progress if log_groups is None else log_groups
   validate(cfg)
   os.makedirs(run_dir, exist_ok=True)
+  cfg = effective_config(cfg, run_dir, population_given)
   check_config(cfg, run_dir)
   data = prepare_data(cfg, run_dir, progress)
+  record_population(cfg, run_dir)
   model = build_model(cfg, data, run_dir, progress)
   dp = dp_setup(cfg, run_dir, data)
   if log_groups and dp is not None:
@@ -419,21 +505,20 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
     print(f"DP-SGD: noise multiplier {dp.noise_multiplier:.4g}, clip norm {dp.clip_norm:g}, {dp.sampling} sampling, "
           f"{record['steps']} steps; accountant epsilon {record['epsilon']:.4g} at delta {dp.delta:g} "
           "(each model's in config.json)", flush=True)
-  todo = [(g, ids) for g, ids in groups_of(cfg, process_id, num_processes)
-          if not os.path.exists(run_folder.group_paths(run_dir, g)[1])]
-  mine = len(groups_of(cfg, process_id, num_processes))
-  done = mine - len(todo)
-  if log_groups and done:
-    print(f"resuming {run_dir}: {done} of {mine} group(s) already finished, {len(todo)} to train", flush=True)
+  mine = groups_of(cfg, process_id, num_processes)
+  todo = [(g, ids) for g, ids in mine if not group_done(cfg, run_dir, g)]
+  rescore = sum(os.path.exists(run_folder.group_paths(run_dir, g)[1]) for g, _ in todo)  # trained, no population
+  done = len(mine) - len(todo)
+  if log_groups and (done or rescore):
+    print(f"resuming {run_dir}: {done} of {len(mine)} group(s) already finished, {len(todo) - rescore} to train"
+          + (f", {rescore} trained before the population to score on it" if rescore else ""), flush=True)
   for i, (g, ids) in enumerate(todo):
     preemption.check()
     t0 = time.perf_counter()
     run_group(cfg, run_dir, data, model, g, ids, mesh, progress, dp)
     if log_groups:
-      print(f"group {g} ({done + i + 1} of {mine}): models {ids[0]}-{ids[-1]} finished in "
+      print(f"group {g} ({done + i + 1} of {len(mine)}): models {ids[0]}-{ids[-1]} finished in "
             f"{time.perf_counter() - t0:.1f} s", flush=True)
   if wait:
     wait_for_groups(cfg, run_dir)
-  return assemble(cfg, run_dir) if assemble_here else all(
-    os.path.exists(run_folder.group_paths(run_dir, g)[1]) for g, _ in groups_of(cfg))
-
+  return assemble(cfg, run_dir) if assemble_here else all(group_done(cfg, run_dir, g) for g, _ in groups_of(cfg))

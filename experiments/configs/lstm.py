@@ -11,6 +11,7 @@ Any field can be overridden, e.g. --config.canaries.kind=average --config.shadow
 import ml_collections
 
 from training import dp
+from training import population
 
 from lira.errors import InputError
 
@@ -31,6 +32,7 @@ def get_config(arg="cpu"):
   c.model = dict(name="lstm", embed_dim=64, hidden_dim=128, num_layers=2)
   c.train = dict(epochs=6, batch_size=16, learning_rate=3e-3, weight_decay=0.0)
   c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
+  c.population = population.config_defaults()  # RMIA's population: 1,000 sequences no model trains on (0: none)
   if arg == "paper":
     c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)
     c.tokenizer.update(name="EleutherAI/pythia-1b-deduped")
@@ -54,6 +56,7 @@ def get_config(arg="cpu"):
     c.shadow.update(num_models=6, group_size=3)
     c.model.update(embed_dim=16, hidden_dim=32)
     c.train.update(epochs=2, batch_size=16)
+    c.population.update(size=16)
   elif arg != "cpu":
     raise InputError(f"unknown LSTM config {arg!r}: use cpu (default), paper, tiny, reproduce_worst, "
                      "reproduce_average (or pythia, pythia_tiny)")

@@ -24,6 +24,7 @@ worst-case canaries are clearly memorised.
 import ml_collections
 
 from training import dp
+from training import population
 
 from lira.errors import InputError
 
@@ -37,6 +38,7 @@ def get_config(arg="cpu"):
                  nr_logistic_mix=5, dropout_p=0.0)
   c.train = dict(epochs=10, batch_size=32, learning_rate=2e-3, weight_decay=0.0, eval_batch_size=256)
   c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
+  c.population = population.config_defaults()  # RMIA's population: 1,000 images no model trains on (0: none)
   if arg == "paper":
     c.data.update(source="cifar10", data_dir="~/tensorflow_datasets", max_train_images=0)
     c.canaries.update(kind="average", num_canaries=10_000)
@@ -46,6 +48,7 @@ def get_config(arg="cpu"):
     c.model.update(image_shape=(32, 32, 3), num_levels=256, nr_resnet=5, nr_filters=192, nr_logistic_mix=10,
                    dropout_p=0.5)
     c.train.update(epochs=50, batch_size=192, learning_rate=1e-3, weight_decay=0.0)
+    c.population.update(size=0)  # the 10,000 canaries take the whole held-out (test) split: no population is left
   elif arg in ("reproduce_average", "reproduce_worst"):
     # All of digits: 40% held out (719 images, 700 of them the average-case canaries; worst-case: 700 random
     # images), 1,078 to train on, plus each model's 350 IN canaries. The cpu config's network; Table I's 50 epochs and
@@ -55,12 +58,15 @@ def get_config(arg="cpu"):
     c.canaries.update(kind=arg.split("_")[1], num_canaries=700)
     c.shadow.update(num_models=64, group_size=1)
     c.train.update(epochs=50, learning_rate=1e-3)
+    if arg == "reproduce_average":  # 19 held-out images are left beside the 700 canaries: too few for a population
+      c.population.update(size=0)
   elif arg == "tiny":
     c.data.update(max_train_images=48)
     c.canaries.update(num_canaries=16)
     c.shadow.update(num_models=8, group_size=4)  # 4: a group shards over 4 simulated devices in the tests
     c.model.update(nr_filters=8, nr_logistic_mix=2, dropout_p=0.5)
     c.train.update(epochs=8, batch_size=16, learning_rate=1e-2)
+    c.population.update(size=16)
   elif arg != "cpu":
     raise InputError(f"unknown PixelCNN++ config {arg!r}: use cpu (default), paper, tiny, "
                      "reproduce_average or reproduce_worst")

@@ -13,6 +13,7 @@ that fine-tuning does not use, into RUN_DIR/base_model).
 import ml_collections
 
 from training import dp
+from training import population
 
 from lira.errors import InputError
 
@@ -31,6 +32,7 @@ def get_config(arg="pythia_tiny"):
   c.pretrain = dict(epochs=1, batch_size=32, learning_rate=3e-3, weight_decay=0.01, max_sequences=12_000)
   c.train = dict(epochs=3, batch_size=16, learning_rate=1e-3, weight_decay=1e-4, eval_batch_size=256)
   c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
+  c.population = population.config_defaults()  # RMIA's population: 1,000 sequences no model trains on (0: none)
   if arg == "pythia":  # Table I: 7 epochs, lr 1e-4, weight decay 1e-4, batch 16, T = 128, AdamW, 64 models
     c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)
     c.tokenizer.update(name="EleutherAI/pythia-1b-deduped")
@@ -58,6 +60,7 @@ def get_config(arg="pythia_tiny"):
     c.model.arch.update(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)
     c.pretrain.update(epochs=1, batch_size=16, max_sequences=128)
     c.train.update(epochs=2, batch_size=16, learning_rate=3e-3)
+    c.population.update(size=16)
   elif arg != "pythia_tiny":
     raise InputError(f"unknown Pythia config {arg!r}: use pythia_tiny (default), pythia, tiny, "
                      "reproduce_worst or reproduce_average")

@@ -17,6 +17,7 @@ import tempfile
 
 import numpy as np
 
+from lira import checks
 from lira import synthetic
 from lira.errors import InputError, MissingFileError, UserError
 
@@ -75,6 +76,39 @@ def load_run(run_dir, mmap=False):
   if os.path.exists(cfg_path):
     config = load_json(cfg_path)
   return Run(loss, keep, mask, config)
+
+
+POPULATION_FILES = ("population_losses.npy", "population_mask.npy")
+
+
+def load_population(run_dir, mmap=False):
+  """(population_MxZxT, population_mask_ZxT or None): RMIA's population losses beside losses.npy, checked against it
+  (same M and T, floating, finite and >= 0 at scored positions; the optional mask bool [Z, T])."""
+  path, mask_path = (os.path.join(run_dir, name) for name in POPULATION_FILES)
+  if not os.path.exists(path):
+    raise MissingFileError(f"{path} does not exist: make it with python -m experiments.population_losses "
+                           f"--run_dir={run_dir} (a shadow run), make_synthetic --population_size=Z (a synthetic run), "
+                           "or write your own [M, Z, T] (docs/own_losses.md)")
+  losses_path = os.path.join(run_dir, "losses.npy")
+  if not os.path.exists(losses_path):
+    raise MissingFileError(f"run folder {run_dir!r} has no losses.npy (see README, 'Run folder layout')")
+  loss_shape = load_npy(losses_path, mmap=True).shape
+  population = load_npy(path, mmap=mmap)
+  if not np.issubdtype(population.dtype, np.floating):
+    raise InputError(f"{path}: expected floating-point losses, got dtype {population.dtype}")
+  if population.ndim != 3 or len(loss_shape) != 3 or (population.shape[0], population.shape[2]) != (
+      loss_shape[0], loss_shape[2]):
+    raise InputError(f"{path}: expected [M, Z, T] with M and T of losses.npy {tuple(loss_shape)}, got "
+                     f"{population.shape}")
+  if population.shape[1] == 0:
+    raise InputError(f"{path}: holds no population sequence (Z = 0)")
+  mask = None
+  if os.path.exists(mask_path):
+    mask = load_npy(mask_path)
+    if mask.shape != population.shape[1:] or mask.dtype != bool:
+      raise InputError(f"{mask_path}: expected bool [Z, T] = {population.shape[1:]}, got {mask.dtype} {mask.shape}")
+  checks.check_losses(population, mask, item="population sequence", mask_file="population_mask.npy")
+  return population, mask
 
 
 def finished_groups(run_dir):
@@ -254,25 +288,34 @@ def save_csv(path, rows):
   save_text(path, buf.getvalue())
 
 
-def write_synthetic_run(run_dir, overwrite=False, **kwargs):
-  """Write losses.npy, keep.npy, (mask.npy) and config.json of a synthetic run; returns the config.
+def write_synthetic_run(run_dir, overwrite=False, population_size=None, **kwargs):
+  """Write losses.npy, keep.npy, (mask.npy), population_losses.npy [M, Z, T] (population_mask.npy with ragged
+  canaries) and config.json of a synthetic run; returns the config. population_size Z: default N // 4; 0: none.
 
-  A folder that already holds a run is refused unless `overwrite`; then a stale mask.npy is removed too.
+  A folder that already holds a run is refused unless `overwrite`; then stale mask and population files are removed.
   """
   if not overwrite:
     check_no_run(run_dir)
   check_writable(run_dir, "choose another --run_dir")
   loss_MxNxT, keep_MxN, mask_NxT = synthetic.synthetic_losses(**kwargs)
   M, N, T = loss_MxNxT.shape
+  Z = N // 4 if population_size is None else int(population_size)
+  population = None
+  if Z:
+    population = synthetic.synthetic_population(M, Z, T, **{k: kwargs[k] for k in ("rho", "ragged", "seed")
+                                                            if k in kwargs})
   config = {"source": "synthetic", "generator": "lira.synthetic.synthetic_losses", "num_models": M,
-            "num_canaries": N, "seq_len": T, **{k: v for k, v in kwargs.items() if k not in ("num_models",
-                                                                                         "num_canaries", "seq_len")}}
-  save_npy(f"{run_dir}/losses.npy", loss_MxNxT)
-  save_npy(f"{run_dir}/keep.npy", keep_MxN)
-  if mask_NxT is not None:
-    save_npy(f"{run_dir}/mask.npy", mask_NxT)
-  elif os.path.exists(f"{run_dir}/mask.npy"):  # a replaced ragged run's mask would apply to the new losses
-    os.remove(f"{run_dir}/mask.npy")
+            "num_canaries": N, "seq_len": T, "population_size": Z,
+            **{k: v for k, v in kwargs.items() if k not in ("num_models", "num_canaries", "seq_len")}}
+  arrays = {"losses": loss_MxNxT, "keep": keep_MxN, "mask": mask_NxT,
+            "population_losses": None if population is None else population[0],
+            "population_mask": None if population is None else population[1]}
+  for name, array in arrays.items():
+    path = f"{run_dir}/{name}.npy"
+    if array is not None:
+      save_npy(path, array)
+    elif os.path.exists(path):  # a replaced run's mask or population would apply to the new losses
+      os.remove(path)
   save_json(f"{run_dir}/config.json", config)
   return config
 

@@ -1,0 +1,106 @@
+"""A population added to a finished shadow run without retraining (experiments/population_losses.py).
+
+The run's config comes back from its config.json, with the `population` block asked for; its data are rebuilt as
+train_shadows rebuilds them on resume (the canaries and keep matrix are checked against the saved ones), the
+population is drawn as a run trained with it would draw it (training/population.py), and each group is restored from
+its checkpoint and scored on the population by the same code a training run uses (pipeline.run_group). So the files
+equal those of a run trained with the population on. Resumable: a group whose population losses exist is skipped.
+"""
+
+import os
+
+import ml_collections
+from tqdm.auto import tqdm
+
+import models
+from lira.errors import InputError, MissingFileError
+from lira.reports import run_folder
+from training import pipeline
+from training import population as population_lib
+
+
+def _shadow_config(run_dir):
+  """The run's config.json as a dict, refused unless it is a finished shadow run with checkpoints."""
+  config = run_folder.load_config(run_dir, "not a run folder of experiments.train_shadows")
+  if config.get("source") == "synthetic":
+    raise InputError(f"{run_dir} is a synthetic run (experiments.make_synthetic): it has no models to score a "
+                     "population on; make it with make_synthetic --population_size=Z")
+  if "partial_of" in config:
+    raise InputError(f"{run_dir} is a partial run, which keeps no checkpoints: add the population to its source run "
+                     f"{config['partial_of'].get('run_dir')} and make the partial run again")
+  if "shadow" not in config or "model" not in config:
+    raise InputError(f"{run_dir} is not a shadow run of experiments.train_shadows: its config.json has no shadow or "
+                     "model section; a run folder of your own losses takes a population_losses.npy of your own "
+                     "(docs/own_losses.md)")
+  return config
+
+
+def _recorded(config):
+  """(size, source) of the population config.json records, None when it has none (no block, or size 0)."""
+  block = config.get("population") or {}
+  return (block["size"], block.get("source", "auto")) if block.get("size") else None
+
+
+def _remove_population(run_dir, config):
+  """Delete a run's population files and its config.json block (--overwrite)."""
+  paths = [os.path.join(run_dir, name) for name in (population_lib.FILE, population_lib.LOSSES_FILE)]
+  for g, _ in run_folder.groups(config["shadow"]["num_models"], config["shadow"]["group_size"]):
+    paths.append(population_lib.group_path(run_folder.group_paths(run_dir, g)[1]))
+  for path in paths:
+    if os.path.exists(path):
+      os.remove(path)
+  config = {k: v for k, v in config.items() if k != "population"}
+  run_folder.save_config(run_dir, config)
+  return config
+
+
+def _config(config, size, source):
+  """The run's ConfigDict (without what the run recorded itself) with the population block asked for."""
+  cfg = ml_collections.ConfigDict({k: v for k, v in config.items() if k not in pipeline.RECORDED + ("population",)})
+  cfg.population = population_lib.config_defaults(size)
+  cfg.population.source = source
+  return cfg
+
+
+def add_population(run_dir, size=None, source=None, overwrite=False, progress=True):
+  """Draw a population for the finished run in run_dir, score it on every model and write population.npy and
+  population_losses.npy; record the block in config.json. size / source None: the run's recorded ones, else the
+  configs' defaults (population.DEFAULT_SIZE, auto). Returns (whether it was already there, (size, source), the
+  paths)."""
+  config = _shadow_config(run_dir)
+  have = _recorded(config)
+  size = size if size is not None else have[0] if have else population_lib.DEFAULT_SIZE
+  source = source or (have[1] if have else "auto")
+  cfg = _config(config, size, source)
+  pipeline.validate(cfg)
+  if size < 1:
+    raise InputError(f"--size={size}: a population needs at least one sequence")
+  paths = [os.path.join(run_dir, population_lib.FILE), os.path.join(run_dir, population_lib.LOSSES_FILE)]
+  if have is not None and have != (size, source):
+    if not overwrite:
+      raise InputError(f"{run_dir} already has a population of {have[0]} (source {have[1]}) in config.json; pass "
+                       f"--overwrite to replace it by one of {size} (source {source})")
+    config = _remove_population(run_dir, config)
+  if have == (size, source) and os.path.exists(paths[1]):
+    M, Z = cfg.shadow.num_models, size
+    shape = run_folder.load_npy(paths[1], mmap=True).shape
+    if shape[:2] == (M, Z):
+      return True, (size, source), paths
+  if not pipeline.is_finished(pipeline.without_section(cfg, "population"), run_dir):
+    raise InputError(f"{run_dir} is not a finished shadow run (no losses.npy, or a group's losses are missing); "
+                     f"finish it with train_shadows --run_dir={run_dir} --config.population.size={size}, which "
+                     "scores the population too")
+  fam = models.family(cfg.model.name)
+  base = os.path.join(run_dir, "base_model", "config.json")
+  if fam.fine_tunes and cfg.model.base == "pretrain" and not os.path.exists(base):  # build_model would pretrain one
+    raise MissingFileError(f"{base} does not exist: the run's base model was never saved")
+  pipeline.check_config(cfg, run_dir)
+  data = pipeline.prepare_data(cfg, run_dir, progress=False)
+  pipeline.record_population(cfg, run_dir)
+  model = pipeline.build_model(cfg, data, run_dir, progress=False)
+  todo = [(g, ids) for g, ids in pipeline.groups_of(cfg) if not pipeline.group_done(cfg, run_dir, g)]
+  for g, ids in tqdm(todo, desc="population losses", unit="group", disable=not progress):
+    pipeline.run_group(cfg, run_dir, data, model, g, ids, progress=False)
+  if not pipeline.assemble(cfg, run_dir):
+    raise MissingFileError(f"{run_dir}: a group's population losses are missing after scoring every group")
+  return False, (size, source), paths
