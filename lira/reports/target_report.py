@@ -11,6 +11,7 @@ from lira.reports import plots
 from lira.reports import provenance
 from lira.reports import loo_report
 from lira.reports import run_folder
+from lira import rmia
 from lira import targets
 from lira import scoring as scoring_lib
 from lira.errors import InputError
@@ -46,18 +47,40 @@ def load_targets(target_path, keep_path, num_canaries, num_positions=None):
   return loss, keep
 
 
+def load_target_population(path, num_targets, pop_shape):
+  """The targets' population losses [K, Z, T] (an [Z, T] file is K = 1), checked against the shadow run's [Z, T]."""
+  pop = run_folder.load_npy(path, mmap=True)
+  if not np.issubdtype(pop.dtype, np.floating):
+    raise InputError(f"{path}: expected floating-point per-token losses, got dtype {pop.dtype}")
+  shape = list(pop.shape)
+  pop = pop[None] if pop.ndim == 2 else pop
+  if pop.ndim != 3 or pop.shape != (num_targets,) + tuple(pop_shape):
+    raise InputError(f"{path}: expected the population's per-token losses on the {num_targets} target(s), "
+                     f"[K, Z, T] = {[num_targets] + list(pop_shape)} (those of the shadow run's population), got {shape}")
+  return pop
+
+
 def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=None, *, variants=None,
-               n_boot=metrics.N_BOOT, seed=0, progress=True, **fields):
+               n_boot=metrics.N_BOOT, seed=0, progress=True, rmia_options=(), target_population_path=None, **fields):
   """Score target models' canary losses with Gaussians fitted on all shadows of run_dir; write and return reports.
 
   Writes attack_scores_<variant>[_settings].npy ([K, N] float64, higher = member) and attack[_settings].json; with
   the targets' membership also attack[_settings].md (the evaluate table) and attack_roc[_settings].png.
+  rmia_options (lira.rmia.RMIA, with the attack names as rmia_options' keys when a dict) add RMIA rows, every shadow
+  a reference model: they need the run's population_losses.npy and the targets' (target_population_path).
   Returns (text to print, result dict).
   """
   scoring = Scoring.of(scoring, **fields)
   requested, chosen, dropped = loo_report.choose_variants(variants, scoring, scorer="targets")
   run = run_folder.load_run(run_dir, mmap=True)
   target_loss, target_keep = load_targets(target_path, target_keep_path, *run.loss_MxNxT.shape[1:])
+  rmia_options = dict(rmia_options) if isinstance(rmia_options, dict) else {o.name: o for o in rmia_options}
+  if rmia_options:
+    if not target_population_path:
+      raise InputError("RMIA on target models needs the population's per-token losses on the targets: "
+                       "--target_population=POP.npy ([K, Z, T])")
+    pop_MxZxT, pop_mask_ZxT = run_folder.load_population(run_dir, mmap=True)
+    target_pop = load_target_population(target_population_path, target_loss.shape[0], pop_MxZxT.shape[1:])
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   settings = loo_report.report_settings(requested, scoring, n_boot, seed)
   del settings["balance_counts"]  # every target is scored from all M shadows: nothing to balance
@@ -68,6 +91,14 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
     scores[name] = targets.score_targets(run.loss_MxNxT, run.keep_MxN, target_loss, scoring.variant(covariance, shared),
                                          mask_NxT=run.mask_NxT, progress=progress)
     row = {"name": name, "covariance": covariance, "shared": shared}
+    if target_keep is not None:
+      row["summary"] = metrics.summarize(scores[name], target_keep, n_boot=n_boot, seed=seed)
+    rows.append(row)
+  for attack, options in rmia_options.items():
+    name = options.name
+    scores[name] = rmia.score_targets(run.loss_MxNxT, run.keep_MxN, pop_MxZxT, target_loss, target_pop, options,
+                                      mask_NxT=run.mask_NxT, pop_mask_ZxT=pop_mask_ZxT)
+    row = {"name": name, "attack": attack, "params": {"rmia_gamma": options.gamma, "rmia_a": options.a}}
     if target_keep is not None:
       row["summary"] = metrics.summarize(scores[name], target_keep, n_boot=n_boot, seed=seed)
     rows.append(row)
@@ -82,6 +113,12 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
     paths[variant[0]] = provenance.report_path(out_dir, f"attack_scores_{scoring_lib.variant_key(variant)}", "npy",
                                                score_settings, loo_report.defaults())
     run_folder.save_npy(paths[variant[0]], scores[variant[0]])
+  for attack, options in rmia_options.items():
+    params = {"reduction": options.reduction, "balance_counts": options.balance_counts, "rmia_gamma": options.gamma,
+              "rmia_a": options.a}
+    defaults = {"reduction": None, "balance_counts": True, "rmia_gamma": rmia.RMIA().gamma, "rmia_a": rmia.RMIA().a}
+    paths[options.name] = provenance.report_path(out_dir, f"attack_scores_{attack}", "npy", params, defaults)
+    run_folder.save_npy(paths[options.name], scores[options.name])
   for stem, ext in (("attack", "json"),) + ((("attack", "md"), ("attack_roc", "png")) if target_keep is not None
                                             else ()):
     paths[ext] = provenance.report_path(out_dir, stem, ext, settings, loo_report.defaults())
@@ -96,7 +133,9 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
                                   f"{md_notes}\n")
     curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows]
     title = f"LiRA on {K} target model(s), {M} shadow models, N={N}, T={T}\n{loo_report.scoring_words(settings)}"
-    run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title))
+    styles = {o.name: {"color": c, "ls": "--"} for o, c in zip(rmia_options.values(), ("tab:red", "salmon", "darkred",
+                                                                                       "tab:pink"))}
+    run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title, styles=styles or None))
   result = provenance.header("score_targets", run_dir, run,
                              {**settings, "variants": [scoring_lib.variant_key(v) for v in chosen]}, "seqlira.attack")
   result.update({"target": os.path.abspath(target_path), "target_keep": target_keep_path and os.path.abspath(
@@ -112,6 +151,8 @@ def _score_table(scores):
   lines = [f"{'variant':<24} {'min':>9} {'median':>9} {'max':>9} {'score > 0':>10}"]
   for name, llr_KxN in scores.items():
     q = np.quantile(llr_KxN, [0.0, 0.5, 1.0])
-    lines.append(f"{name:<24} {q[0]:>9.3g} {q[1]:>9.3g} {q[2]:>9.3g} {np.mean(llr_KxN > 0):>10.1%}")
-  lines.append("score > 0: the IN Gaussian is the likelier (online) or the target sits above the OUT mean (offline).")
+    above = "-" if name.startswith("RMIA") else f"{np.mean(llr_KxN > 0):.1%}"
+    lines.append(f"{name:<24} {q[0]:>9.3g} {q[1]:>9.3g} {q[2]:>9.3g} {above:>10}")
+  lines.append("score > 0: the IN Gaussian is the likelier (online) or the target sits above the OUT mean (offline); "
+               "RMIA scores are fractions of the population in [0, 1].")
   return "\n".join(lines)
