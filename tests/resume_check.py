@@ -9,6 +9,9 @@ from training import pipeline
 from training import trainer
 
 
+_POPULATION = ("population", "population_losses")  # compared when the run has RMIA's population
+
+
 class Killed(BaseException):
   """Stands in for SIGKILL/KeyboardInterrupt: not an Exception, so nothing catches it on the way."""
 
@@ -36,17 +39,25 @@ def assert_killed_run_resumes(cfg, run_dir, finished_run, monkeypatch):
   monkeypatch.setattr(trainer, "train_group", lambda *a, **k: (calls.append(1), real_train(*a, **k))[1])
   assert pipeline.run(cfg, run_dir, progress=False)
   assert len(calls) == pipeline_groups(cfg) - 1  # the finished group was skipped
-  for name in ("losses", "keep", "canaries"):
+  population = list(_POPULATION) if os.path.exists(os.path.join(finished_run, "population.npy")) else []
+  for name in ["losses", "keep", "canaries"] + population:
     np.testing.assert_array_equal(np.load(os.path.join(run_dir, f"{name}.npy")),
                                   np.load(os.path.join(finished_run, f"{name}.npy")), err_msg=name)
 
-  # Killed after the checkpoint was written but before its losses: restored, not retrained.
-  os.remove(os.path.join(run_dir, "losses", "group_0001.npy"))
-  os.remove(os.path.join(run_dir, "losses.npy"))
-  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("retrained a checkpointed group"))
-  assert pipeline.run(cfg, run_dir, progress=False)
-  np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")),
-                                np.load(os.path.join(finished_run, "losses.npy")))
+  # Killed after the checkpoint (and the population losses) were written but before its losses: restored, not
+  # retrained. Killed before the population losses: they are computed from the checkpoint too.
+  for lost in (("group_0001.npy",), ("group_0001.npy", "group_0001_population.npy")):
+    for name in lost:
+      if os.path.exists(os.path.join(run_dir, "losses", name)):
+        os.remove(os.path.join(run_dir, "losses", name))
+    for name in ("losses.npy", "population_losses.npy"):  # assembled only once every group is done
+      if os.path.exists(os.path.join(run_dir, name)):
+        os.remove(os.path.join(run_dir, name))
+    monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("retrained a checkpointed group"))
+    assert pipeline.run(cfg, run_dir, progress=False)
+    for name in ["losses"] + population[1:]:
+      np.testing.assert_array_equal(np.load(os.path.join(run_dir, f"{name}.npy")),
+                                    np.load(os.path.join(finished_run, f"{name}.npy")), err_msg=name)
 
 
 def pipeline_groups(cfg):

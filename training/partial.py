@@ -5,7 +5,8 @@ losses.npy [M, N, T] appears only when every group is done. When a run has to st
 models are still a complete experiment: their losses [K, N, T] and membership keep.npy[:K] are what a K-model run
 with that membership would have produced. Membership was drawn for M models (each canary IN for exactly M/2 of
 them), so among the first K a canary's IN count varies around K/2; the leave-one-out evaluation handles unequal
-counts, and a canary the K models leave with no IN or no OUT model is refused there by name.
+counts, and a canary the K models leave with no IN or no OUT model is refused there by name. RMIA's population
+losses (losses/group_GGGG_population.npy) are stacked the same way, beside a copy of population.npy.
 """
 
 import json
@@ -14,8 +15,9 @@ import os
 import models
 from lira.errors import InputError, MissingFileError
 from lira.reports import run_folder
+from training import population
 
-COPIED = ("canaries.npy", "mask.npy", "tokenizer.json")  # run files that do not depend on the number of models
+COPIED = ("canaries.npy", "mask.npy", "tokenizer.json", "population.npy")  # files that do not depend on the model count
 MIN_MODELS = 6  # the balanced leave-one-out evaluation: every canary IN for 3 models and OUT for 3
 
 
@@ -108,6 +110,9 @@ def write_partial_run(run_dir, out_dir, num_models=None):
     stat_parts = [run_folder.stat_path(p, stat) for p in parts]
     if all(os.path.exists(p) for p in stat_parts):
       save(f"{stat}.npy", run_folder.load_stacked(stat_parts))
+  population_parts = [population.group_path(p) for p in parts]  # RMIA's population, when the run has one
+  if all(os.path.exists(p) for p in population_parts):
+    save("population_losses.npy", run_folder.load_stacked(population_parts))
   for name in COPIED:
     if os.path.exists(os.path.join(run_dir, name)):
       path = os.path.join(out_dir, name)

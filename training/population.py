@@ -55,10 +55,15 @@ def group_path(losses_path):
   return losses_path[:-len(".npy")] + "_population.npy"
 
 
+def _flat(array):
+  """[S, P]: each row (sequence or image) flattened; empty arrays too."""
+  array = np.ascontiguousarray(array)
+  return array.reshape(len(array), int(np.prod(array.shape[1:])))
+
+
 def _rows(array):
   """Each row (sequence or image) as bytes, for set membership."""
-  array = np.ascontiguousarray(array)
-  return [row.tobytes() for row in array.reshape(len(array), -1)]
+  return [row.tobytes() for row in _flat(array)]
 
 
 def _excluded(canaries, train):
@@ -76,7 +81,7 @@ def _random(draw, size, canaries, train):
 
 def _heldout(heldout, size, canaries, train, seed, what):
   """`size` distinct held-out rows that are neither a canary nor a training row, drawn by a seeded RNG."""
-  _, first = np.unique(heldout.reshape(len(heldout), -1), axis=0, return_index=True)
+  _, first = np.unique(_flat(heldout), axis=0, return_index=True)
   banned = _excluded(canaries, train)
   keys = _rows(heldout)
   available = np.array([i for i in np.sort(first) if keys[i] not in banned], np.int64)

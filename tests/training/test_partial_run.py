@@ -77,3 +77,18 @@ def test_a_synthetic_run_is_named_as_not_a_shadow_run(tmp_path):
                                        "experiments.make_synthetic"):
     partial.write_partial_run(str(tmp_path / "syn"), str(tmp_path / "out"))
   assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_population_is_stacked_and_copied_too(tmp_path):
+  """RMIA's population: each group's population losses stacked for the first K models, population.npy copied."""
+  src, dst = str(tmp_path / "run"), str(tmp_path / "part")
+  fake_run(src, finished=3)
+  rng = np.random.default_rng(1)
+  pop = [rng.exponential(size=(2, 4, 3)).astype(np.float32) for _ in range(3)]
+  for g, loss in enumerate(pop):
+    np.save(os.path.join(src, "losses", f"group_{g:04d}_population.npy"), loss)
+  np.save(os.path.join(src, "population.npy"), rng.integers(0, 9, size=(4, 3)))
+  partial.write_partial_run(src, dst)
+  np.testing.assert_array_equal(np.load(f"{dst}/population_losses.npy"), np.concatenate(pop))
+  np.testing.assert_array_equal(np.load(f"{dst}/population.npy"), np.load(f"{src}/population.npy"))
+  assert run_folder.load_population(dst)[0].shape == (6, 4, 3)

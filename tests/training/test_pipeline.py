@@ -147,10 +147,11 @@ def test_a_run_split_over_two_processes_equals_one_process(tmp_path, finished_ru
   run_dir = str(tmp_path / "run")
   assert not pipeline.run(tiny_cfg(), run_dir, process_id=1, num_processes=2, progress=False)
   assert sorted(os.listdir(os.path.join(run_dir, "losses"))) == ["group_0001.npy", "group_0001_mu.npy",
-                                                                  "group_0001_sigma.npy"]
+                                                                  "group_0001_population.npy", "group_0001_sigma.npy"]
   assert pipeline.run(tiny_cfg(), run_dir, process_id=0, num_processes=2, progress=False)
-  np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")),
-                                np.load(os.path.join(finished_run, "losses.npy")))
+  for name in ("losses", "population_losses"):
+    np.testing.assert_array_equal(np.load(os.path.join(run_dir, f"{name}.npy")),
+                                  np.load(os.path.join(finished_run, f"{name}.npy")), err_msg=name)
 
 
 @pytest.mark.slow
@@ -167,7 +168,7 @@ def test_a_diverging_group_names_the_model_and_keeps_finished_groups(tmp_path, m
   with pytest.raises(trainer.TrainingDiverged, match="model 3 has a non-finite training loss"):
     pipeline.run(tiny_cfg(), run_dir, progress=False)
   assert sorted(os.listdir(os.path.join(run_dir, "losses"))) == ["group_0000.npy", "group_0000_mu.npy",
-                                                                  "group_0000_sigma.npy"]
+                                                                  "group_0000_population.npy", "group_0000_sigma.npy"]
   assert os.listdir(os.path.join(run_dir, "checkpoints")) == ["group_0000"]
 
 

@@ -99,7 +99,8 @@ def test_tiny_run_writes_per_pixel_losses_and_the_image_shape(finished_run):
     config = json.load(f)
   assert config["model"]["image_shape"] == [8, 8, 1] and config["model"]["num_levels"] == 17
   assert not [f for f in os.listdir(finished_run) if f in ("mu.npy", "sigma.npy")]  # no vocabulary, no moments
-  assert sorted(os.listdir(os.path.join(finished_run, "losses"))) == ["group_0000.npy", "group_0001.npy"]
+  assert sorted(os.listdir(os.path.join(finished_run, "losses"))) == ["group_0000.npy", "group_0000_population.npy",
+                                                                       "group_0001.npy", "group_0001_population.npy"]
   assert tiny_steps() == 8 * 4  # 48 images + 8 IN canaries in batches of 16, 8 epochs (the other tests rely on it)
 
 
@@ -112,6 +113,23 @@ def test_in_worst_case_canaries_have_lower_loss_than_out(finished_run):
   per_canary_gap_N = np.array([mean_MxN[~k, n].mean() - mean_MxN[k, n].mean()
                                for n, k in enumerate(run.keep_MxN.T)])
   assert (per_canary_gap_N > 0).mean() >= 0.75, per_canary_gap_N
+
+
+@pytest.mark.slow
+def test_the_population_is_random_images_no_model_saw_scored_per_pixel(finished_run):
+  """RMIA's population of a worst-case run: random images as the canaries are drawn (another seed stream), none a
+  canary or a training image; OUT for every model, so on average lossier than the IN canaries."""
+  cfg = tiny_cfg()
+  data = pipeline.prepare_data(cfg, finished_run, progress=False)
+  pop = np.load(os.path.join(finished_run, "population.npy"))
+  assert pop.shape == (cfg.population.size, 8, 8, 1) and pop.dtype == np.uint8 and pop.max() <= 16
+  seen = {img.tobytes() for img in data.examples_ExT}  # training images and every canary
+  assert not any(img.tobytes() in seen for img in pop)
+  pop_MxZxT, mask = run_folder.load_population(finished_run)
+  assert pop_MxZxT.shape == (cfg.shadow.num_models, cfg.population.size, 64) and mask is None
+  run = run_folder.load_run(finished_run)
+  in_mean = run.loss_MxNxT.mean(axis=2)[run.keep_MxN].mean()
+  assert pop_MxZxT.mean() > in_mean, (pop_MxZxT.mean(), in_mean)
 
 
 @pytest.mark.slow
