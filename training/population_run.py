@@ -76,6 +76,8 @@ def add_population(run_dir, size=None, source=None, overwrite=False, progress=Tr
   if size < 1:
     raise InputError(f"--size={size}: a population needs at least one sequence")
   paths = [os.path.join(run_dir, population_lib.FILE), os.path.join(run_dir, population_lib.LOSSES_FILE)]
+  if have is None and "population" in config:  # a block of size 0: nothing to replace
+    config = _remove_population(run_dir, config)
   if have is not None and have != (size, source):
     if not overwrite:
       raise InputError(f"{run_dir} already has a population of {have[0]} (source {have[1]}) in config.json; pass "

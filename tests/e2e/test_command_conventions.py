@@ -63,6 +63,7 @@ BAD_VALUES = {
     "make_synthetic": ["--num_canaries=0", "--num_models=7", "--shift=nan"],
     "paper_table": ["--n_boot=0"],
     "partial_run": ["--num_models=2"],
+    "population_losses": ["--size=0"],
     "pretrain_attacks": ["--gamma=-1"],
     "score_targets": ["--seed=-1"],
     "shadow_sweep": ["--draws=0", "--counts=2,8"],
@@ -76,6 +77,8 @@ OTHER_ERRORS = [  # (command, args, what the error line says)
     ("evaluate", ("--noprogress=3",), "--noprogress=3 does not take an argument"),
     ("evaluate", ("--run_dir=placeholder", "stray"), "unexpected argument 'stray'"),
     ("shadow_sweep", ("--draws",), "--draws needs a value"),
+    ("population_losses", ("--run_dir=placeholder", "--source=outside"), "--source=outside: must be one of auto, "
+     "heldout"),
     ("train_shadows", ("--config.model.hiden_dim=3",), "unknown flag --config.model.hiden_dim: the config has no "
      "field 'hiden_dim'; did you mean \"hidden_dim\""),
     ("pretrain_benchmark", ("--config=nofile.py", "--out_dir=placeholder"), "--config=nofile.py: "),
@@ -122,7 +125,7 @@ def assert_one_error_line(proc, *needles):
 
 def test_every_command_is_found():
   assert {"train_shadows", "evaluate", "score_targets", "paper_table", "make_synthetic", "partial_run",
-          "extract_tokens", "pretrain_benchmark"} <= set(COMMANDS)
+          "extract_tokens", "pretrain_benchmark", "population_losses"} <= set(COMMANDS)
   assert set(BAD_VALUES) <= set(COMMANDS)
 
 

@@ -32,6 +32,7 @@ TABLES = {
     ("shadow_models.md", "## Flags"): "train_shadows",
     ("shadow_models.md", "## Partial runs"): "partial_run",
     ("shadow_models.md", "## Synthetic runs"): "make_synthetic",
+    ("shadow_models.md", "## RMIA's population"): "population_losses",
 }
 FLAG = re.compile(r"`--(?:\[no\])?([a-z][a-z0-9_]*)[`=]")
 
