@@ -19,7 +19,7 @@ from experiments import cli
 from lira.reports import provenance
 from lira.reports import run_folder
 from training.pretraining import offline_benchmark
-from training import pipeline
+from training import run_config
 
 FLAGS = flags.FLAGS
 cli.define_config_file("config", os.path.join(os.path.dirname(__file__), "configs", "pretrain_benchmark.py"),
@@ -130,7 +130,7 @@ def main(argv):
     raise app.UsageError("--out_dir is required")
   cfg, out = FLAGS.config, FLAGS.out_dir
   run_folder.check_writable(out)
-  pipeline.check_config(cfg, out)
+  run_config.check_config(cfg, out)
   seconds = {}
   t0 = time.perf_counter()
   sets, tokenizer = offline_benchmark.prepare_data(cfg, out, progress=FLAGS.progress)

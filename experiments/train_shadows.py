@@ -33,6 +33,7 @@ from lira.errors import InputError, UserError
 from training import pipeline
 from training import population
 from training import preemption
+from training import run_config
 
 _CONFIG_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "configs")
 _DEFAULT_CONFIG = os.path.join(_CONFIG_DIR, "lstm.py")
@@ -122,7 +123,7 @@ def main(argv):
   pipeline.validate(cfg)
   # a run folder from before the `population` block gets one only when the command line sets it
   population_given = any(arg.startswith("--config.population") for arg in sys.argv[1:])
-  cfg = pipeline.effective_config(cfg, run_dir, population_given)
+  cfg = run_config.effective_config(cfg, run_dir, population_given)
   finished = pipeline.is_finished(cfg, run_dir)
   if not finished:  # training writes the run folder; a finished run re-run writes nothing there (read-only is fine)
     run_folder.check_writable(run_dir, "training writes its groups, checkpoints and losses there; choose another "

@@ -6,7 +6,6 @@ and at most the group in flight is lost.
 """
 
 import dataclasses
-import json
 import os
 import time
 import warnings
@@ -24,6 +23,7 @@ from training import dp as dp_lib
 from training import images as images_lib
 from training import population as population_lib
 from training import preemption
+from training import run_config
 from training import trainer
 from lira.errors import InputError, MissingFileError
 
@@ -43,70 +43,6 @@ class RunData:
 def family(cfg):
   """The model family of the config (model.name); InputError for an unknown name."""
   return models.family(cfg.model.name)
-
-
-def _config_dict(cfg):
-  return json.loads(cfg.to_json_best_effort()) if hasattr(cfg, "to_json_best_effort") else dict(cfg)
-
-
-def _diff(a, b, prefix=""):
-  keys = sorted(set(a) | set(b))
-  out = []
-  for k in keys:
-    va, vb = a.get(k, "<missing>"), b.get(k, "<missing>")
-    if isinstance(va, dict) and isinstance(vb, dict):
-      out += _diff(va, vb, f"{prefix}{k}.")
-    elif va != vb:
-      out.append(f"{prefix}{k}: run folder has {va!r}, this command has {vb!r}")
-  return out
-
-
-# Written into config.json by the run itself (the accountant's epsilons), not part of the config compared on resume.
-RECORDED = ("accountant",)
-
-
-def without_section(cfg, section):
-  """A copy of the config without one top-level section."""
-  import ml_collections
-  d = cfg.to_dict()
-  d.pop(section, None)
-  return ml_collections.ConfigDict(d)
-
-
-def effective_config(cfg, run_dir, population_given=False):
-  """The config a run folder is run with: a folder whose config.json predates the `population` block runs without a
-  population (it resumes and assembles as it was started) unless `population_given` (the user asked for one: it is
-  then recorded, and the finished groups' population losses are computed from their checkpoints)."""
-  if "population" not in cfg or population_given or not os.path.exists(run_folder.config_path(run_dir)):
-    return cfg
-  return cfg if "population" in run_folder.load_config(run_dir) else without_section(cfg, "population")
-
-
-def check_config(cfg, run_dir):
-  """Refuse a run folder written by a different config; otherwise record the config in a new one. A folder written
-  before configs had a `train.dp` block matches a config whose block leaves DP-SGD off; one written before the
-  `population` block matches any population (effective_config decides whether the run gets one; record_population
-  adds it to config.json once it is drawn)."""
-  wanted = _config_dict(cfg)
-  if os.path.exists(run_folder.config_path(run_dir)):
-    have = {k: v for k, v in run_folder.load_config(run_dir).items() if k not in RECORDED}
-    if "dp" not in have.get("train", {"dp": None}) and not dp_lib.enabled(cfg.train.get("dp")):
-      wanted = {**wanted, "train": {k: v for k, v in wanted["train"].items() if k != "dp"}}
-    if "population" not in have:
-      wanted.pop("population", None)
-    diffs = _diff(have, wanted)
-    if diffs:
-      raise InputError(f"run folder {run_dir} was written by a different config; use another --run_dir or the same "
-                       "config:\n  " + "\n  ".join(diffs))
-  else:
-    run_folder.save_config(run_dir, wanted)
-
-
-def record_population(cfg, run_dir):
-  """Add the config's `population` block to a config.json without one (a folder from before it), once drawn."""
-  config = run_folder.load_config(run_dir)
-  if "population" in cfg and "population" not in config:
-    run_folder.save_config(run_dir, {**config, "population": _config_dict(cfg)["population"]})
 
 
 def validate(cfg):
@@ -464,7 +400,7 @@ def assemble(cfg, run_dir):
 def is_finished(cfg, run_dir):
   """Whether the run is complete (config.json, every group's losses and losses.npy, and population_losses.npy with
   a population): re-running it then writes nothing into the run folder, which may be read-only. `cfg` as
-  effective_config gives it."""
+  run_config.effective_config gives it."""
   population = population_lib.settings(cfg)[0] == 0 or os.path.exists(
     os.path.join(run_dir, population_lib.LOSSES_FILE))
   return (os.path.exists(run_folder.config_path(run_dir)) and os.path.exists(os.path.join(run_dir, "losses.npy"))
@@ -488,16 +424,16 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   the assembly to another process (process 0 of a jax.distributed run), so it happens once, after every group.
   `log_groups` (default: `progress`) prints a line when resuming and one per finished group, with or without the
   progress bars. `population_given`: the user set the population on the command line, so a run folder from before
-  the `population` block gets one (effective_config). Returns whether every group is done (and, with assemble_here,
-  losses.npy written).
+  the `population` block gets one (run_config.effective_config). Returns whether every group is done (and, with
+  assemble_here, losses.npy written).
   """
   log_groups = progress if log_groups is None else log_groups
   validate(cfg)
   os.makedirs(run_dir, exist_ok=True)
-  cfg = effective_config(cfg, run_dir, population_given)
-  check_config(cfg, run_dir)
+  cfg = run_config.effective_config(cfg, run_dir, population_given)
+  run_config.check_config(cfg, run_dir)
   data = prepare_data(cfg, run_dir, progress)
-  record_population(cfg, run_dir)
+  run_config.record_population(cfg, run_dir)
   model = build_model(cfg, data, run_dir, progress)
   dp = dp_setup(cfg, run_dir, data)
   if log_groups and dp is not None:

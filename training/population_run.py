@@ -17,6 +17,7 @@ from lira.errors import InputError, MissingFileError
 from lira.reports import run_folder
 from training import pipeline
 from training import population as population_lib
+from training import run_config
 
 
 def _shadow_config(run_dir):
@@ -56,7 +57,7 @@ def _remove_population(run_dir, config):
 
 def _config(config, size, source):
   """The run's ConfigDict (without what the run recorded itself) with the population block asked for."""
-  cfg = ml_collections.ConfigDict({k: v for k, v in config.items() if k not in pipeline.RECORDED + ("population",)})
+  cfg = ml_collections.ConfigDict({k: v for k, v in config.items() if k not in run_config.RECORDED + ("population",)})
   cfg.population = population_lib.config_defaults(size)
   cfg.population.source = source
   return cfg
@@ -88,7 +89,7 @@ def add_population(run_dir, size=None, source=None, overwrite=False, progress=Tr
     shape = run_folder.load_npy(paths[1], mmap=True).shape
     if shape[:2] == (M, Z):
       return True, (size, source), paths
-  if not pipeline.is_finished(pipeline.without_section(cfg, "population"), run_dir):
+  if not pipeline.is_finished(run_config.without_section(cfg, "population"), run_dir):
     raise InputError(f"{run_dir} is not a finished shadow run (no losses.npy, or a group's losses are missing); "
                      f"finish it with train_shadows --run_dir={run_dir} --config.population.size={size}, which "
                      "scores the population too")
@@ -96,9 +97,9 @@ def add_population(run_dir, size=None, source=None, overwrite=False, progress=Tr
   base = os.path.join(run_dir, "base_model", "config.json")
   if fam.fine_tunes and cfg.model.base == "pretrain" and not os.path.exists(base):  # build_model would pretrain one
     raise MissingFileError(f"{base} does not exist: the run's base model was never saved")
-  pipeline.check_config(cfg, run_dir)
+  run_config.check_config(cfg, run_dir)
   data = pipeline.prepare_data(cfg, run_dir, progress=False)
-  pipeline.record_population(cfg, run_dir)
+  run_config.record_population(cfg, run_dir)
   model = pipeline.build_model(cfg, data, run_dir, progress=False)
   todo = [(g, ids) for g, ids in pipeline.groups_of(cfg) if not pipeline.group_done(cfg, run_dir, g)]
   for g, ids in tqdm(todo, desc="population losses", unit="group", disable=not progress):

@@ -14,6 +14,7 @@ from lira.reports import run_folder
 from resume_check import assert_killed_run_resumes
 from training import data as data_lib
 from training import pipeline
+from training import run_config
 from training import trainer
 
 
@@ -193,7 +194,7 @@ def test_bad_config_is_refused_before_training(tmp_path, monkeypatch, overrides,
 def test_a_run_folder_of_another_config_is_refused(tmp_path, monkeypatch):
   run_dir = str(tmp_path / "run")
   os.makedirs(run_dir)
-  pipeline.check_config(tiny_cfg(), run_dir)
+  run_config.check_config(tiny_cfg(), run_dir)
   monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("training started"))
   with pytest.raises(ValueError, match=r"different config(.|\n)*train.epochs: run folder has 2, this command has 3"):
     pipeline.run(tiny_cfg(train__epochs=3), run_dir, progress=False)
@@ -208,7 +209,7 @@ def test_a_tokenizer_with_another_vocabulary_is_refused_on_resume(tmp_path, monk
   cfg = tiny_cfg(tokenizer__name=tok_path)
   run_dir = str(tmp_path / "run")
   os.makedirs(run_dir)
-  pipeline.check_config(cfg, run_dir)
+  run_config.check_config(cfg, run_dir)
   pipeline.prepare_data(cfg, run_dir, progress=False)  # the run started with this tokenizer
   data_lib.train_bpe_tokenizer(texts, 280, tok_path)  # then the file changed
   monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("training started"))
@@ -344,10 +345,10 @@ def test_a_dp_run_records_each_models_epsilon_no_audit_exceeds_it_and_it_resumes
 def test_a_folder_recorded_before_the_dp_block_resumes_without_dp_only(tmp_path, monkeypatch):
   run_dir = str(tmp_path / "run")
   os.makedirs(run_dir)
-  pipeline.check_config(tiny_cfg(), run_dir)
+  run_config.check_config(tiny_cfg(), run_dir)
   config = run_folder.load_config(run_dir)
   del config["train"]["dp"]
   run_folder.save_config(run_dir, config)
-  pipeline.check_config(tiny_cfg(), run_dir)  # DP off: the same config
+  run_config.check_config(tiny_cfg(), run_dir)  # DP off: the same config
   with pytest.raises(ValueError, match=r"train.dp: run folder has '<missing>'"):
-    pipeline.check_config(tiny_cfg(train__dp__epsilon=1.0), run_dir)
+    run_config.check_config(tiny_cfg(train__dp__epsilon=1.0), run_dir)

@@ -18,6 +18,7 @@ from training import data as data_lib
 from training import pipeline
 from training import population
 from training import population_run
+from training import run_config
 from training import trainer
 
 
@@ -160,7 +161,7 @@ def old_run(tmp_path_factory, small_corpus):
 
   mp.setattr(trainer, "train_group", killed_in_second_group)
   with pytest.raises(Killed):
-    pipeline.run(pipeline.without_section(tiny_cfg(), "population"), run_dir, progress=False)
+    pipeline.run(run_config.without_section(tiny_cfg(), "population"), run_dir, progress=False)
   mp.setattr(trainer, "train_group", real_train)
   assert pipeline.run(tiny_cfg(), run_dir, progress=False)
   mp.undo()
@@ -179,8 +180,8 @@ def test_an_old_folder_resumes_and_assembles_without_a_population(old_run, pop_r
   # the population changes no model: the old folder's models are the population run's
   np.testing.assert_array_equal(np.load(os.path.join(old_run, "losses.npy")),
                                 np.load(os.path.join(pop_run, "losses.npy")))
-  assert pipeline.is_finished(pipeline.effective_config(tiny_cfg(), old_run), old_run)
-  assert not pipeline.is_finished(pipeline.effective_config(tiny_cfg(), old_run, population_given=True), old_run)
+  assert pipeline.is_finished(run_config.effective_config(tiny_cfg(), old_run), old_run)
+  assert not pipeline.is_finished(run_config.effective_config(tiny_cfg(), old_run, population_given=True), old_run)
 
 
 @pytest.mark.slow
@@ -243,6 +244,6 @@ def test_runs_without_models_are_refused(tmp_path):
     population_run.add_population(syn, progress=False)
   unfinished = str(tmp_path / "unfinished")
   os.makedirs(unfinished)
-  pipeline.check_config(tiny_cfg(), unfinished)
+  run_config.check_config(tiny_cfg(), unfinished)
   with pytest.raises(InputError, match="not a finished shadow run .*--config.population.size=16"):
     population_run.add_population(unfinished, 16, progress=False)

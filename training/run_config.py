@@ -1,0 +1,80 @@
+"""A run's config against its run folder: config.json records the config that started the run, and a resumed run
+must bring the same one (training/pipeline.py calls these before it loads any data).
+
+Two blocks came after run folders existed, and a folder written before them still resumes: one without `train.dp`
+matches a config that leaves DP-SGD off; one without `population` runs without a population (effective_config) unless
+the command line asks for one, which is then recorded (record_population) once drawn.
+"""
+
+import json
+import os
+
+import ml_collections
+
+from lira.errors import InputError
+from lira.reports import run_folder
+from training import dp as dp_lib
+
+
+def config_dict(cfg):
+  """The config as plain JSON values (what config.json holds)."""
+  return json.loads(cfg.to_json_best_effort()) if hasattr(cfg, "to_json_best_effort") else dict(cfg)
+
+
+def _diff(a, b, prefix=""):
+  keys = sorted(set(a) | set(b))
+  out = []
+  for k in keys:
+    va, vb = a.get(k, "<missing>"), b.get(k, "<missing>")
+    if isinstance(va, dict) and isinstance(vb, dict):
+      out += _diff(va, vb, f"{prefix}{k}.")
+    elif va != vb:
+      out.append(f"{prefix}{k}: run folder has {va!r}, this command has {vb!r}")
+  return out
+
+
+# Written into config.json by the run itself (the accountant's epsilons), not part of the config compared on resume.
+RECORDED = ("accountant",)
+
+
+def without_section(cfg, section):
+  """A copy of the config without one top-level section."""
+  d = cfg.to_dict()
+  d.pop(section, None)
+  return ml_collections.ConfigDict(d)
+
+
+def effective_config(cfg, run_dir, population_given=False):
+  """The config a run folder is run with: a folder whose config.json predates the `population` block runs without a
+  population (it resumes and assembles as it was started) unless `population_given` (the user asked for one: it is
+  then recorded, and the finished groups' population losses are computed from their checkpoints)."""
+  if "population" not in cfg or population_given or not os.path.exists(run_folder.config_path(run_dir)):
+    return cfg
+  return cfg if "population" in run_folder.load_config(run_dir) else without_section(cfg, "population")
+
+
+def check_config(cfg, run_dir):
+  """Refuse a run folder written by a different config; otherwise record the config in a new one. A folder written
+  before configs had a `train.dp` block matches a config whose block leaves DP-SGD off; one written before the
+  `population` block matches any population (effective_config decides whether the run gets one; record_population
+  adds it to config.json once it is drawn)."""
+  wanted = config_dict(cfg)
+  if os.path.exists(run_folder.config_path(run_dir)):
+    have = {k: v for k, v in run_folder.load_config(run_dir).items() if k not in RECORDED}
+    if "dp" not in have.get("train", {"dp": None}) and not dp_lib.enabled(cfg.train.get("dp")):
+      wanted = {**wanted, "train": {k: v for k, v in wanted["train"].items() if k != "dp"}}
+    if "population" not in have:
+      wanted.pop("population", None)
+    diffs = _diff(have, wanted)
+    if diffs:
+      raise InputError(f"run folder {run_dir} was written by a different config; use another --run_dir or the same "
+                       "config:\n  " + "\n  ".join(diffs))
+  else:
+    run_folder.save_config(run_dir, wanted)
+
+
+def record_population(cfg, run_dir):
+  """Add the config's `population` block to a config.json without one (a folder from before it), once drawn."""
+  config = run_folder.load_config(run_dir)
+  if "population" in cfg and "population" not in config:
+    run_folder.save_config(run_dir, {**config, "population": config_dict(cfg)["population"]})
