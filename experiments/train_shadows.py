@@ -12,6 +12,9 @@ python -m experiments.train_shadows --config=experiments/configs/pixelcnn.py:cpu
 --config.SECTION.FIELD=VALUE overrides one field of the config, e.g. --config.shadow.num_models=64
   --config.canaries.kind=average --config.train.epochs=3; the fields are those of the config file (sections data,
   tokenizer, canaries, shadow, model, train, ...), recorded in RUN_DIR/config.json (docs/shadow_models.md).
+RMIA's population (config.population: Z sequences no model trains on) is scored on every model into
+RUN_DIR/population_losses.npy; a run folder from before that block resumes without one unless --config.population.*
+is given (experiments.population_losses adds one to a finished run).
 Without progress bars (--noprogress) a line is still printed when resuming and for each finished group.
 Re-running the same command on the same --run_dir resumes; several hosts share the groups with
 --num_processes/--process_id (and --coordinator_address for jax.distributed). SIGTERM keeps the finished groups and

@@ -47,8 +47,11 @@ def without_section(cfg, section):
 def effective_config(cfg, run_dir, population_given=False):
   """The config a run folder is run with: a folder whose config.json predates the `population` block runs without a
   population (it resumes and assembles as it was started) unless `population_given` (the user asked for one: it is
-  then recorded, and the finished groups' population losses are computed from their checkpoints)."""
-  if "population" not in cfg or population_given or not os.path.exists(run_folder.config_path(run_dir)):
+  then recorded, and the finished groups' population losses are computed from their checkpoints; a size of 0 asks
+  for none)."""
+  if "population" not in cfg or not os.path.exists(run_folder.config_path(run_dir)):
+    return cfg
+  if population_given and cfg.population.get("size"):
     return cfg
   return cfg if "population" in run_folder.load_config(run_dir) else without_section(cfg, "population")
 
@@ -66,6 +69,9 @@ def check_config(cfg, run_dir):
     if "population" not in have:
       wanted.pop("population", None)
     diffs = _diff(have, wanted)
+    if any(d.startswith("population.") for d in diffs):
+      diffs.append(f"(python -m experiments.population_losses --run_dir={run_dir} gives a finished run another "
+                   "population)")
     if diffs:
       raise InputError(f"run folder {run_dir} was written by a different config; use another --run_dir or the same "
                        "config:\n  " + "\n  ".join(diffs))

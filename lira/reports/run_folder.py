@@ -6,6 +6,7 @@ training/shadow_model.py read them):
 RUN_DIR/checkpoints/group_GGGG  orbax checkpoint of group G's parameters
 RUN_DIR/losses/group_GGGG.npy   its canary losses [G, N, T], written last: the group is done when it exists
 RUN_DIR/losses/group_GGGG_<stat>.npy  a language model's per-token extras (mu, sigma) beside them
+RUN_DIR/losses/group_GGGG_population.npy  its losses of RMIA's population [G, Z, T] (training/population.py)
 """
 
 import csv

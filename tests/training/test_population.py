@@ -93,6 +93,22 @@ def test_bad_population_settings_are_refused_before_training(tmp_path, monkeypat
   assert not os.path.exists(tmp_path / "run" / "population.npy")
 
 
+def test_a_config_json_from_before_the_block_matches_any_population_and_runs_without_one(tmp_path):
+  run_dir = str(tmp_path / "run")
+  os.makedirs(run_dir)
+  run_config.check_config(run_config.without_section(tiny_cfg(), "population"), run_dir)  # as before the block
+  cfg = tiny_cfg(population__size=8)
+  run_config.check_config(cfg, run_dir)
+  assert "population" not in run_config.effective_config(cfg, run_dir)
+  assert run_config.effective_config(cfg, run_dir, population_given=True) is cfg
+  assert "population" not in run_config.effective_config(tiny_cfg(population__size=0), run_dir, population_given=True)
+  run_config.record_population(cfg, run_dir)
+  assert run_folder.load_config(run_dir)["population"] == {"size": 8, "source": "auto"}
+  with pytest.raises(InputError, match=r"population.size: run folder has 8, this command has 16\n  \(python -m "
+                                       r"experiments.population_losses --run_dir=.* gives a finished run another"):
+    run_config.check_config(tiny_cfg(), run_dir)
+
+
 # ---------------------------------------------------------------- a tiny run with its population
 
 
