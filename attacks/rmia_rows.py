@@ -15,7 +15,8 @@ from lira.errors import InputError
 from lira.reports import run_folder
 
 DEFAULTS = {"rmia_gamma": rmia.RMIA().gamma, "rmia_a": rmia.RMIA().a}
-COLORS = {"rmia": "tab:red", "rmia_offline": "salmon", "rmia_tokens": "darkred", "rmia_tokens_offline": "tab:pink"}
+# Dashed, in colours neither the LiRA variants nor the reference-free attacks use.
+COLORS = {"rmia": "darkviolet", "rmia_offline": "plum", "rmia_tokens": "sienna", "rmia_tokens_offline": "burlywood"}
 NOTE = ("RMIA: model m the target, the other M - 1 its reference models (as LiRA), scored against the run's "
         "population (population_losses.npy); score = fraction of population samples z with LR(x) / LR(z) >= gamma.")
 

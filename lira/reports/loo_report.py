@@ -78,7 +78,11 @@ def scoring_words(settings):
 
 def title(shape, settings):
   """The ROC's title: the run's shape and every setting that changes the curves."""
-  return f"LiRA leave-one-out, {provenance.shape_line(shape)}\n{scoring_words(settings)}"
+  what = "LiRA and attacks" if settings.get("attacks") else "LiRA"
+  words = scoring_words(settings) + ("" if "rmia_gamma" not in settings or not any(
+      a.startswith("rmia") for a in settings["attacks"]) else f", RMIA gamma={settings['rmia_gamma']:g}, "
+      f"a={settings['rmia_a']:g}")
+  return f"{what} leave-one-out, {provenance.shape_line(shape)}\n{words}"
 
 
 def scores_path(out_dir, variant, settings):

@@ -133,8 +133,8 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
                                   f"{md_notes}\n")
     curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows]
     title = f"LiRA on {K} target model(s), {M} shadow models, N={N}, T={T}\n{loo_report.scoring_words(settings)}"
-    styles = {o.name: {"color": c, "ls": "--"} for o, c in zip(rmia_options.values(), ("tab:red", "salmon", "darkred",
-                                                                                       "tab:pink"))}
+    colors = ("darkviolet", "plum", "sienna", "burlywood")  # attacks.rmia_rows' colours
+    styles = {o.name: {"color": colors[list(rmia.ATTACKS).index(a)], "ls": "--"} for a, o in rmia_options.items()}
     run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title, styles=styles or None))
   result = provenance.header("score_targets", run_dir, run,
                              {**settings, "variants": [scoring_lib.variant_key(v) for v in chosen]}, "seqlira.attack")
