@@ -207,15 +207,19 @@ def _undefined_error(undefined_N, options):
 def _loo_log_mean(lp_MxBxU, member_MxB):
   """[M, B, U]: for every model m, ln of the mean of exp(lp) over the OTHER models with member True (-inf if none).
 
-  Prefix and suffix log-sum-exps along the models: each target's sum without its own term, with no cancellation.
+  Each target's sum without its own term is a prefix plus a suffix sum of exp(lp - top) along the models (top: the
+  largest lp of the column), so nothing is subtracted and no term is cancelled against a larger one.
   """
   v = np.where(member_MxB[:, :, None], lp_MxBxU, -np.inf)
-  edge = np.full((1,) + v.shape[1:], -np.inf)
-  before = np.concatenate([edge, np.logaddexp.accumulate(v, axis=0)[:-1]])
-  after = np.concatenate([np.logaddexp.accumulate(v[::-1], axis=0)[::-1][1:], edge])
+  top = np.max(v, axis=0)
+  top = np.where(np.isfinite(top), top, 0.0)
+  e = np.exp(v - top)
+  zero = np.zeros((1,) + e.shape[1:])
+  before = np.concatenate([zero, np.cumsum(e, axis=0)[:-1]])
+  after = np.concatenate([np.cumsum(e[::-1], axis=0)[::-1][1:], zero])
   count_MxB = member_MxB.sum(axis=0)[None] - member_MxB
   with np.errstate(divide="ignore"):
-    return np.logaddexp(before, after) - np.log(count_MxB)[:, :, None]
+    return np.log(before + after) + top - np.log(count_MxB)[:, :, None]
 
 
 def _loo_log_marginal(lp_MxBxU, keep_MxB, options):
