@@ -9,8 +9,6 @@ evaluated points, so P = N. `rank="kendall" | "spearman"` scores prefixes by ran
 """
 
 import numpy as np
-import scipy.stats
-from sklearn.metrics import roc_auc_score
 
 from attacks.recall import conditional_ll
 from attacks.rows import mean_ll
@@ -30,6 +28,9 @@ def recall_matrix(pair_lp_PxNxT, lp_NxT, score_first=False):
 
 def prefix_scores(recall_PxN, f_N, rank=None):
   """r(p): AUC of R[p, :] against f > median(f), or the rank correlation of R[p, :] with f."""
+  # imported here, not at the top: scipy.stats and sklearn (~1 s) would slow the import of every attack and command
+  import scipy.stats
+  from sklearn.metrics import roc_auc_score
   if rank is None:
     labels_N = f_N > np.median(f_N)
     if labels_N.all() or not labels_N.any():

@@ -4,7 +4,6 @@ import dataclasses
 import math
 
 import numpy as np
-from sklearn import metrics as skm
 
 from lira.errors import InputError
 
@@ -26,6 +25,7 @@ def roc(scores, labels, sample_weight=None):
   labels = np.asarray(labels).ravel().astype(bool)
   if sample_weight is not None:
     sample_weight = np.asarray(sample_weight, dtype=np.float64).ravel()
+  from sklearn import metrics as skm  # here, not at the top: sklearn's import (~1 s) would slow every command's --help
   return skm.roc_curve(labels, scores, drop_intermediate=False, sample_weight=sample_weight)
 
 
@@ -48,6 +48,7 @@ def auc(scores, labels, sample_weight=None):
   labels = np.asarray(labels).ravel().astype(bool)
   if sample_weight is not None:
     sample_weight = np.asarray(sample_weight, dtype=np.float64).ravel()
+  from sklearn import metrics as skm  # imported where used, as in roc
   return float(skm.roc_auc_score(labels, scores, sample_weight=sample_weight))
 
 
