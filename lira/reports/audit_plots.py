@@ -6,9 +6,7 @@ colour); its marker tells shared (circle) from class-wise (square) variants and 
 
 import math
 
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-
+# matplotlib (~0.3 s to import) is imported inside the functions that draw: a command that draws nothing skips it
 from lira.reports import plots
 from lira.scoring import VARIANTS
 
@@ -29,6 +27,8 @@ def bounds_figure(sources, title=None, styles=None):
   """x: each source's accountant epsilon (a run without DP at the right edge, labelled "no DP"); y: each row's bound
   pooled over all pairs (filled marker, joined across runs) and its per-model median to max (bar); the y = x
   diagonal, above which a bound would contradict the accountant. styles: {row name: {color, ls}}."""
+  from matplotlib.figure import Figure
+  from matplotlib.lines import Line2D
   styles = styles or {}
   eps_S = [accountant_epsilon(src) for src in sources]
   finite = sorted({e for e in eps_S if math.isfinite(e)})

@@ -1,8 +1,7 @@
 """Figures of the covariance-error analysis (Rossi et al. 2025, Figs. 2, 3, 6, 8), in lira.reports.plots' variant styles."""
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+# matplotlib (~0.3 s to import) is imported inside the functions that draw: a command that draws nothing skips it
 
 from lira.cov_error import CLASSES, ESTIMATORS, MODES
 from lira.reports.plots import LABELS, variant_style
@@ -19,6 +18,7 @@ def _log2_axis(ax, m):
 
 
 def _panels(title, subtitle=None, sharey=True, width=10.5):
+  from matplotlib.figure import Figure
   fig = Figure(figsize=(width, 4.8), layout="constrained")
   axes = fig.subplots(1, 2, sharey=sharey)
   fig.suptitle(f"{title}\n{subtitle}" if subtitle else title, fontsize=10)
@@ -26,6 +26,7 @@ def _panels(title, subtitle=None, sharey=True, width=10.5):
 
 
 def _legend(fig, axes):
+  from matplotlib.patches import Patch
   handles, labels = axes[0].get_legend_handles_labels()
   fig.legend(handles + [Patch(color="0.5", alpha=0.3, lw=0)], labels + [BAND], loc="outside lower center",
              ncol=4, fontsize=8, frameon=False)

@@ -1,9 +1,7 @@
 """Figures of one image canary's per-pixel losses and covariances (lira/canary_maps.py; Rossi et al. 2025, Fig. 8)."""
 
-import matplotlib
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
+# matplotlib (~0.3 s to import) is imported inside the functions that draw: a command that draws nothing skips it
 
 from lira import canary_maps
 
@@ -32,6 +30,7 @@ def _show_canary(ax, image_HxWxC, num_levels):
 
 def _mark(ax, pixel, image_shape):
   """Outline the chosen pixel (black and white, visible on every colour map)."""
+  from matplotlib.patches import Rectangle
   r, c = divmod(pixel, image_shape[1])
   for color, lw in (("black", 2.6), ("white", 1.0)):
     ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor=color, lw=lw))
@@ -45,6 +44,7 @@ def _title(maps, M, image_shape, canary_note):
 
 def plot_canary_maps(maps, image_HxWxC, image_shape, M, num_levels=None, canary_note=None):
   """The canary beside its mean IN and mean OUT per-pixel statistic and their difference IN - OUT (centred at 0)."""
+  from matplotlib.figure import Figure
   unit = UNITS[maps.statistic]
   fig = Figure(figsize=(15.5, 4.0), layout="constrained")
   axes = fig.subplots(1, 4)
@@ -74,6 +74,7 @@ def plot_canary_maps(maps, image_HxWxC, image_shape, M, num_levels=None, canary_
 
 def plot_pixel_covariance(maps, image_HxWxC, image_shape, M, num_levels=None, canary_note=None):
   """One pixel's covariance and correlation with every pixel of the canary, laid out on the image grid."""
+  from matplotlib.figure import Figure
   unit = UNITS[maps.statistic]
   r, c = divmod(maps.pixel, image_shape[1])
   fig = Figure(figsize=(12.0, 4.4), layout="constrained")
@@ -106,6 +107,7 @@ def plot_pixel_covariance(maps, image_HxWxC, image_shape, M, num_levels=None, ca
 
 def _with_bad(name):
   """A colour map that draws NaN (no correlation defined) in grey."""
+  import matplotlib
   return matplotlib.colormaps[name].with_extremes(bad="0.6")
 
 

@@ -8,9 +8,7 @@ import collections
 import textwrap
 
 import numpy as np
-from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.patches import Patch
+# matplotlib (~0.3 s to import) is imported inside the functions that draw: a command that draws nothing skips it
 
 from lira import metrics
 from lira.scoring import VARIANTS
@@ -86,6 +84,7 @@ def roc_figure(curves, title=None, fpr_min=None, styles=None, legend_fpr=1e-3):
   The legend prints the TPR at legend_fpr only where the curve's n_neg negatives resolve that FPR
   (lira.metrics.is_resolved), `n/r` with the tables' footnote otherwise, as the tables do.
   styles maps a label to its colour and line style (default: the variant's, black dotted for other labels)."""
+  from matplotlib.figure import Figure
   styles = styles or {}
   if any(len(c) != 5 for c in curves):
     raise ValueError("roc_figure: each curve is (label, fpr, tpr, auc, n_neg); n_neg (the negatives behind the curve) "
@@ -141,6 +140,8 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
   negatives do not resolve the FPR) is drawn hollow (markers) or dotted (lines: the baseline, and a strategy's line
   wherever it touches an unresolved point), said so in the legend with the tables' footnote.
   """
+  from matplotlib.figure import Figure
+  from matplotlib.lines import Line2D
   covariances = list(dict.fromkeys(r["covariance"] for r in rows))
   shared = bool(rows[0].get("shared", True))
   fig = Figure(figsize=(4.0 * len(covariances) + 1.0, 4.6), layout="constrained")
@@ -204,6 +205,9 @@ def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
   table's n/r) are hollow, said so in the legend with the table's footnote; undefined points (tpr NaN or None: too
   few models of a class) are left out. styles {row name: matplotlib style} for rows other than the variants (RMIA).
   """
+  from matplotlib.figure import Figure
+  from matplotlib.lines import Line2D
+  from matplotlib.patches import Patch
   fig = Figure(figsize=(7.6, 4.2), layout="constrained")
   ax = fig.subplots()
   by_variant = collections.defaultdict(lambda: collections.defaultdict(list))
