@@ -60,12 +60,12 @@ def test_ctrl_c_during_evaluate_is_one_line_and_exit_130(tmp_path):
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_training_keeps_finished_groups_exits_130_and_the_rerun_resumes(tmp_path):
+def test_ctrl_c_during_training_keeps_finished_groups_exits_130_and_the_rerun_resumes(tmp_path, corpus_flags):
   run = str(tmp_path / "run")
   # lstm.py:tiny: 6 models in 2 groups; 300 epochs make a group last seconds, so the signal sent when group 0 is
   # written lands while group 1 is far from its end, and that it was abandoned is read from the run folder
   command = ["experiments.train_shadows", "--config=experiments/configs/lstm.py:tiny", "--config.train.epochs=300",
-             f"--run_dir={run}", "--noprogress", "--noevaluate"]
+             *corpus_flags, f"--run_dir={run}", "--noprogress", "--noevaluate"]
   proc = _start(*command)
   _, err = _interrupt_when(proc, os.path.join(run, "losses", "group_0000.npy"))
   _assert_stopped(proc, err, f"stopped by Ctrl-C (SIGINT): the group in flight was abandoned; finished groups are "

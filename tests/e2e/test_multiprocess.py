@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-# lstm.py:tiny with 8 models in groups of 2: four groups, so each of two processes trains two
+# lstm.py:tiny with 8 models in groups of 2: four groups, so each of two processes trains two; the corpus:
+# tests/e2e/conftest.py (corpus_flags)
 CONFIG = ["--config=experiments/configs/lstm.py:tiny", "--config.shadow.num_models=8", "--config.shadow.group_size=2",
           "--noprogress", "--noevaluate"]
 ARRAYS = ("losses", "mu", "sigma", "keep", "canaries")
@@ -21,8 +22,8 @@ def _env():
   return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
 
 
-def _command(run_dir, *extra):
-  return [sys.executable, "-m", "experiments.train_shadows", *CONFIG, f"--run_dir={run_dir}", *extra]
+def _command(run_dir, corpus, *extra):
+  return [sys.executable, "-m", "experiments.train_shadows", *CONFIG, *corpus, f"--run_dir={run_dir}", *extra]
 
 
 def _free_port():
@@ -31,9 +32,9 @@ def _free_port():
     return s.getsockname()[1]
 
 
-def _start_two(run_dir, *extra):
+def _start_two(run_dir, corpus, *extra):
   port = _free_port()
-  return [subprocess.Popen(_command(run_dir, "--num_processes=2", f"--process_id={p}",
+  return [subprocess.Popen(_command(run_dir, corpus, "--num_processes=2", f"--process_id={p}",
                                     f"--coordinator_address=127.0.0.1:{port}", *extra),
                            cwd=ROOT, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
           for p in (0, 1)]
@@ -46,9 +47,10 @@ def _assert_same_arrays(run_dir, reference):
 
 
 @pytest.fixture(scope="module")
-def one_process_run(tmp_path_factory):
+def one_process_run(tmp_path_factory, corpus_flags):
   run_dir = str(tmp_path_factory.mktemp("one") / "run")
-  proc = subprocess.run(_command(run_dir), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+  proc = subprocess.run(_command(run_dir, corpus_flags), cwd=ROOT, env=_env(), capture_output=True, text=True,
+                        timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return run_dir
 
@@ -61,18 +63,18 @@ LONG_GROUPS = ("--config.train.epochs=300",)
 
 
 @pytest.fixture(scope="module")
-def long_groups_run(tmp_path_factory):
+def long_groups_run(tmp_path_factory, corpus_flags):
   run_dir = str(tmp_path_factory.mktemp("long") / "run")
-  proc = subprocess.run(_command(run_dir, *LONG_GROUPS), cwd=ROOT, env=_env(), capture_output=True, text=True,
-                        timeout=600)
+  proc = subprocess.run(_command(run_dir, corpus_flags, *LONG_GROUPS), cwd=ROOT, env=_env(), capture_output=True,
+                        text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   return run_dir
 
 
 @pytest.mark.slow
-def test_two_jax_distributed_processes_equal_one_process(tmp_path, one_process_run):
+def test_two_jax_distributed_processes_equal_one_process(tmp_path, one_process_run, corpus_flags):
   run_dir = str(tmp_path / "run")
-  procs = _start_two(run_dir)
+  procs = _start_two(run_dir, corpus_flags)
   outs = [p.communicate(timeout=600) for p in procs]
   for p, (out, err) in zip(procs, outs):
     assert p.returncode == 0, err[-3000:]
@@ -87,7 +89,8 @@ def test_two_jax_distributed_processes_equal_one_process(tmp_path, one_process_r
   # later single-process run to the same losses
   os.remove(os.path.join(run_dir, "losses", "group_0001.npy"))
   os.remove(os.path.join(run_dir, "losses.npy"))
-  proc = subprocess.run(_command(run_dir), cwd=ROOT, env=_env(), capture_output=True, text=True, timeout=600)
+  proc = subprocess.run(_command(run_dir, corpus_flags), cwd=ROOT, env=_env(), capture_output=True, text=True,
+                        timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
   _assert_same_arrays(run_dir, one_process_run)
 
@@ -101,9 +104,9 @@ def _wait_for(path, procs, timeout=300):
 
 
 @pytest.mark.slow
-def test_sigterm_keeps_finished_groups_exits_143_and_the_rerun_resumes(tmp_path, long_groups_run):
+def test_sigterm_keeps_finished_groups_exits_143_and_the_rerun_resumes(tmp_path, long_groups_run, corpus_flags):
   run_dir = str(tmp_path / "run")
-  proc = subprocess.Popen(_command(run_dir, *LONG_GROUPS), cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
+  proc = subprocess.Popen(_command(run_dir, corpus_flags, *LONG_GROUPS), cwd=ROOT, env=_env(), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True)
   _wait_for(os.path.join(run_dir, "losses", "group_0000.npy"), [proc])
   proc.send_signal(signal.SIGTERM)
@@ -116,20 +119,20 @@ def test_sigterm_keeps_finished_groups_exits_143_and_the_rerun_resumes(tmp_path,
   assert not os.path.exists(os.path.join(run_dir, "losses.npy"))
   kept = os.stat(os.path.join(run_dir, "losses", "group_0000.npy")).st_mtime_ns
 
-  rerun = subprocess.run(_command(run_dir, *LONG_GROUPS), cwd=ROOT, env=_env(), capture_output=True, text=True,
-                         timeout=600)
+  rerun = subprocess.run(_command(run_dir, corpus_flags, *LONG_GROUPS), cwd=ROOT, env=_env(), capture_output=True,
+                         text=True, timeout=600)
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert os.stat(os.path.join(run_dir, "losses", "group_0000.npy")).st_mtime_ns == kept  # skipped, not redone
   _assert_same_arrays(run_dir, long_groups_run)
 
 
 @pytest.mark.slow
-def test_sigterm_to_one_distributed_process_stops_both(tmp_path):
+def test_sigterm_to_one_distributed_process_stops_both(tmp_path, corpus_flags):
   run_dir = str(tmp_path / "run")
   # 16 models in groups of 1,500 steps: after process 1's first group each process still has three groups of seconds
   # each, so the signal always lands mid-run (with 8 models and 2 epochs a loaded machine let both processes finish
   # before it arrived)
-  procs = _start_two(run_dir, "--config.shadow.num_models=16", *LONG_GROUPS)
+  procs = _start_two(run_dir, corpus_flags, "--config.shadow.num_models=16", *LONG_GROUPS)
   _wait_for(os.path.join(run_dir, "losses", "group_0001.npy"), procs)
   procs[1].send_signal(signal.SIGTERM)
   errs = [p.communicate(timeout=180)[1] for p in procs]
