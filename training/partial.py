@@ -12,7 +12,6 @@ losses (losses/group_GGGG_population.npy) are stacked the same way, beside a cop
 import json
 import os
 
-import models
 from lira.errors import InputError, MissingFileError
 from lira.reports import run_folder
 from training import population
@@ -43,6 +42,7 @@ def read_config(run_dir):
 def stored_statistics(config):
   """The statistics the run's family stores beside losses.npy (assemble() writes them); a config that names no
   known family (a run folder written elsewhere) may hold a language model's mu and sigma, copied when present."""
+  import models  # here: the model families import jax and flax (~1.5 s), which partial_run's --help does without
   name = config.get("model", {}).get("name")
   return models.FAMILIES[name].stat_names if name in models.FAMILIES else models.LM_STATS
 
