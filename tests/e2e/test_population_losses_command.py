@@ -24,11 +24,10 @@ def _command(*args):
 
 
 @pytest.mark.slow
-def test_population_losses_command_adds_resumes_and_refuses_other_settings(tmp_path, corpus_flags):
+def test_population_losses_command_adds_resumes_and_refuses_other_settings(tmp_path):
   run = str(tmp_path / "run")
   trained = subprocess.run([sys.executable, "-m", "experiments.train_shadows", "--config=experiments/configs/lstm.py:tiny",
-                            *corpus_flags, f"--run_dir={run}", "--config.population.size=0", "--noevaluate",
-                            "--noprogress"],
+                            f"--run_dir={run}", "--config.population.size=0", "--noevaluate", "--noprogress"],
                            cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
   assert trained.returncode == 0, trained.stderr[-3000:]
   assert not os.path.exists(os.path.join(run, "population.npy"))
