@@ -9,12 +9,15 @@ RUN_DIR/losses/group_GGGG_<stat>.npy  a language model's per-token extras (mu, s
 RUN_DIR/losses/group_GGGG_population.npy  its losses of RMIA's population [G, Z, T] (training/population.py)
 """
 
+import contextlib
 import csv
 import dataclasses
 import io
 import json
 import os
+import signal
 import tempfile
+import threading
 
 import numpy as np
 
@@ -192,14 +195,40 @@ def _umask():
   return mask
 
 
+@contextlib.contextmanager
+def _ctrl_c_after():
+  """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then deliver it: a write is never
+  cut between creating its temporary file and renaming or removing it. Only the main thread sets signal handlers."""
+  if threading.current_thread() is not threading.main_thread():
+    yield
+    return
+  held = []
+  previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+  try:
+    yield
+  finally:
+    signal.signal(signal.SIGINT, previous)
+    if held:
+      if callable(previous):
+        previous(signal.SIGINT, held[0])
+      elif previous == signal.SIG_DFL:
+        raise KeyboardInterrupt
+
+
 def _atomic(path, write_fn, mode):
-  """Write through a temporary file in the same folder, then rename it over `path`.
+  """Write through a temporary file in the same folder, then rename it over `path`; a Ctrl-C during the write is
+  delivered once the file is in place (or the temporary file removed, if the write failed).
 
   mkstemp creates its file readable by the owner only; the file gets the permissions a plain open() would
   give (0666 minus the umask), so collaborators on a shared file system can read the results.
   """
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
+  with _ctrl_c_after():
+    _write_replace(path, write_fn, mode, directory)
+
+
+def _write_replace(path, write_fn, mode, directory):
   fd, tmp = tempfile.mkstemp(dir=directory, prefix=os.path.basename(path) + ".", suffix=".tmp")
   try:
     os.fchmod(fd, 0o666 & ~_umask())

@@ -1,6 +1,7 @@
 """lira.reports.run_folder: file permissions of atomic writes, damaged arrays named, runs never silently replaced."""
 
 import os
+import signal
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -37,6 +38,26 @@ def test_atomic_writes_get_the_permissions_of_a_plain_write(tmp_path, umask, mas
     assert _mode(tmp_path / name) == _mode(plain) == 0o666 & ~mask, name
   plt.close(fig)
   assert not [p for p in os.listdir(tmp_path) if p.endswith(".tmp")]
+
+
+def test_a_ctrl_c_during_a_write_arrives_once_the_file_is_in_place(tmp_path):
+  """A SIGINT in the middle of a write raises KeyboardInterrupt only after the rename: no torn file, no .tmp left."""
+  def write(f):
+    os.kill(os.getpid(), signal.SIGINT)
+    f.write(b"complete")
+
+  with pytest.raises(KeyboardInterrupt):
+    run_folder.save_bytes(str(tmp_path / "a.bin"), b"")  # warm-up: nothing held
+    run_folder._atomic(str(tmp_path / "a.bin"), write, "wb")
+  assert os.listdir(tmp_path) == ["a.bin"] and (tmp_path / "a.bin").read_bytes() == b"complete"
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handler is restored
+
+  def fail(f):
+    raise OSError("disk full")
+
+  with pytest.raises(OSError, match="disk full"):
+    run_folder._atomic(str(tmp_path / "b.bin"), fail, "wb")
+  assert os.listdir(tmp_path) == ["a.bin"]
 
 
 @pytest.mark.parametrize("cut", [50, 200])
