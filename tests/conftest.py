@@ -18,3 +18,10 @@ def _no_hub_requests(monkeypatch):
   """No test reaches the network: hub access is off (HF_HUB_OFFLINE=1, which models.hub.prepare honours without
   probing), in this process and in the commands the tests start. Tests of the probe unset it themselves."""
   monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def small_corpus():
+  """The first 400 Chit-Chat conversations: the corpus of the tests' tiny training runs."""
+  from training import data
+  return data.load_chitchat()[:400]

@@ -18,11 +18,6 @@ from training import run_config
 from training import trainer
 
 
-@pytest.fixture(scope="module")
-def small_corpus():
-  return data_lib.load_chitchat()[:400]
-
-
 @pytest.fixture(autouse=True)
 def _use_small_corpus(monkeypatch, small_corpus):
   monkeypatch.setattr(pipeline, "_corpus", lambda cfg: small_corpus)

@@ -14,17 +14,11 @@ from lira.errors import InputError
 from lira.reports import run_folder
 from resume_check import Killed
 from test_pipeline import _finished, tiny_cfg
-from training import data as data_lib
 from training import pipeline
 from training import population
 from training import population_run
 from training import run_config
 from training import trainer
-
-
-@pytest.fixture(scope="module")
-def small_corpus():
-  return data_lib.load_chitchat()[:400]
 
 
 @pytest.fixture(autouse=True)
