@@ -1,7 +1,7 @@
-"""The corpus the e2e tests' training commands read: the tests' small corpus (tests/conftest.py: the first 400 Chit-Chat
-conversations, as tests/training's in-process runs use), written as a local PersonaChat JSONL file, read with --config.data.corpus=personachat
---config.data.hub_id=FILE. Training the BPE tokenizer on, and encoding, the whole corpus took 10 s of every tiny
-training subprocess; no e2e test checks anything that needs more of the corpus than this."""
+"""The corpus the e2e tests' training commands read: the tests' small corpus (tests/conftest.py: the first 400
+Chit-Chat conversations, as tests/training's in-process runs use), written as a local PersonaChat JSONL file, read
+with --config.data.corpus=personachat --config.data.hub_id=FILE. Training the BPE tokenizer on, and encoding, the
+whole corpus took 10 s of every tiny training subprocess; no e2e test checks anything that needs more of it."""
 
 import json
 
