@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from lira.checks import check_losses
+from lira.checks import check_arrays, check_losses
 from lira.errors import InputError
 from lira.transforms import check_reduction, parse_reduction, reduce_length
 
@@ -167,19 +167,10 @@ def check_population(loss_MxNxT, pop_MxZxT, pop_mask_ZxT=None, options=None, mod
     raise InputError(f"population sample {int(np.flatnonzero(length_Z == 0)[0])} has no scored position in its mask")
   try:
     check_reduction(options.reduction, length_Z)
-    check_losses(pop_MxZxT, pop_mask_ZxT, model_ids=model_ids)
   except InputError as e:
     raise InputError(str(e).replace("canary", "population sample")) from None
-
-
-def _check_shapes(loss_MxNxT, keep_MxN, mask_NxT):
-  if np.ndim(loss_MxNxT) != 3:
-    raise InputError(f"losses must be shaped [M, N, T], got {list(np.shape(loss_MxNxT))}")
-  M, N, T = np.shape(loss_MxNxT)
-  if np.shape(keep_MxN) != (M, N):
-    raise InputError(f"keep must be shaped [M, N] = {[M, N]}, got {list(np.shape(keep_MxN))}")
-  if mask_NxT is not None and np.shape(mask_NxT) != (N, T):
-    raise InputError(f"mask must be shaped [N, T] = {[N, T]}, got {list(np.shape(mask_NxT))}")
+  check_losses(pop_MxZxT, pop_mask_ZxT, model_ids=model_ids, item="population sample",
+               mask_file="population_mask.npy")
 
 
 def undefined_canaries(keep_MxN, options, scorer="leave_one_out"):
@@ -263,13 +254,8 @@ def leave_one_out(loss_MxNxT, keep_MxN, pop_MxZxT, options=None, *, mask_NxT=Non
   arrays may be memory-mapped: they are read a block of columns at a time.
   """
   options = RMIA.of(options, **fields)
-  _check_shapes(loss_MxNxT, keep_MxN, mask_NxT)
-  M, N, T = np.shape(loss_MxNxT)
-  length_N = np.full(N, T) if mask_NxT is None else np.asarray(mask_NxT, bool).sum(axis=1)
-  if (length_N == 0).any():
-    raise InputError(f"canary {int(np.flatnonzero(length_N == 0)[0])} has no scored position in the mask")
-  check_reduction(options.reduction, length_N)
-  check_losses(loss_MxNxT, mask_NxT, model_ids=model_ids)
+  check_arrays(loss_MxNxT, keep_MxN, mask_NxT, options.reduction, model_ids)
+  M = np.shape(loss_MxNxT)[0]
   check_population(loss_MxNxT, pop_MxZxT, pop_mask_ZxT, options, model_ids)
   if M < 2:
     raise InputError(f"leave-one-out RMIA needs at least 2 models, got M = {M}")
@@ -288,7 +274,7 @@ def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, shadow_pop_MxZxT, target_l
                   options=None, *, mask_NxT=None, pop_mask_ZxT=None, **fields):
   """RMIA scores [K, N] of K separate targets, every one of the M shadow models a reference model."""
   options = RMIA.of(options, **fields)
-  _check_shapes(shadow_loss_MxNxT, shadow_keep_MxN, mask_NxT)
+  check_arrays(shadow_loss_MxNxT, shadow_keep_MxN, mask_NxT, options.reduction)
   target = target_loss_KxNxT if np.ndim(target_loss_KxNxT) == 3 else np.asarray(target_loss_KxNxT)[None]
   target_pop = target_pop_KxZxT if np.ndim(target_pop_KxZxT) == 3 else np.asarray(target_pop_KxZxT)[None]
   M, N, T = np.shape(shadow_loss_MxNxT)
@@ -300,7 +286,10 @@ def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, shadow_pop_MxZxT, target_l
                      f"{[target.shape[0]] + list(np.shape(shadow_pop_MxZxT)[1:])}, got {list(np.shape(target_pop))}")
   both = np.concatenate([np.asarray(shadow_loss_MxNxT), np.asarray(target)])
   both_pop = np.concatenate([np.asarray(shadow_pop_MxZxT), np.asarray(target_pop)])
-  check_losses(both, mask_NxT)
+  try:
+    check_losses(target, mask_NxT)
+  except InputError as e:
+    raise InputError(str(e).replace("loss of model", "loss of target", 1)) from None
   check_population(both, both_pop, pop_mask_ZxT, options)
   keep = np.asarray(shadow_keep_MxN, bool)
   undefined_N = undefined_canaries(keep, options, scorer="targets")
