@@ -30,10 +30,7 @@ scoring_flags.define(("reduction", "statistic", "offline", "offline_shift", "fix
 flags.DEFINE_list("attacks", None, f"RMIA rows beside the variants: {','.join(rmia.ATTACKS)} (default none).")
 flags.DEFINE_string("target_population", None, "RMIA: the run's population per-token losses on the targets: [Z, T] "
                     "or [K, Z, T] .npy.")
-flags.DEFINE_float("rmia_gamma", rmia_rows.DEFAULTS["rmia_gamma"], rmia.RMIA.__dataclass_fields__["gamma"].metadata["help"])
-cli.check_range("rmia_gamma", 0, low_open=True)
-flags.DEFINE_float("rmia_a", rmia_rows.DEFAULTS["rmia_a"], rmia.RMIA.__dataclass_fields__["a"].metadata["help"])
-cli.check_range("rmia_a", 0, 1)
+scoring_flags.define_rmia()
 flags.DEFINE_integer("n_boot", metrics.N_BOOT, "Bootstrap replicates over canaries for the 95% intervals (with --target_keep; 0 = none).")
 cli.check_range("n_boot", 0)
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")

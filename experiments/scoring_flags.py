@@ -1,6 +1,7 @@
 """The scoring flags, declared once and generated from lira.Scoring's fields: their defaults are Scoring's defaults.
 
-A command calls `define(...)` with the fields it exposes, then `scoring()` builds the Scoring its flags describe.
+A command calls `define(...)` with the fields it exposes, then `scoring()` builds the Scoring its flags describe;
+`define_rmia()` adds RMIA's gamma and a.
 The flags are registered as the calling command's own, so its `--help` lists them.
 """
 
@@ -61,3 +62,15 @@ def scoring(flag_values=FLAGS, **fields):
   """The Scoring the calling command's scoring flags describe, with `fields` set on top."""
   names = _DEFINED[_caller()]
   return Scoring.of(None, **{name: flag_values[name].value for name in names}, **fields)
+
+
+def define_rmia(flag_values=FLAGS):
+  """--rmia_gamma and --rmia_a (lira.rmia.RMIA's gamma and a, its defaults and help), as flags of the calling module."""
+  from experiments import cli
+  from lira import rmia
+  module = _caller()
+  fields = rmia.RMIA.__dataclass_fields__
+  for name, low, high, low_open in (("gamma", 0, None, True), ("a", 0, 1, False)):
+    flags.DEFINE_float(f"rmia_{name}", fields[name].default, fields[name].metadata["help"], flag_values=flag_values,
+                       module_name=module)
+    cli.check_range(f"rmia_{name}", low, high, low_open=low_open, flag_values=flag_values)
