@@ -12,11 +12,10 @@ from attacks.shadow import AttackRows
 from lira import metrics
 from lira import rmia
 from lira.errors import InputError
+from lira.reports import plots
 from lira.reports import run_folder
 
 DEFAULTS = {"rmia_gamma": rmia.RMIA().gamma, "rmia_a": rmia.RMIA().a}
-# Dashed, in colours neither the LiRA variants nor the reference-free attacks use.
-COLORS = {"rmia": "darkviolet", "rmia_offline": "plum", "rmia_tokens": "sienna", "rmia_tokens_offline": "burlywood"}
 NOTE = ("RMIA: model m the target, the other M - 1 its reference models (as LiRA), scored against the run's "
         "population (population_losses.npy); score = fraction of population samples z with LR(x) / LR(z) >= gamma.")
 
@@ -30,10 +29,6 @@ def split(attacks):
   """(reference-free attack names, RMIA attack names) of an --attacks list, order kept."""
   attacks = list(dict.fromkeys(attacks or []))
   return [a for a in attacks if a not in rmia.ATTACKS], [a for a in attacks if a in rmia.ATTACKS]
-
-
-def style(attack):
-  return {"color": COLORS.get(attack, "black"), "ls": "--"}
 
 
 def rmia_rows(run_dir, attacks, *, gamma=DEFAULTS["rmia_gamma"], a=DEFAULTS["rmia_a"], reduction=None,
@@ -58,4 +53,5 @@ def rmia_rows(run_dir, attacks, *, gamma=DEFAULTS["rmia_gamma"], a=DEFAULTS["rmi
                  "population": int(pop_MxZxT.shape[1])})
     scores[attack] = score_MxN
   settings = {"attacks": list(scores), "rmia_gamma": float(gamma), "rmia_a": float(a)}
-  return AttackRows(rows, scores, settings, {"attacks": None, **DEFAULTS}, {r["name"]: style(r["attack"]) for r in rows}, (NOTE,))
+  styles = {r["name"]: plots.rmia_style(r["attack"]) for r in rows}
+  return AttackRows(rows, scores, settings, {"attacks": None, **DEFAULTS}, styles, (NOTE,))

@@ -120,7 +120,7 @@ def main(argv):
   line = (f"statistic={FLAGS.statistic}, reduction={FLAGS.reduction or 'none'}"
           f"{', balanced counts' if FLAGS.balance_counts else ''}, {FLAGS.draws} draws per m (seed {FLAGS.seed})")
   title = f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}"
-  styles = {o.name: rmia_rows.style(a) for a, o in zip(attacks, rmia_options)}
+  styles = {o.name: plots.rmia_style(a) for a, o in zip(attacks, rmia_options)}
   run_folder.save_figure(paths[2], plots.sweep_figure(rows, ylabel=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title,
                                                       styles=styles))
   print(f"{shape}; {line}\n")

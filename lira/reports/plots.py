@@ -30,6 +30,14 @@ def variant_style(covariance, shared):
 
 
 VARIANT_STYLES = {name: variant_style(covariance, shared) for name, covariance, shared in VARIANTS}
+# RMIA's attacks (lira/rmia.py): dashed, in colours neither the variants nor the reference-free attacks use.
+RMIA_COLORS = {"rmia": "darkviolet", "rmia_offline": "plum", "rmia_tokens": "sienna",
+               "rmia_tokens_offline": "burlywood"}
+
+
+def rmia_style(attack):
+  """Colour and line style of an RMIA attack's curve ("rmia", "rmia_offline", ...)."""
+  return {"color": RMIA_COLORS.get(attack, "black"), "ls": "--"}
 
 
 def style_of(name):

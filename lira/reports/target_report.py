@@ -56,7 +56,8 @@ def load_target_population(path, num_targets, pop_shape):
   pop = pop[None] if pop.ndim == 2 else pop
   if pop.ndim != 3 or pop.shape != (num_targets,) + tuple(pop_shape):
     raise InputError(f"{path}: expected the population's per-token losses on the {num_targets} target(s), "
-                     f"[K, Z, T] = {[num_targets] + list(pop_shape)} (those of the shadow run's population), got {shape}")
+                     f"[K, Z, T] = {[num_targets] + list(pop_shape)} (those of the shadow run's population), "
+                     f"got {shape}")
   return pop
 
 
@@ -133,8 +134,7 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
                                   f"{md_notes}\n")
     curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows]
     title = f"LiRA on {K} target model(s), {M} shadow models, N={N}, T={T}\n{loo_report.scoring_words(settings)}"
-    colors = ("darkviolet", "plum", "sienna", "burlywood")  # attacks.rmia_rows' colours
-    styles = {o.name: {"color": colors[list(rmia.ATTACKS).index(a)], "ls": "--"} for a, o in rmia_options.items()}
+    styles = {o.name: plots.rmia_style(a) for a, o in rmia_options.items()}
     run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title, styles=styles or None))
   result = provenance.header("score_targets", run_dir, run,
                              {**settings, "variants": [scoring_lib.variant_key(v) for v in chosen]}, "seqlira.attack")
