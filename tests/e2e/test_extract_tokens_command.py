@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 
-from test_pipeline import pythia_run, small_corpus  # noqa: F401  (fixtures: the tiny pythia run on 400 conversations)
+from test_pipeline import pythia_run  # noqa: F401  (a fixture: the tiny pythia run on the small corpus)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
