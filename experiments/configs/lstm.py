@@ -5,6 +5,9 @@
 --config=experiments/configs/lstm.py:tiny     seconds, for tests
 --config=experiments/configs/lstm.py:reproduce_worst    REPRODUCTION.md's LSTM runs: the largest setting a 2-core
 --config=experiments/configs/lstm.py:reproduce_average  CPU trains in about 90 minutes (64 models, T = 128, 10 epochs)
+--config=experiments/configs/lstm.py:memorise_worst     reproduce_worst's tokens per model on fewer canaries seen more
+                                                        often (2,000 canaries, 16 epochs): stronger memorisation
+--config=experiments/configs/lstm.py:vocab_worst        memorise_worst with a 2,048-token BPE
 Any field can be overridden, e.g. --config.canaries.kind=average --config.shadow.num_models=32.
 """
 
@@ -40,7 +43,7 @@ def get_config(arg="cpu"):
     c.shadow.update(num_models=64, group_size=16)
     c.model.update(embed_dim=192, hidden_dim=192)
     c.train.update(epochs=10, batch_size=64, learning_rate=1e-3, weight_decay=0.0)
-  elif arg in ("reproduce_worst", "reproduce_average"):
+  elif arg in ("reproduce_worst", "reproduce_average", "memorise_worst", "vocab_worst"):
     # The paper's 64 models, T = 128 and 10 epochs; the CPU default's model and optimiser (small batches, higher rate);
     # 1,500 training sequences and 5,000 canaries (2,500 IN per model): ~5M training tokens per model, about a minute
     # on 2 cores (2,500 canaries measured 42 s per model). A held-out split of 15% holds 5,000 distinct average-case
@@ -49,6 +52,14 @@ def get_config(arg="cpu"):
     c.canaries.update(kind=arg.split("_")[1], num_canaries=5000)
     c.shadow.update(num_models=64, group_size=1)
     c.train.update(epochs=10)
+    if arg in ("memorise_worst", "vocab_worst"):
+      # The same (1,500 + 2,500) x 10 = (1,500 + 1,000) x 16 = 40,000 training sequences per model: each canary seen
+      # 16 times instead of 10, canaries 40% of the training set instead of 62%. No population (RMIA is not studied).
+      c.canaries.update(num_canaries=2000)
+      c.train.update(epochs=16)
+      c.population.update(size=0)
+    if arg == "vocab_worst":
+      c.tokenizer.update(vocab_size=2048)
   elif arg == "tiny":
     c.data.update(seq_len=12, max_train_sequences=64)
     c.tokenizer.update(vocab_size=300)
@@ -59,5 +70,5 @@ def get_config(arg="cpu"):
     c.population.update(size=16)
   elif arg != "cpu":
     raise InputError(f"unknown LSTM config {arg!r}: use cpu (default), paper, tiny, reproduce_worst, "
-                     "reproduce_average (or pythia, pythia_tiny)")
+                     "reproduce_average, memorise_worst, vocab_worst (or pythia, pythia_tiny)")
   return c

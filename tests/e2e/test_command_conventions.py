@@ -63,6 +63,7 @@ BAD_VALUES = {
     "image_maps": ["--canary=-1"],
     "length_grid": ["--fpr=2"],
     "make_synthetic": ["--num_canaries=0", "--num_models=7", "--shift=nan"],
+    "membership_structure": ["--gaps=0,2", "--n_boot=-1"],
     "paper_table": ["--n_boot=0"],
     "partial_run": ["--num_models=2"],
     "population_losses": ["--size=0"],
