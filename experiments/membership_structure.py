@@ -1,15 +1,15 @@
 """How membership moves each canary's tokens, and which LiRA variant that structure favours.
 
-python -m experiments.membership_structure --run_dir=DIR [--gaps=1,2,4] [--max_canaries=N] [--n_boot=200]
+python -m experiments.membership_structure --run_dir=DIR [--gaps=1,1.25,1.5,2,4] [--max_canaries=N] [--n_boot=200]
     [--seed=0] [--out_dir=DIR/membership_structure]
-Per canary (lira/membership_model.py): how much the tokens move together from model to model (co-movement),
-how unequal the per-token IN-OUT effects are (uniformity), and how much that misleads the independent model
-(kappa). Then the six variants, leave-one-out, on the run itself and on runs simulated from each canary's fitted
-means and OAS shared covariance with the IN-OUT gap scaled by each of --gaps (and with the covariance's diagonal
-only), beside the closed-form oracle of infinitely many shadow models. If the x1 simulation orders the variants as
-the real run does, Gaussian per-canary structure explains the ordering; the larger gaps show whether stronger
-memorisation would change it. Writes membership_structure.{json,csv,md,png}; finished cells are kept in
-membership_structure_cells/ and a stopped run resumes there.
+Per canary (lira/membership_model.py): how much the tokens move together from model to model (co-movement), how
+unequal the per-token IN-OUT effects are (uniformity), how much that misleads the independent model (kappa), the IN
+over the OUT variance and the tails. Then the six variants, leave-one-out, on the run itself and on runs simulated
+from each canary's fitted class means with the IN-OUT gap scaled by each of --gaps and five kinds of noise
+(lira.membership_model.STRUCTURES: one Gaussian, its diagonal, a Gaussian per class, the real residuals shuffled
+across or within the classes), beside the closed-form oracle of infinitely many shadow models. docs/analyses.md
+says how to read them. Writes membership_structure.{json,csv,md,png}; finished cells are kept in
+membership_structure_cells/ and a stopped analysis resumes there.
 """
 
 import math
