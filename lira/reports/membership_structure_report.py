@@ -164,12 +164,9 @@ def figure(per_canary, cells, oracle, gaps, title):
 
 
 def _run_title(run_dir, run, n):
-  cfg = run.config or {}
-  family = (cfg.get("model") or {}).get("name", "?")
-  kind = (cfg.get("canaries") or {}).get("kind", "?")
   M, N, T = run.loss_MxNxT.shape
-  return (f"Membership structure of {os.path.basename(os.path.abspath(run_dir))} ({family}, {kind}-case canaries; "
-          f"M={M}, {n} of N={N} canaries, T={T}; logit statistic)")
+  return (f"Membership structure of {provenance.run_description(run_dir, run.config)}: M={M}, {n} of N={N} "
+          f"canaries, T={T}; logit statistic")
 
 
 def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], max_canaries=DEFAULTS["max_canaries"],
