@@ -136,10 +136,11 @@ def main(argv):
       run.loss_MxNxT, run.keep_MxN, FLAGS.canary, statistic=FLAGS.statistic, mask_NxT=run.mask_NxT)
   analysed = len(cov_error.select_canaries(run.keep_MxN, run.mask_NxT, FLAGS.max_canaries, FLAGS.seed))
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
-  subtitle = (f"{shape}; statistic={FLAGS.statistic}, {analysed} canaries analysed, {FLAGS.draws} draws per m "
-              f"(seed {FLAGS.seed})")
+  run_words = provenance.run_description(FLAGS.run_dir, run.config)
+  subtitle = (f"{run_words}\n{shape}; statistic={FLAGS.statistic}, {analysed} canaries analysed, {FLAGS.draws} draws "
+              f"per m (seed {FLAGS.seed})")
   heatmap = cov_plots.plot_covariance_heatmap(gold_in, gold_out, FLAGS.canary,
-                                              subtitle=f"{shape}; statistic={FLAGS.statistic}",
+                                              subtitle=f"{run_words}\n{shape}; statistic={FLAGS.statistic}",
                                               row_width=image_shape[1] if image_shape else None,
                                               counts={"in": n_in, "out": M - n_in},
                                               unit="nats\u00b2" if FLAGS.statistic == "loss" else "logit\u00b2")

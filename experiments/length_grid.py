@@ -87,7 +87,8 @@ def main(argv):
   mode = "shared" if FLAGS.shared else "class-wise"
   ci = f"95% bootstrap CI over canaries ({FLAGS.n_boot} replicates, seed {FLAGS.seed})" if FLAGS.n_boot else "no CI"
   balanced = ", balanced counts" if FLAGS.balance_counts else ""
-  title = f"Length reduction, {shape}\nstatistic={FLAGS.statistic}, {mode} covariance{balanced}; {ci}"
+  title = (f"{provenance.run_description(FLAGS.run_dir, run.config)}: length reduction, {shape}\n"
+           f"statistic={FLAGS.statistic}, {mode} covariance{balanced}; {ci}")
   run_folder.save_figure(paths[2], plots.length_grid_figure(rows, fpr_label=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
   print(f"{shape}; statistic={FLAGS.statistic}, {mode} covariance, FPR={FLAGS.fpr:g}\n")
   print(table(rows, FLAGS.fpr))

@@ -119,7 +119,8 @@ def main(argv):
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
   line = (f"statistic={FLAGS.statistic}, reduction={FLAGS.reduction or 'none'}"
           f"{', balanced counts' if FLAGS.balance_counts else ''}, {FLAGS.draws} draws per m (seed {FLAGS.seed})")
-  title = f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}"
+  title = (f"{provenance.run_description(FLAGS.run_dir, run.config)}\n"
+           f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}")
   styles = {o.name: plots.rmia_style(a) for a, o in zip(attacks, rmia_options)}
   run_folder.save_figure(paths[2], plots.sweep_figure(rows, ylabel=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title,
                                                       styles=styles))

@@ -12,6 +12,7 @@ import dataclasses
 import math
 import os
 import sys
+import textwrap
 import time
 
 import numpy as np
@@ -206,8 +207,10 @@ def write(out_dir, sources, options, settings, defaults, scores_words, dropped, 
             "seconds": seconds, "files": [os.path.basename(p) for p in paths.values()]}
   run_folder.save_json(paths["json"], result)
   run_folder.save_text(paths["md"], "\n\n".join(md_blocks) + "\n")
-  title = f"{', '.join(s['name'] for s in sources)}: {METHOD_WORDS[options.method]}\n" \
-          f"delta={options.delta:g}, confidence {100 * options.confidence:g}%, {options.threshold_strategy}"
+  # Wrapped: several runs' names would run past the figure's edge.
+  runs = textwrap.fill(provenance.runs_description([(src["path"], src["run_config"]) for src in sources]), 80)
+  title = (f"{runs}\n{METHOD_WORDS[options.method]}\n"
+           f"delta={options.delta:g}, confidence {100 * options.confidence:g}%, {options.threshold_strategy}")
   run_folder.save_figure(paths["png"], audit_plots.bounds_figure(sources, title, styles))
   return "\n".join(text_blocks), result
 

@@ -110,7 +110,7 @@ def write_cov_structure(run_dir, out_dir=None, *, cov_class=DEFAULTS["cov_class"
   run_folder.save_json(paths["json"], {**header, "summary": summary,
                                    "levels": [{"alpha": a, "share": s} for a, s in levels], "per_canary": rows})
   run_folder.save_csv(paths["csv"], rows)
-  subtitle = (f"{os.path.basename(os.path.abspath(run_dir))}: first {n} of N={N} canaries, first {t} of T={T} "
+  subtitle = (f"{provenance.run_description(run_dir, run.config)}: first {n} of N={N} canaries, first {t} of T={T} "
               f"positions, {cov_class.upper()} models ({summary['models_per_canary'][0]}-"
               f"{summary['models_per_canary'][1]} per canary of M={M}), statistic={statistic}")
   run_folder.save_figure(paths["png"], plot_pvalues(pvalue_N, levels, summary, subtitle))

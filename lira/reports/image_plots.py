@@ -36,19 +36,22 @@ def _mark(ax, pixel, image_shape):
     ax.add_patch(Rectangle((c - 0.5, r - 0.5), 1, 1, fill=False, edgecolor=color, lw=lw))
 
 
-def _title(maps, M, image_shape, canary_note):
+def _title(maps, M, image_shape, canary_note, run):
   H, W, C = image_shape
-  return (f"Canary {maps.canary}{f' ({canary_note})' if canary_note else ''}, {H}x{W}x{C} image\n"
-          f"M={M} models: {maps.n_in} IN, {maps.n_out} OUT; statistic={maps.statistic}")
+  lines = [run] if run else []
+  lines += [f"Canary {maps.canary}{f' ({canary_note})' if canary_note else ''}, {H}x{W}x{C} image",
+            f"M={M} models: {maps.n_in} IN, {maps.n_out} OUT; statistic={maps.statistic}"]
+  return "\n".join(lines)
 
 
-def plot_canary_maps(maps, image_HxWxC, image_shape, M, num_levels=None, canary_note=None):
-  """The canary beside its mean IN and mean OUT per-pixel statistic and their difference IN - OUT (centred at 0)."""
+def plot_canary_maps(maps, image_HxWxC, image_shape, M, num_levels=None, canary_note=None, run=None):
+  """The canary beside its mean IN and mean OUT per-pixel statistic and their difference IN - OUT (centred at 0);
+  run: the title's first line (lira.reports.provenance.run_description)."""
   from matplotlib.figure import Figure
   unit = UNITS[maps.statistic]
   fig = Figure(figsize=(15.5, 4.0), layout="constrained")
   axes = fig.subplots(1, 4)
-  fig.suptitle(_title(maps, M, image_shape, canary_note), fontsize=10)
+  fig.suptitle(_title(maps, M, image_shape, canary_note, run), fontsize=10)
   grey = _show_canary(axes[0], image_HxWxC, num_levels)
   if grey is not None:
     fig.colorbar(grey, ax=axes[0], shrink=0.8, label="pixel level")
@@ -72,14 +75,15 @@ def plot_canary_maps(maps, image_HxWxC, image_shape, M, num_levels=None, canary_
   return fig
 
 
-def plot_pixel_covariance(maps, image_HxWxC, image_shape, M, num_levels=None, canary_note=None):
-  """One pixel's covariance and correlation with every pixel of the canary, laid out on the image grid."""
+def plot_pixel_covariance(maps, image_HxWxC, image_shape, M, num_levels=None, canary_note=None, run=None):
+  """One pixel's covariance and correlation with every pixel of the canary, laid out on the image grid; run: the
+  title's first line (lira.reports.provenance.run_description)."""
   from matplotlib.figure import Figure
   unit = UNITS[maps.statistic]
   r, c = divmod(maps.pixel, image_shape[1])
   fig = Figure(figsize=(12.0, 4.4), layout="constrained")
   axes = fig.subplots(1, 3)
-  fig.suptitle(f"{_title(maps, M, image_shape, canary_note)}\n{COV_LABELS[maps.cov_class]} covariance (MLE) of "
+  fig.suptitle(f"{_title(maps, M, image_shape, canary_note, run)}\n{COV_LABELS[maps.cov_class]} covariance (MLE) of "
                f"pixel {maps.pixel} (row {r}, column {c}, outlined) with every pixel", fontsize=10)
   _show_canary(axes[0], image_HxWxC, num_levels)
   axes[0].set_title(f"canary {maps.canary}, pixel ({r}, {c})", fontsize=9)

@@ -87,12 +87,14 @@ def write_image_maps(run_dir, out_dir=None, *, canary=DEFAULTS["canary"], pixel=
   settings = {"canary": canary, "pixel": None if pixel is None else t, "cov_class": cov_class,
               "statistic": statistic, "max_positions": max_positions}
   paths = output_paths(out_dir, settings)
+  run_words = provenance.run_description(run_dir, run.config)
   figures = {
-      "canary_maps.png": image_plots.plot_canary_maps(maps, images[chosen], shape, M, levels, note),
-      "pixel_covariance.png": image_plots.plot_pixel_covariance(maps, images[chosen], shape, M, levels, note),
+      "canary_maps.png": image_plots.plot_canary_maps(maps, images[chosen], shape, M, levels, note, run_words),
+      "pixel_covariance.png": image_plots.plot_pixel_covariance(maps, images[chosen], shape, M, levels, note,
+                                                                run_words),
       "covariance_heatmap.png": cov_plots.plot_covariance_heatmap(
           maps.cov_in_TxT, maps.cov_out_TxT, chosen, max_positions, row_width=shape[1],
-          subtitle=f"{note}; M={M} models; statistic={statistic}", **image_plots.heatmap_labels(maps)),
+          subtitle=f"{run_words}\n{note}; M={M} models; statistic={statistic}", **image_plots.heatmap_labels(maps)),
   }
   for name, fig in figures.items():
     run_folder.save_figure(paths[name], fig)

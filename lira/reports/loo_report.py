@@ -76,13 +76,13 @@ def scoring_words(settings):
   return ", ".join(words)
 
 
-def title(shape, settings):
-  """The ROC's title: the run's shape and every setting that changes the curves."""
+def title(run, shape, settings):
+  """The ROC's title: the run (provenance.run_description), its shape and every setting that changes the curves."""
   what = "LiRA and attacks" if settings.get("attacks") else "LiRA"
   words = scoring_words(settings) + ("" if "rmia_gamma" not in settings or not any(
       a.startswith("rmia") for a in settings["attacks"]) else f", RMIA gamma={settings['rmia_gamma']:g}, "
       f"a={settings['rmia_a']:g}")
-  return f"{what} leave-one-out, {provenance.shape_line(shape)}\n{words}"
+  return f"{run}\n{what} leave-one-out, {provenance.shape_line(shape)}\n{words}"
 
 
 def scores_path(out_dir, variant, settings):
@@ -167,7 +167,8 @@ def evaluate_run(run_dir, out_dir=None, scoring=None, *, variants=None, n_boot=m
   run_folder.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{tables.format_markdown(table_rows)}\n"
                                 f"{md_notes}\n")
   curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows + extra]
-  run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title(shape, settings),
+  figure_title = title(provenance.run_description(run_dir, run.config), shape, settings)
+  run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=figure_title,
                                                     styles=None if attack_rows is None else attack_rows.styles))
   text = "\n".join([setting, "", tables.format_table(table_rows)] + notes)
   return text, result

@@ -62,6 +62,36 @@ def describe(settings, skip=()):
   return ", ".join(words)
 
 
+def run_words(config):
+  """A run's model family and canary kind from its config.json: 'lstm, worst-case canaries' ('synthetic losses' for
+  make_synthetic's runs; 'model unknown' or 'canary kind unknown' where config.json does not say)."""
+  config = config or {}
+  family = (config.get("model") or {}).get("name")
+  kind = (config.get("canaries") or {}).get("kind")
+  if family is None and kind is None and config.get("source") == "synthetic":
+    return "synthetic losses"
+  return f"{family or 'model unknown'}, {f'{kind}-case canaries' if kind else 'canary kind unknown'}"
+
+
+def run_name(run_dir):
+  """The run folder's own name: 'rmia_lstm64' for runs/rmia_lstm64/."""
+  return os.path.basename(os.path.normpath(os.path.abspath(run_dir)))
+
+
+def run_description(run_dir, config):
+  """The run as every figure's title names it: 'rmia_lstm64 (lstm, worst-case canaries)'."""
+  return f"{run_name(run_dir)} ({run_words(config)})"
+
+
+def runs_description(runs):
+  """Several runs [(run_dir, config)] named at once, runs of one family and canary kind grouped:
+  'dp_lstm16_eps1, dp_lstm16_none (lstm, worst-case canaries); dp_neox8_eps1 (gpt_neox, worst-case canaries)'."""
+  groups = {}
+  for run_dir, config in runs:
+    groups.setdefault(run_words(config), []).append(run_name(run_dir))
+  return "; ".join(f"{', '.join(names)} ({words})" for words, names in groups.items())
+
+
 def shape_line(shape):
   """'M=32 models, N=2000 canaries, T=32 positions'."""
   return f"M={shape['M']} models, N={shape['N']} canaries, T={shape['T']} positions"

@@ -133,7 +133,8 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
     run_folder.save_text(paths["md"], f"# LiRA on target models\n\n{setting}\n\n{tables.format_markdown(table_rows)}\n"
                                   f"{md_notes}\n")
     curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows]
-    title = f"LiRA on {K} target model(s), {M} shadow models, N={N}, T={T}\n{loo_report.scoring_words(settings)}"
+    title = (f"shadow run {provenance.run_description(run_dir, run.config)}\nLiRA on {K} target model(s), {M} shadow "
+             f"models, N={N}, T={T}\n{loo_report.scoring_words(settings)}")
     styles = {o.name: plots.rmia_style(a) for a, o in rmia_options.items()}
     run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title, styles=styles or None))
   result = provenance.header("score_targets", run_dir, run,

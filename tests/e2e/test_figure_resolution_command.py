@@ -13,8 +13,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 NOTE = "n/r = not resolved: TPR@0.1% FPR needs >= 1,000 negatives; available 48"
-# Runs a command's module as `python -m` would, with run_folder.save_figure also writing <png>.legend.json into
-# $FIGURE_RECORD: [[legend text, line style of its handle], ...] over the figure's legends.
+# Runs a command's module as `python -m` would, with run_folder.save_figure also writing into $FIGURE_RECORD
+# <png>.legend.json: [[legend text, line style of its handle], ...] over the figure's legends, and <png>.titles.json:
+# the figure's suptitle ("" if none) then every axes' title.
 RECORDER = """
 import json, os, runpy, sys
 from lira.reports import run_folder
@@ -24,8 +25,11 @@ def record(path, fig):
   entries = [[t.get_text(), getattr(h, "get_linestyle", lambda: None)()]
              for legend in fig.legends + [ax.get_legend() for ax in fig.axes if ax.get_legend()]
              for t, h in zip(legend.get_texts(), legend.legend_handles)]
-  with open(os.path.join(os.environ["FIGURE_RECORD"], os.path.basename(path) + ".legend.json"), "w") as f:
+  stem = os.path.join(os.environ["FIGURE_RECORD"], os.path.basename(path))
+  with open(stem + ".legend.json", "w") as f:
     json.dump(entries, f)
+  with open(stem + ".titles.json", "w") as f:
+    json.dump([fig.get_suptitle()] + [ax.get_title() for ax in fig.axes], f)
 run_folder.save_figure = record
 module = sys.argv.pop(1)
 sys.argv[0] = module

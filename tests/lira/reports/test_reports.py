@@ -42,6 +42,17 @@ def test_report_names_list_only_the_settings_that_differ_from_the_defaults():
   assert set(provenance.suffix({"odd": "a:b/c d\\e*?"}, {})) <= set("_abcdeo-")  # filesystem-safe, no colons
 
 
+def test_run_description_names_the_folder_the_model_family_and_the_canary_kind():
+  neox = {"model": {"name": "gpt_neox"}, "canaries": {"kind": "average"}}
+  assert provenance.run_description("runs/neox/", neox) == "neox (gpt_neox, average-case canaries)"
+  assert provenance.run_description("runs/s", {"source": "synthetic"}) == "s (synthetic losses)"
+  assert provenance.run_description("own", {}) == "own (model unknown, canary kind unknown)"
+  assert provenance.run_description("own", None) == "own (model unknown, canary kind unknown)"
+  lstm = {"model": {"name": "lstm"}, "canaries": {"kind": "worst"}}
+  assert provenance.runs_description([("a", lstm), ("x/b", neox), ("c/", lstm)]) == (
+      "a, c (lstm, worst-case canaries); b (gpt_neox, average-case canaries)")
+
+
 def test_save_json_writes_strict_json_with_null_for_missing_values(tmp_path):
   path = str(tmp_path / "x.json")
   run_folder.save_json(path, {"nan": float("nan"), "inf": -math.inf, "np": np.float32("nan"), "ok": np.float64(0.5),
