@@ -7,6 +7,7 @@ from lira.cov_error import CLASSES, ESTIMATORS, MODES
 from lira.reports.plots import LABELS, variant_style
 
 BAND = "band: \u00b1 1 std over draws (m = M: one draw)"
+HEATMAP_PERCENTILE = 99
 
 
 def _log2_axis(ax, m):
@@ -73,31 +74,55 @@ def plot_relative_errors(relative, subtitle=None):
   return fig
 
 
+def robust_limit(cov_TxT, percentile=HEATMAP_PERCENTILE):
+  """A diverging colour scale's limit for a covariance matrix: the percentile of its |off-diagonal| entries, so that
+  one extreme entry (a variance, or one pixel pair) does not wash out the rest; its largest |entry| where every
+  off-diagonal entry is 0, and 1 where the matrix is all zeros."""
+  cov_TxT = np.asarray(cov_TxT, np.float64)
+  off = np.abs(cov_TxT[~np.eye(len(cov_TxT), dtype=bool)])
+  off = off[np.isfinite(off)]
+  limit = float(np.percentile(off, percentile)) if off.size else 0.0
+  if limit > 0:
+    return limit
+  finite = np.abs(cov_TxT[np.isfinite(cov_TxT)])
+  return float(finite.max()) if finite.size and finite.max() > 0 else 1.0
+
+
+def _extend(cov, limit):
+  """Colour-bar arrows for the entries beyond +-limit."""
+  low, high = bool((cov < -limit).any()), bool((cov > limit).any())
+  return {(False, False): "neither", (True, False): "min", (False, True): "max", (True, True): "both"}[(low, high)]
+
+
 def plot_covariance_heatmap(cov_in_TxT, cov_out_TxT, canary, max_positions=64, subtitle=None, counts=None, unit=None,
                             row_width=None, title=None):
-  """Heatmaps of one canary's gold-standard IN and OUT covariances on one colour scale (Fig. 8).
+  """Heatmaps of one canary's gold-standard IN and OUT covariances (Fig. 8), each on its own symmetric colour scale.
 
-  counts ({"in": n, "out": n}) and unit label the panels and the colour bar; row_width (W of an image run) draws
-  a line where each image row starts, since position t is pixel (t // W, t % W).
+  A memorised canary's IN covariance is orders of magnitude below its OUT covariance, and one variance can dwarf
+  every other entry, so each panel's scale ends at the 99th percentile of its |off-diagonal| entries (robust_limit;
+  arrows on the colour bar: entries beyond, the diagonal's variances among them, their largest in the panel's title).
+  counts ({"in": n, "out": n}) and unit label the panels and the colour bars; row_width (W of an image run) draws a
+  line where each image row starts, since position t is pixel (t // W, t % W).
   """
   shown = min(max_positions, len(cov_in_TxT))
-  covs = [np.asarray(c)[:max_positions, :max_positions] for c in (cov_in_TxT, cov_out_TxT)]
-  # One symmetric scale for both panels, so equal colours mean equal covariances.
-  vmax = max(float(np.abs(c).max()) for c in covs) or 1.0
+  covs = [np.asarray(c, np.float64)[:max_positions, :max_positions] for c in (cov_in_TxT, cov_out_TxT)]
   positions = f"all {shown} positions" if shown == len(cov_in_TxT) else f"first {shown} of {len(cov_in_TxT)} positions"
-  fig, axes = _panels(title or f"Gold-standard covariance (all-models MLE), canary {canary}, {positions}",
-                      subtitle, sharey=False, width=9.5)
+  fig, axes = _panels(title or f"Gold-standard covariance (all-models MLE), canary {canary}, {positions}; each panel "
+                      f"on its own scale: \u00b1 the {HEATMAP_PERCENTILE}th percentile of its |off-diagonal| entries",
+                      subtitle, sharey=False, width=10.5)
+  units = f" {unit}" if unit else ""
   for ax, c, cov in zip(axes, CLASSES, covs):
-    im = ax.imshow(cov, cmap="RdBu_r", vmin=-vmax, vmax=vmax, interpolation="nearest")
-    ax.set_title(f"{LABELS[c]} ({counts[c]} models)" if counts else LABELS[c])
-    ax.set_xlabel("position")
+    limit = robust_limit(cov)
+    im = ax.imshow(cov, cmap="RdBu_r", vmin=-limit, vmax=limit, interpolation="nearest")
+    name = f"{LABELS[c]} ({counts[c]} models)" if counts else LABELS[c]
+    ax.set_title(f"{name}\nlargest variance {float(np.nanmax(np.diag(cov))):.3g}{units}", fontsize=10)
+    ax.set_xlabel(f"position; dotted: image row starts (W={row_width})" if row_width and row_width < shown
+                  else "position")
     if row_width and row_width < shown:
       for start in range(row_width, shown, row_width):
         ax.axhline(start - 0.5, color="0.3", lw=0.6, ls=":")
         ax.axvline(start - 0.5, color="0.3", lw=0.6, ls=":")
+    label = f"{LABELS[c]} covariance{f' ({unit})' if unit else ''}, scale \u00b1{limit:.3g}"
+    fig.colorbar(im, ax=ax, shrink=0.85, extend=_extend(cov, limit), label=label)
   axes[0].set_ylabel("position")
-  label = f"covariance ({unit})" if unit else "covariance"
-  if row_width and row_width < shown:
-    label += f"; dotted: image row starts (W={row_width})"
-  fig.colorbar(im, ax=list(axes), shrink=0.85, label=label)
   return fig

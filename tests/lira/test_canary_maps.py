@@ -217,5 +217,5 @@ def test_covariance_heatmap_draws_a_line_where_each_image_row_starts():
   ax = fig.axes[0]
   assert sorted(line.get_ydata()[0] for line in ax.get_lines() if line.get_ydata()[0] == line.get_ydata()[1]) == [
       3.5, 7.5, 11.5]  # rows start at positions 4, 8, 12: lines between pixel cells
-  assert ax.get_title() == "IN (4 models)" and "nats\u00b2" in fig.axes[-1].get_ylabel()
+  assert ax.get_title() == "IN (4 models)\nlargest variance 1 nats\u00b2" and "nats\u00b2" in fig.axes[-1].get_ylabel()
   assert not cov_plots.plot_covariance_heatmap(cov, cov, 0).axes[0].get_lines()  # language runs: unchanged

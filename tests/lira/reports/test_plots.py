@@ -175,18 +175,35 @@ def test_sweep_figure():
   _png(fig)
 
 
-def test_covariance_heatmap_panels_share_one_scale():
+def test_covariance_heatmap_scales_each_panel_by_its_off_diagonal_entries():
+  """A memorised canary: IN covariance 1,000 times below OUT's, and one OUT variance of 80 (a real PixelCNN++ run's).
+  On the largest entry's scale both panels would be blank; each panel's scale is its own robust one."""
   rng = np.random.default_rng(0)
   a_TxT = rng.normal(size=(70, 70))
-  cov_in, cov_out = a_TxT @ a_TxT.T, 0.1 * np.eye(70)
-  fig = cov_plots.plot_covariance_heatmap(cov_in, cov_out, canary=1)
+  cov_out = a_TxT @ a_TxT.T / 70
+  cov_out[5, 5] = 80.0
+  cov_in = 1e-3 * cov_out
+  fig = cov_plots.plot_covariance_heatmap(cov_in, cov_out, canary=1, counts={"in": 3, "out": 4}, unit="nats\u00b2")
   images = [im for ax in fig.axes for im in ax.images]
   assert len(images) == 2 and images[0].get_array().shape == (64, 64)
-  assert images[0].get_clim() == images[1].get_clim()
-  vmax = float(np.abs(cov_in[:64, :64]).max())
-  assert images[0].get_clim() == (-vmax, vmax)
-  assert sum(1 for ax in fig.axes if not ax.images) == 1  # one colourbar
+  for image, cov in zip(images, (cov_in, cov_out)):
+    off = np.abs(cov[:64, :64][~np.eye(64, dtype=bool)])
+    limit = np.percentile(off, 99)
+    assert image.get_clim() == pytest.approx((-limit, limit), rel=1e-12)
+    assert 0 < (off > limit).sum() <= 0.01 * off.size  # off the scale, where the colour bar's arrows point
+  colorbars = [ax for ax in fig.axes if not ax.images]
+  assert len(colorbars) == 2  # one per panel: the panels' scales differ by a factor of 1,000
+  assert [cb.get_ylabel() for cb in colorbars] == [f"{c} covariance (nats\u00b2), scale \u00b1{im.get_clim()[1]:.3g}"
+                                                  for c, im in zip(("IN", "OUT"), images)]
+  assert all(im.colorbar.extend == "both" for im in images)
+  assert "99th percentile of its |off-diagonal| entries" in fig.get_suptitle()
+  assert fig.axes[1].get_title() == "OUT (4 models)\nlargest variance 80 nats\u00b2"  # the entry off the scale
   _png(fig)
+
+
+def test_robust_limit_falls_back_to_the_largest_entry():
+  assert cov_plots.robust_limit(np.diag([2.0, -3.0])) == 3.0  # no off-diagonal covariance: the variances' scale
+  assert cov_plots.robust_limit(np.zeros((3, 3))) == 1.0
 
 
 def test_covariance_error_figures_explain_the_band():
