@@ -55,6 +55,7 @@ def required_flags(command):
 # list of integers, a scoring field). That every other integer or number flag has its range is read off --help.
 BAD_VALUES = {
     "audit": ["--delta=0", "--confidence=1"],
+    "compare_runs": ["--n_boot=0"],
     "cov_structure": ["--max_positions=1"],
     "covariance_error": ["--shadow_counts=1,4"],
     "evaluate": ["--n_boot=-1", "--k=1.5", "--reduction=min:0"],

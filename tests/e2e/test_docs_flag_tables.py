@@ -23,6 +23,7 @@ TABLES = {
     ("analyses.md", "## `paper_table`"): "paper_table",
     ("analyses.md", "## `cov_structure`"): "cov_structure",
     ("analyses.md", "## `membership_structure`"): "membership_structure",
+    ("analyses.md", "## `compare_runs`"): "compare_runs",
     ("auditing.md", "## Flags"): "score_targets",
     ("dp_audit.md", "## `audit`: epsilon lower bounds of runs"): "audit",
     ("images.md", "## Pictures of an image run: `image_maps`"): "image_maps",

@@ -1,0 +1,42 @@
+"""Several evaluated runs side by side: each variant's TPR and the sequence-aware variants' paired differences
+against univariate, run by run (a dose-response across runs that differ in one setting).
+
+python -m experiments.compare_runs --run_dirs=A,B,C --out_dir=OUT [--labels=a,b,c] [--title=...] [--n_boot=1000]
+Each run folder needs evaluate's report of the six variants (results.json and its scores files). Writes
+OUT/compare_runs.{json,md,png} (lira/reports/compare_runs_report.py).
+"""
+
+from absl import app
+from absl import flags
+
+from experiments import cli
+from lira.reports import compare_runs_report
+from lira.reports import provenance
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("run_dirs", None, "Evaluated run folders, in the order they are drawn.")
+flags.DEFINE_list("labels", None, "A short name per run; default the folders' names.")
+flags.DEFINE_string("title", None, "The figure's and tables' title; default the runs' names, families and canaries.")
+flags.DEFINE_string("out_dir", None, "Output folder.")
+flags.DEFINE_integer("n_boot", compare_runs_report.DEFAULTS["n_boot"], "Paired bootstrap replicates over canaries.")
+cli.check_range("n_boot", 1)
+flags.DEFINE_integer("seed", compare_runs_report.DEFAULTS["seed"], "Bootstrap seed.")
+cli.check_range("seed", 0)
+flags.DEFINE_bool("progress", True, "Accepted, as by every command (nothing to show).")
+
+
+def main(argv):
+  del argv
+  if not FLAGS.run_dirs:
+    raise app.UsageError("--run_dirs is required")
+  if not FLAGS.out_dir:
+    raise app.UsageError("--out_dir is required")
+  paths = compare_runs_report.write(FLAGS.run_dirs, FLAGS.out_dir, FLAGS.labels, FLAGS.title, FLAGS.n_boot,
+                                    FLAGS.seed)
+  print(provenance.wrote(paths))
+
+
+if __name__ == "__main__":
+  flags.mark_flag_as_required("run_dirs")
+  flags.mark_flag_as_required("out_dir")
+  cli.run(main)

@@ -1,0 +1,136 @@
+"""Several runs side by side: each variant's TPR and the paired differences of the sequence-aware variants against
+univariate, run by run (experiments/compare_runs.py).
+
+Each run's numbers are lira.reports.paper_table_report.build's on that run (its results.json and scores files, the
+paired bootstrap over canaries of lira.compare). compare_runs.json (schema "seqlira.compare_runs"): `runs` (per run:
+`label`, `run_dir`, `shape`, `family`, `canary_kind`, `rows` and `tests` as paper_table's); compare_runs.md: the
+tables; compare_runs.png: TPR at 0.1% FPR per variant and the differences at 0.1% and 0.01% FPR, run by run.
+"""
+
+import os
+import sys
+
+import numpy as np
+
+from lira.errors import InputError
+from lira.reports import paper_table_report
+from lira.reports import run_folder
+from lira.reports import tables
+
+DEFAULTS = {"n_boot": 1000, "seed": 0}
+DIFFERENCES = (("independent-shared", "univariate-shared"), ("oas-shared", "univariate-shared"))
+FPRS = paper_table_report.FPRS
+
+
+def _describe(run_dir):
+  config = run_folder.load_config(run_dir)
+  return (config.get("model") or {}).get("name", "?"), (config.get("canaries") or {}).get("kind", "?")
+
+
+def check(run_dirs, labels=None):
+  """The runs' labels; InputError if the labels do not match the runs or a run folder has no evaluate report."""
+  labels = list(labels) if labels else [os.path.basename(os.path.abspath(d)) for d in run_dirs]
+  if len(labels) != len(run_dirs):
+    raise InputError(f"--labels has {len(labels)} names for {len(run_dirs)} runs")
+  for d in run_dirs:
+    if not os.path.exists(os.path.join(d, "results.json")):
+      raise InputError(f"{os.path.join(d, 'results.json')}: not found (run python -m experiments.evaluate "
+                       f"--run_dir={d} first)")
+  return labels
+
+
+def build(run_dirs, labels=None, n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"]):
+  """Every run's table, checked first: each run folder must hold an evaluate report of all six variants."""
+  labels = check(run_dirs, labels)
+  runs = []
+  for label, d in zip(labels, run_dirs):
+    table = paper_table_report.build(d, n_boot=n_boot, seed=seed)
+    family, kind = _describe(d)
+    runs.append({"label": label, "run_dir": os.path.abspath(d), "shape": table["shape"], "family": family,
+                 "canary_kind": kind, "rows": table["rows"], "tests": table["tests"]})
+  return {"schema": {"name": "seqlira.compare_runs", "version": 1, "doc": "docs/outputs.md"},
+          "argv": list(sys.argv), "n_boot": n_boot, "seed": seed, "runs": runs}
+
+
+def _test(run, a, b):
+  return next(t for t in run["tests"] if t["a"] == a and t["b"] == b)
+
+
+def markdown(report):
+  lines = ["| run | model, canaries | M, N, T | " + " | ".join(
+      f"{r['name']} {100 * f:g}%" for r in report["runs"][0]["rows"] for f in FPRS[:1]) + " |",
+           "|---|---|---|" + "---:|" * len(report["runs"][0]["rows"])]
+  for run in report["runs"]:
+    s = run["shape"]
+    cells = [tables.cell(r["tpr"][0], r["ci"][0]) for r in run["rows"]]
+    lines.append(f"| {run['label']} | {run['family']}, {run['canary_kind']} | {s['M']}, {s['N']}, {s['T']} | "
+                 + " | ".join(cells) + " |")
+  lines += ["", f"Paired differences A - B in TPR points ({report['n_boot']} bootstrap replicates over canaries, 95% "
+            "percentile intervals):", "",
+            "| run | " + " | ".join(f"{a} - {b} {100 * f:g}%" for a, b in DIFFERENCES for f in FPRS) + " |",
+            "|---|" + "---:|" * (len(DIFFERENCES) * len(FPRS))]
+  for run in report["runs"]:
+    cells = []
+    for a, b in DIFFERENCES:
+      for e in _test(run, a, b)["fprs"]:
+        lo, hi = e["ci"]
+        cells.append(f"{100 * e['diff']:+.2f} [{tables.pct(lo)}, {tables.pct(hi)}]" + (
+            "" if e["resolved"] else " (n/r)"))
+    lines.append(f"| {run['label']} | " + " | ".join(cells) + " |")
+  return "\n".join(lines) + "\n"
+
+
+def figure(report, title):
+  """TPR at 0.1% FPR per variant, run by run; the differences against univariate shared at 0.1% and 0.01% FPR."""
+  from matplotlib.figure import Figure
+  from lira.reports import plots
+  runs = report["runs"]
+  x = np.arange(len(runs))
+  fig = Figure(figsize=(15, 4.8), layout="constrained")
+  ax_t, *ax_d = fig.subplots(1, 3)
+  names = [r["name"] for r in runs[0]["rows"]]
+  for j, name in enumerate(names):
+    style = plots.style_of(name)
+    dx = (j - (len(names) - 1) / 2) * 0.05
+    tpr = np.array([100 * run["rows"][j]["tpr"][0] for run in runs])
+    ci = np.array([[100 * (c if c is not None else np.nan) for c in run["rows"][j]["ci"][0]] for run in runs])
+    ax_t.errorbar(x + dx, tpr, yerr=np.abs(ci.T - tpr), marker="o", ms=4, capsize=2, label=name, **style)
+  ax_t.set_ylabel(f"TPR @ {100 * FPRS[0]:g}% FPR (%)")
+  ax_t.set_title(f"each variant's TPR at {100 * FPRS[0]:g}% FPR (95% bootstrap interval)", fontsize=9)
+  ax_t.legend(fontsize=7)
+  for ax, (f, fpr) in zip(ax_d, enumerate(FPRS)):
+    for k, (a, b) in enumerate(DIFFERENCES):
+      e = [_test(run, a, b)["fprs"][f] for run in runs]
+      d = np.array([100 * v["diff"] for v in e])
+      ci = np.array([[100 * c for c in v["ci"]] for v in e])
+      color = plots.COVARIANCE_COLORS[a.split("-")[0]]
+      ax.errorbar(x + (k - 0.5) * 0.1, d, yerr=np.abs(ci.T - d), marker="o", ms=5, capsize=3, color=color, ls="-",
+                  label=f"{a} - {b}")
+      for xi, v in zip(x, e):
+        if not v["resolved"]:
+          ax.annotate("n/r", (xi, 0), fontsize=7, ha="center")
+    ax.axhline(0, color="k", lw=1)
+    ax.set_ylabel(f"TPR difference @ {100 * fpr:g}% FPR (points)")
+    ax.legend(fontsize=7)
+    ax.set_title(f"above 0: the sequence-aware variant finds more ({100 * fpr:g}% FPR)", fontsize=9)
+  for ax in (ax_t, *ax_d):
+    ax.set_xticks(x, [run["label"] for run in runs], rotation=20, ha="right", fontsize=8)
+    ax.grid(alpha=0.3)
+  fig.suptitle(title + f"\n95% paired bootstrap intervals over canaries ({report['n_boot']} replicates)", fontsize=10)
+  return fig
+
+
+def write(run_dirs, out_dir, labels=None, title=None, n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"]):
+  """Build, then write compare_runs.{json,md,png} into out_dir; returns the paths."""
+  labels = check(run_dirs, labels)
+  run_folder.check_writable(out_dir, "choose another folder with --out_dir")
+  report = build(run_dirs, labels, n_boot, seed)
+  title = title or "Runs compared: " + ", ".join(f"{r['label']} ({r['family']}, {r['canary_kind']})"
+                                                  for r in report["runs"])
+  report["title"] = title
+  paths = {ext: os.path.join(out_dir, f"compare_runs.{ext}") for ext in ("json", "md", "png")}
+  run_folder.save_json(paths["json"], report)
+  run_folder.save_text(paths["md"], f"# {title}\n\n" + markdown(report))
+  run_folder.save_figure(paths["png"], figure(report, title))
+  return list(paths.values())
+

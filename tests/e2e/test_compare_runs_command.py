@@ -1,0 +1,56 @@
+"""experiments.compare_runs: each run's numbers are paper_table's on that run, and bad input is one line before any
+work."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from lira.errors import InputError
+from lira.reports import compare_runs_report
+from lira.reports import loo_report
+from lira.reports import paper_table_report
+from lira.reports import run_folder
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory):
+  base = tmp_path_factory.mktemp("runs")
+  dirs = []
+  for i, shift in enumerate((0.5, 1.5)):
+    d = str(base / f"run{i}")
+    run_folder.write_synthetic_run(d, num_models=8, num_canaries=150, seq_len=6, shift=shift, seed=i)
+    loo_report.evaluate_run(d, progress=False)  # results.json
+    dirs.append(d)
+  return dirs
+
+
+def test_each_run_equals_its_paper_table(two_runs, tmp_path):
+  paths = compare_runs_report.write(two_runs, str(tmp_path / "out"), labels=["weak", "strong"], n_boot=50, seed=3)
+  assert [os.path.basename(p) for p in paths] == ["compare_runs.json", "compare_runs.md", "compare_runs.png"]
+  with open(paths[0]) as f:
+    report = json.loads(f.read(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))  # strict JSON
+  assert [r["label"] for r in report["runs"]] == ["weak", "strong"]
+  for run, d in zip(report["runs"], two_runs):
+    want = paper_table_report.build(d, n_boot=50, seed=3)
+    assert run["rows"] == json.loads(json.dumps(want["rows"]))
+    assert run["tests"] == json.loads(json.dumps(want["tests"]))
+    assert run["family"] == "synthetic" or run["family"] == "?"
+  with open(paths[1]) as f:
+    assert "| strong |" in f.read()
+
+
+def test_errors_are_one_line_before_any_work(two_runs, tmp_path):
+  with pytest.raises(InputError, match="--labels has 1 names for 2 runs"):
+    compare_runs_report.build(two_runs, labels=["a"])
+  env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+  proc = subprocess.run([sys.executable, "-m", "experiments.compare_runs", f"--run_dirs={two_runs[0]},{tmp_path}",
+                         f"--out_dir={tmp_path}/out"], capture_output=True, text=True, cwd=tmp_path, env=env)
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == [
+      f"error: {tmp_path}/results.json: not found (run python -m experiments.evaluate --run_dir={tmp_path} first)"]
+  assert not os.path.exists(f"{tmp_path}/out")
