@@ -11,6 +11,7 @@ HEATMAP_PERCENTILE = 99
 
 
 def _log2_axis(ax, m):
+  """A log2 axis of model counts with a tick at each count in m (those with a value in some curve), and no others."""
   ax.set_xscale("log", base=2)
   ax.set_xticks(m, [str(x) for x in m])
   ax.minorticks_off()
@@ -24,6 +25,11 @@ def _panels(title, subtitle=None, sharey=True, width=10.5):
   axes = fig.subplots(1, 2, sharey=sharey)
   fig.suptitle(f"{title}\n{subtitle}" if subtitle else title, fontsize=10)
   return fig, axes
+
+
+def _counts_with_values(rows, key):
+  """The counts m at which some row has a finite `key` (a count where every estimate is undefined gets no tick)."""
+  return sorted({int(r["m"]) for r in rows if r[key] is not None and np.isfinite(float(r[key]))})
 
 
 def _legend(fig, axes):
@@ -47,7 +53,7 @@ def plot_errors(aggregated, subtitle=None):
         style = variant_style(e, md == "shared")
         ax.plot(m, mean, marker="o", ms=4, label=f"{LABELS[e]} {LABELS[md]}", **style)
         ax.fill_between(m, mean - std, mean + std, color=style["color"], alpha=0.15, lw=0)
-    _log2_axis(ax, m)
+    _log2_axis(ax, _counts_with_values(aggregated, "error_mean"))
     ax.set_title(LABELS[c])
   axes[0].set_ylabel("covariance approximation error")
   _legend(fig, axes)
@@ -67,7 +73,7 @@ def plot_relative_errors(relative, subtitle=None):
       ax.plot(m, mean, marker="o", ms=4, color=color, label=LABELS[e])
       ax.fill_between(m, mean - std, mean + std, color=color, alpha=0.15, lw=0)
     ax.axhline(0.0, color="k", lw=0.8)
-    _log2_axis(ax, m)
+    _log2_axis(ax, _counts_with_values(relative, "relative_error_mean"))
     ax.set_title(LABELS[c])
   axes[0].set_ylabel("relative covariance error")
   _legend(fig, axes)

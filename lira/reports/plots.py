@@ -30,6 +30,12 @@ def variant_style(covariance, shared):
 
 
 VARIANT_STYLES = {name: variant_style(covariance, shared) for name, covariance, shared in VARIANTS}
+# The sweep's markers: where curves of equal TPR coincide (every variant at 100%), each keeps its own marker, set a
+# little apart from the others' on the x axis (DODGE of the axis' span in octaves per curve: about a marker's width).
+VARIANT_MARKERS = {"Univariate Class-Wise": "v", "Univariate Shared": "^", "Independent Class-Wise": "s",
+                   "Independent Shared": "D", "OAS Class-Wise": "o", "OAS Shared": "P"}
+_MORE_MARKERS = ("X", "*", "h", "<", ">", "p", "d", "H")
+DODGE = 0.014
 # RMIA's attacks (lira/rmia.py): dashed, in colours neither the variants nor the reference-free attacks use.
 RMIA_COLORS = {"rmia": "darkviolet", "rmia_offline": "plum", "rmia_tokens": "sienna",
                "rmia_tokens_offline": "burlywood"}
@@ -50,6 +56,7 @@ def _hollow(color, ms=7):
 
 
 def _log2_axis(ax, values, label):
+  """A log2 x axis with a tick at each of `values` (the counts or lengths that have a point), and no others."""
   ax.set_xscale("log", base=2)
   ax.set_xticks(values, [str(v) for v in values])
   ax.minorticks_off()
@@ -169,7 +176,8 @@ def length_grid_figure(rows, fpr_label="TPR @ 0.01% FPR", title=None):
         lo, hi = _ci(r)
         if lo is not None:
           ax.axhspan(lo, hi, color=style["color"], alpha=0.12, lw=0)
-    lengths = sorted({int(r["K"]) for r in rows if r["strategy"] != "none"})
+    lengths = sorted({int(r["K"]) for r in rows if r["strategy"] != "none" and r["covariance"] == covariance
+                      and r["tpr"] is not None and np.isfinite(float(r["tpr"]))})
     for i, strategy in enumerate(strategies):
       color, marker = STRATEGY_STYLES[strategy]
       pts = sorted((r for r in rows if r["strategy"] == strategy and r["covariance"] == covariance),
@@ -209,9 +217,13 @@ def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
                  xlabel="models per subset m (each target: m-1 shadow models)", styles=None):
   """TPR (%) versus number of models m: mean over draws with a min-max band, one line per variant (Fig. 5).
 
-  Points whose target FPR is not resolved by the negatives available (row["resolved"] False in any draw: the
-  table's n/r) are hollow, said so in the legend with the table's footnote; undefined points (tpr NaN or None: too
-  few models of a class) are left out. styles {row name: matplotlib style} for rows other than the variants (RMIA).
+  Every curve stays visible where curves coincide: each variant has its own marker (VARIANT_MARKERS), its points sit
+  a little apart from the next curve's around the m they belong to (DODGE), and lines drawn earlier are wider, so that a
+  line drawn over another of equal values leaves it showing on both sides. Points whose target FPR is not resolved
+  by the negatives available (row["resolved"] False in any draw: the table's n/r) are hollow, said so in the legend
+  with the table's footnote; undefined points (tpr NaN or None: too few models of a class) are left out, and a count
+  with no point in any curve has no tick, the legend naming it. styles {row name: matplotlib style} for rows other
+  than the variants (RMIA).
   """
   from matplotlib.figure import Figure
   from matplotlib.lines import Line2D
@@ -226,21 +238,30 @@ def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
       by_variant[row["variant"]][int(row["m"])].append(100 * float(tpr))
       resolved[row["variant"]][int(row["m"])].append(bool(row.get("resolved", True)))
   any_unresolved = False
-  counts = sorted({int(r["m"]) for r in rows})
   order = {name: i for i, (name, _, _) in enumerate(VARIANTS)}
-  for variant, by_m in sorted(by_variant.items(), key=lambda kv: (order.get(kv[0], len(order)), str(kv[0]))):
+  drawn = sorted(by_variant, key=lambda v: (order.get(v, len(order)), str(v)))
+  more = iter(_MORE_MARKERS * len(drawn))
+  with_points = sorted({m for by_m in by_variant.values() for m in by_m})
+  span = max(np.log2(max(with_points) / min(with_points)), 1.0) if with_points else 1.0
+  step = min(DODGE * span, 0.32 / max(len(drawn) - 1, 1))  # many curves: at most a third of an octave in all
+  for i, variant in enumerate(drawn):
+    by_m = by_variant[variant]
     style = (styles or {}).get(variant) or style_of(variant)
+    marker = VARIANT_MARKERS.get(str(variant)) or next(more)
     m_S = np.array(sorted(by_m))
+    x_S = m_S * 2.0 ** (step * (i - (len(drawn) - 1) / 2))
     y_S = [np.asarray(by_m[m]) for m in m_S]
     mean_S = np.array([y.mean() for y in y_S])
-    ax.plot(m_S, mean_S, lw=1.5, label=str(variant), **style)
-    ax.fill_between(m_S, [y.min() for y in y_S], [y.max() for y in y_S], color=style["color"], alpha=0.15, lw=0)
     open_S = np.array([not all(resolved[variant][m]) for m in m_S])
-    ax.plot(m_S[~open_S], mean_S[~open_S], ls="none", marker="o", ms=4, color=style["color"])
+    lw = 1.2 + 0.9 * (len(drawn) - 1 - i) / max(len(drawn) - 1, 1)
+    ax.plot(x_S, mean_S, lw=lw, label=str(variant), marker=marker, ms=5, markevery=list(np.flatnonzero(~open_S)),
+            **style)
+    ax.fill_between(x_S, [y.min() for y in y_S], [y.max() for y in y_S], color=style["color"], alpha=0.15, lw=0)
     if open_S.any():
       any_unresolved = True
-      ax.plot(m_S[open_S], mean_S[open_S], **_hollow(style["color"]))
-  _log2_axis(ax, counts, xlabel)
+      ax.plot(x_S[open_S], mean_S[open_S], **{**_hollow(style["color"], 6), "marker": marker})
+  counts = sorted({int(r["m"]) for r in rows})
+  _log2_axis(ax, with_points, xlabel)
   ax.set_ylabel(f"{ylabel} (%)")
   handles, labels = ax.get_legend_handles_labels()
   handles.append(Patch(color="0.5", alpha=0.3, lw=0))
@@ -249,6 +270,10 @@ def sweep_figure(rows, ylabel="TPR @ 0.01% FPR", title=None,
     handles.append(Line2D([], [], **_hollow("0.3")))
     # Wrapped: the legend stands beside the axes, and a wide one would squeeze them.
     labels.append(textwrap.fill("hollow: " + _unresolved_words(rows), 34))
+  empty = [m for m in counts if m not in with_points]
+  if empty:
+    handles.append(Line2D([], [], ls="none"))
+    labels.append(textwrap.fill(f"no point at m = {', '.join(map(str, empty))}: too few models of a class", 34))
   fig.legend(handles, labels, loc="outside right upper", fontsize=8)
   if title:
     ax.set_title(title, fontsize=9)

@@ -169,10 +169,59 @@ def test_sweep_figure():
   assert means[0].get_color() != means[1].get_color()
   assert len(ax.collections) == 2  # one min-max band per variant
   hollow = [l for l in ax.get_lines() if l.get_markerfacecolor() == "white"]
-  assert [list(l.get_xdata()) for l in hollow] == [[2], [2]]
+  # m = 2, where no draw is resolved: one hollow point on each curve's first point, in the curve's marker
+  assert [(list(l.get_xdata()), l.get_marker()) for l in hollow] == [([c.get_xdata()[0]], c.get_marker())
+                                                                      for c in means]
+  assert abs(np.log2(hollow[0].get_xdata()[0] / 2)) < 0.2
   assert ax.get_title() == "sweep settings"
   assert any("band" in t for t in _legend_texts(fig))
   _png(fig)
+
+
+def test_sweep_figure_keeps_coincident_curves_visible_and_the_legend_says_which_is_which():
+  names = [v[0] for v in scoring_lib.VARIANTS]
+  rows = [{"variant": v, "m": m, "draw": 0, "tpr": 1.0, "resolved": True} for v in names for m in (8, 16, 64)]
+  fig = plots.sweep_figure(rows)
+  ax = fig.axes[0]
+  curves = [l for l in ax.get_lines() if not l.get_label().startswith("_")]
+  assert [l.get_label() for l in curves] == names
+  np.testing.assert_array_equal([l.get_ydata() for l in curves], 100.0)  # every curve at 100%: on one line
+  assert len({l.get_marker() for l in curves}) == 6  # ... but each with a marker of its own
+  x_VxS = np.array([l.get_xdata() for l in curves])
+  assert all(len(set(x_V)) == 6 for x_V in x_VxS.T)  # and its points beside, not on, the others' at each m
+  np.testing.assert_allclose(np.exp2(np.log2(x_VxS).mean(axis=0)), [8, 16, 64])  # centred on the m they belong to
+  assert np.abs(np.log2(x_VxS / [8, 16, 64])).max() < 0.2  # within a fifth of an octave of it
+  widths = [l.get_linewidth() for l in curves]
+  assert widths == sorted(widths, reverse=True) and widths[0] > widths[-1]  # a line drawn over another leaves it showing
+  legend = fig.legends[0]
+  for curve, handle, text in zip(curves, legend.legend_handles, legend.get_texts()):
+    assert text.get_text() == curve.get_label()
+    assert (handle.get_marker(), handle.get_color(), handle.get_linestyle()) == (
+        curve.get_marker(), curve.get_color(), curve.get_linestyle())
+  _png(fig)
+
+
+def test_sweep_axis_ticks_only_the_counts_with_a_point():
+  rows = [{"variant": v, "m": m, "draw": 0, "tpr": None if m == 4 or (m == 8 and v == "OAS Class-Wise") else 0.5,
+           "resolved": True} for v in ("OAS Shared", "OAS Class-Wise") for m in (4, 8, 16)]
+  fig = plots.sweep_figure(rows)
+  ax = fig.axes[0]
+  assert list(ax.get_xticks()) == [8, 16]  # m = 4: no value in any curve
+  assert [t.get_text() for t in ax.get_xticklabels()] == ["8", "16"]
+  assert "no point at m = 4: too few models of a class" in [t.replace("\n", " ") for t in _legend_texts(fig)]
+  class_wise = next(l for l in ax.get_lines() if l.get_label() == "OAS Class-Wise")
+  assert len(class_wise.get_xdata()) == 1  # its m = 8 is undefined: left out, while the tick stays for OAS Shared
+  aggregated = [{"m": m, "class": c, "estimator": e, "mode": md, "error_std": 0.1,
+                 "error_mean": float("nan") if m == 2 else 1.0 / m}
+                for m in (2, 4, 8) for c in ("in", "out") for e in ("univariate", "independent", "oas")
+                for md in ("classwise", "shared")]
+  for ax in cov_plots.plot_errors(aggregated).axes:
+    assert list(ax.get_xticks()) == [4, 8]
+  relative = [{"m": m, "class": c, "estimator": e, "relative_error_std": 0.01,
+               "relative_error_mean": None if m == 2 else 0.1} for m in (2, 4, 8) for c in ("in", "out")
+              for e in ("univariate", "independent", "oas")]
+  for ax in cov_plots.plot_relative_errors(relative).axes:
+    assert list(ax.get_xticks()) == [4, 8]
 
 
 def test_covariance_heatmap_scales_each_panel_by_its_off_diagonal_entries():
