@@ -4,20 +4,23 @@ python -m experiments.pretrain_benchmark [--config=experiments/configs/pretrain_
 Stages, each skipped when its files are already in DIR (a killed run resumes): splits, tokenizer and JSONL text sets;
 the target GPT-NeoX with checkpoints after epochs 1, 2, 4, 8 and the reference model; a features folder and the
 attack table for each checkpoint and for the DISTRIBUTION-SHIFT split; then one summary (rows = attacks, columns =
-AUC per epoch plus the shift split) printed and written as summary.json, summary.md and auc_vs_epochs.png.
+AUC per epoch plus the shift split, each with its bootstrap interval over texts, under the settings) printed and
+written as summary.json, summary.md and auc_vs_epochs.png (attacks/benchmark_plots.py).
 """
 
 import os
 import time
 
-import numpy as np
 from absl import app
 from absl import flags
 from absl import logging
 
+from attacks import benchmark_plots
+from attacks import report as attack_report
 from experiments import cli
 from lira.reports import provenance
 from lira.reports import run_folder
+from training import data as data_lib
 from training.pretraining import offline_benchmark
 from training import run_config
 
@@ -83,43 +86,41 @@ def row_key(row):
   return row["name"], None
 
 
-def summary_table(cols, aucs, tuned=None):
+def summary_table(cols, aucs, tuned=None, intervals=None):
   """Markdown table: rows = attacks (first-seen order), columns = `cols`; '-' where a column lacks the attack;
-  a tuned value, if any, in brackets after the AUC."""
-  tuned = tuned or {}
+  the 95% bootstrap interval, if any, in square brackets, and a tuned value in round ones after the AUC."""
+  tuned, intervals = tuned or {}, intervals or {}
   names = list(dict.fromkeys(n for col in aucs.values() for n in col))
+
+  def cell(c, n):
+    if n not in aucs.get(c, {}):
+      return "-"
+    ci = benchmark_plots.interval(intervals.get(c, {}).get(n))
+    return (f"{aucs[c][n]:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+            + (f" ({tuned[c][n]})" if n in tuned.get(c, {}) else ""))
+
   lines = ["| attack | " + " | ".join(cols.values()) + " |", "|---" * (len(cols) + 1) + "|"]
-  for n in names:
-    cells = [(f"{aucs[c][n]:.3f}" + (f" ({tuned[c][n]})" if n in tuned.get(c, {}) else "")) if n in aucs.get(c, {})
-             else "-" for c in cols]
-    lines.append(f"| {n} | " + " | ".join(cells) + " |")
+  lines += [f"| {n} | " + " | ".join(cell(c, n) for c in cols) + " |" for n in names]
   return "\n".join(lines)
 
 
-def plot(path, cfg, aucs):
-  """AUC against epochs (log2 axis), one line per attack; the shift split's AUC as a marker at its epoch."""
-  import matplotlib
-  matplotlib.use("Agg")
-  import matplotlib.pyplot as plt
-  epochs = list(cfg.pretrain.checkpoint_epochs)
-  fig, ax = plt.subplots(figsize=(7, 4.5))
-  lowest = min([v for col in aucs.values() for v in col.values()], default=0.5)
-  for i, name in enumerate(aucs[f"epoch_{epochs[0]}"]):
-    color = f"C{i % 10}"
-    line = "o:" if name.startswith("Blind") else "o-"  # the blind baseline never looks at the model
-    ax.plot(epochs, [aucs[f"epoch_{e}"].get(name, np.nan) for e in epochs], line, color=color, label=name)
-    if name in aucs.get(SHIFT, {}):
-      # Drawn a little left of its epoch, so it does not hide that epoch's point.
-      ax.plot([cfg.shift_epoch * 0.92], [aucs[SHIFT][name]], "x", color=color, markersize=9, mew=2)
-  ax.plot([], [], "kx", mew=2, label=f"SHIFTED split (epoch {cfg.shift_epoch})")
-  ax.axhline(0.5, color="grey", lw=0.8, ls=":")
-  ax.set_xscale("log", base=2)
-  ax.set_xticks(epochs, [str(e) for e in epochs])
-  ax.set(xlabel="pretraining epochs", ylabel="AUC (members vs non-members)", ylim=(min(0.3, lowest - 0.05), 1.02),
-         title="Offline chitchat benchmark: AUC per attack against epochs")
-  ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.02, 1.0))
-  run_folder.save_figure(path, fig)
-  plt.close(fig)
+def setting_lines(cfg, sets, vocab, evaluated):
+  """The benchmark's settings in words, for the figure's title and summary.md: model, data sizes, epochs, seed,
+  bootstrap; evaluated: {column: (members, non-members) scored}."""
+  a, d, arch = cfg.attacks, cfg.data, cfg.model.arch
+  n_pos, n_neg = (min(counts[i] for counts in evaluated.values()) for i in (0, 1))
+  scored = (f"{n_pos} members vs {n_neg} non-members" if len(set(evaluated.values())) == 1
+            else f"at least {n_pos} members and {n_neg} non-members")
+  boot = (f"95% bootstrap intervals over texts ({a.n_boot} replicates, seed {cfg.seed})" if a.n_boot
+          else "no intervals (attacks.n_boot=0)")
+  layers = f"{arch.num_hidden_layers} layer{'s' if arch.num_hidden_layers != 1 else ''}"
+  return [f"GPT-NeoX ({layers}, hidden {arch.hidden_size}, vocabulary {vocab:,}) pretrained "
+          f"from scratch, seed {cfg.seed}",
+          f"target: {len(sets['target_corpus']):,} chitchat conversations in {d.seq_len}-token sequences, checkpoints "
+          f"after epochs {', '.join(map(str, cfg.pretrain.checkpoint_epochs))}",
+          f"reference model: {len(sets['reference_corpus']):,} other conversations, {cfg.reference.epochs} epochs; "
+          f"{scored} evaluated per column",
+          boot]
 
 
 def main(argv):
@@ -140,7 +141,8 @@ def main(argv):
   tok_path, ref = os.path.join(out, "tokenizer.json"), offline_benchmark.reference_checkpoint(cfg, out)
   jobs = {f"epoch_{e}": ("main", e) for e in cfg.pretrain.checkpoint_epochs}
   jobs[SHIFT] = (SHIFT, cfg.shift_epoch)
-  aucs, tables, tuned, warnings, blind_ran = {}, {}, {}, {}, False
+  aucs, intervals, evaluated, styles, tables, tuned, warnings = {}, {}, {}, {}, {}, {}, {}
+  blind_ran = False
   for col, (split, epoch) in jobs.items():
     texts, labels = offline_benchmark.read_jsonl(os.path.join(out, offline_benchmark.SPLIT_FILES[split]))
     t0 = time.perf_counter()
@@ -156,11 +158,15 @@ def main(argv):
       warnings[col] = result["blind_warning"]
     keys = [row_key(r) for r in rows]
     aucs[col] = {name: float(_auc(r)) for (name, _), r in zip(keys, rows)}
+    intervals[col] = {name: r["summary"].get("auc_ci") for (name, _), r in zip(keys, rows)}
+    evaluated[col] = (rows[0]["summary"]["n_pos"], rows[0]["summary"]["n_neg"])
+    styles.update({name: attack_report.style(r["attack"]) for (name, _), r in zip(keys, rows)})
     tuned[col] = {name: value for name, value in keys if value}
     if FLAGS.progress:
       print(f"{col}: features {seconds[f'features_{col}']:.1f} s, attacks {seconds[f'attacks_{col}']:.1f} s")
   cols = column_names(cfg)
-  table = summary_table(cols, aucs, tuned)
+  table = summary_table(cols, aucs, tuned, intervals)
+  setting = setting_lines(cfg, sets, data_lib.vocab_size(tokenizer), evaluated)
   note = (f"AUC of each attack; members: {len(sets['members'])} training conversations, non-members: "
           f"{len(sets['nonmembers'])} held-out conversations of the same corpus. The last column is a DISTRIBUTION-"
           "SHIFT split (same members; non-members are Python standard-library docstrings): a high AUC there shows "
@@ -177,12 +183,15 @@ def main(argv):
              + (f"it reaches the best attack's AUC interval in: {', '.join(cols[c] for c in warnings)}, where the "
                 "split is distribution-shifted." if warnings else "it stays below the best attack's AUC interval in "
                 "every column."))
-  run_folder.save_text(os.path.join(out, "summary.md"), f"{table}\n\n{note}\n")
-  run_folder.save_json(os.path.join(out, "summary.json"), {"columns": cols, "auc": aucs, "seconds": seconds,
-                                                           "note": note, "shift_epoch": cfg.shift_epoch, "tuned": tuned,
+  run_folder.save_text(os.path.join(out, "summary.md"), "  \n".join(setting) + f"\n\n{table}\n\n{note}\n")
+  run_folder.save_json(os.path.join(out, "summary.json"), {"columns": cols, "setting": setting, "auc": aucs,
+                                                           "auc_ci": intervals, "seconds": seconds, "note": note,
+                                                           "shift_epoch": cfg.shift_epoch, "tuned": tuned,
                                                            "blind_warning": warnings})
-  plot(os.path.join(out, "auc_vs_epochs.png"), cfg, aucs)
-  print(table + "\n\n" + note)
+  title = "\n".join(["Offline chitchat benchmark: AUC of each attack against pretraining epochs"] + setting)
+  run_folder.save_figure(os.path.join(out, "auc_vs_epochs.png"), benchmark_plots.auc_figure(
+      aucs, intervals, list(cfg.pretrain.checkpoint_epochs), cfg.shift_epoch, title, styles, shift=SHIFT))
+  print("\n".join(setting) + "\n\n" + table + "\n\n" + note)
   print("\nseconds: " + ", ".join(f"{k} {v:.1f}" for k, v in seconds.items()))
   print(provenance.wrote([os.path.join(out, n) for n in ("summary.md", "summary.json", "auc_vs_epochs.png")]))
 
