@@ -208,7 +208,8 @@ def write(out_dir, sources, options, settings, defaults, scores_words, dropped, 
   run_folder.save_json(paths["json"], result)
   run_folder.save_text(paths["md"], "\n\n".join(md_blocks) + "\n")
   # Wrapped: several runs' names would run past the figure's edge.
-  runs = textwrap.fill(provenance.runs_description([(src["path"], src["run_config"]) for src in sources]), 80)
+  runs = textwrap.fill(provenance.runs_description([(src["path"], src["run_config"]) for src in sources]), 80,
+                       break_on_hyphens=False)
   title = (f"{runs}\n{METHOD_WORDS[options.method]}\n"
            f"delta={options.delta:g}, confidence {100 * options.confidence:g}%, {options.threshold_strategy}")
   run_folder.save_figure(paths["png"], audit_plots.bounds_figure(sources, title, styles))
