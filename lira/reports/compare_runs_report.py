@@ -3,7 +3,7 @@ univariate, run by run (experiments/compare_runs.py).
 
 Each run's numbers are lira.reports.paper_table_report.build's on that run (its results.json and scores files, the
 paired bootstrap over canaries of lira.compare). compare_runs.json (schema "seqlira.compare_runs"): `runs` (per run:
-`label`, `run_dir`, `shape`, `family`, `canary_kind`, `rows` and `tests` as paper_table's); compare_runs.md: the
+`label`, `run_dir`, `shape`, `run` (model family and canary kind), `rows` and `tests` as paper_table's); compare_runs.md: the
 tables; compare_runs.png: TPR at 0.1% FPR per variant and the differences at 0.1% and 0.01% FPR, run by run.
 """
 
@@ -14,17 +14,13 @@ import numpy as np
 
 from lira.errors import InputError
 from lira.reports import paper_table_report
+from lira.reports import provenance
 from lira.reports import run_folder
 from lira.reports import tables
 
 DEFAULTS = {"n_boot": 1000, "seed": 0}
 DIFFERENCES = (("independent-shared", "univariate-shared"), ("oas-shared", "univariate-shared"))
 FPRS = paper_table_report.FPRS
-
-
-def _describe(run_dir):
-  config = run_folder.load_config(run_dir)
-  return (config.get("model") or {}).get("name", "?"), (config.get("canaries") or {}).get("kind", "?")
 
 
 def check(run_dirs, labels=None):
@@ -45,9 +41,9 @@ def build(run_dirs, labels=None, n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"
   runs = []
   for label, d in zip(labels, run_dirs):
     table = paper_table_report.build(d, n_boot=n_boot, seed=seed)
-    family, kind = _describe(d)
-    runs.append({"label": label, "run_dir": os.path.abspath(d), "shape": table["shape"], "family": family,
-                 "canary_kind": kind, "rows": table["rows"], "tests": table["tests"]})
+    runs.append({"label": label, "run_dir": os.path.abspath(d), "shape": table["shape"],
+                 "run": provenance.run_words(run_folder.load_config(d)), "rows": table["rows"],
+                 "tests": table["tests"]})
   return {"schema": {"name": "seqlira.compare_runs", "version": 1, "doc": "docs/outputs.md"},
           "argv": list(sys.argv), "n_boot": n_boot, "seed": seed, "runs": runs}
 
@@ -63,7 +59,7 @@ def markdown(report):
   for run in report["runs"]:
     s = run["shape"]
     cells = [tables.cell(r["tpr"][0], r["ci"][0]) for r in run["rows"]]
-    lines.append(f"| {run['label']} | {run['family']}, {run['canary_kind']} | {s['M']}, {s['N']}, {s['T']} | "
+    lines.append(f"| {run['label']} | {run['run']} | {s['M']}, {s['N']}, {s['T']} | "
                  + " | ".join(cells) + " |")
   lines += ["", f"Paired differences A - B in TPR points ({report['n_boot']} bootstrap replicates over canaries, 95% "
             "percentile intervals):", "",
@@ -125,8 +121,7 @@ def write(run_dirs, out_dir, labels=None, title=None, n_boot=DEFAULTS["n_boot"],
   labels = check(run_dirs, labels)
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   report = build(run_dirs, labels, n_boot, seed)
-  title = title or "Runs compared: " + ", ".join(f"{r['label']} ({r['family']}, {r['canary_kind']})"
-                                                  for r in report["runs"])
+  title = title or "Runs compared: " + provenance.runs_description([(d, run_folder.load_config(d)) for d in run_dirs])
   report["title"] = title
   paths = {ext: os.path.join(out_dir, f"compare_runs.{ext}") for ext in ("json", "md", "png")}
   run_folder.save_json(paths["json"], report)

@@ -39,7 +39,7 @@ def test_each_run_equals_its_paper_table(two_runs, tmp_path):
     want = paper_table_report.build(d, n_boot=50, seed=3)
     assert run["rows"] == json.loads(json.dumps(want["rows"]))
     assert run["tests"] == json.loads(json.dumps(want["tests"]))
-    assert run["family"] == "synthetic" or run["family"] == "?"
+    assert run["run"] == "synthetic losses"
   with open(paths[1]) as f:
     assert "| strong |" in f.read()
 
