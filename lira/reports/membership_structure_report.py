@@ -104,7 +104,7 @@ def figure(per_canary, cells, oracle, gaps, title):
                              ("excess_kurtosis", "tab:brown", "excess kurtosis (mean over tokens)")):
     x = per_canary[name][np.isfinite(per_canary[name])]
     if len(x):
-      ax_k.hist(x, bins=40, color=color, alpha=0.55, label=f"{label} (median {np.median(x):.3g})")
+      ax_k.hist(x, bins=40, color=color, histtype="step", lw=1.8, label=f"{label} (median {np.median(x):.3g})")
   ax_k.axvline(0.0, color="k", ls=":", lw=1, label="0: Gaussian tokens")
   ax_k.axvline(1.0, color="k", ls="--", lw=1, label="1: IN and OUT vary alike")
   ax_k.set_xlabel("per canary")
@@ -116,9 +116,13 @@ def figure(per_canary, cells, oracle, gaps, title):
     x = per_canary[name][np.isfinite(per_canary[name]) & (per_canary[name] > 0)]
     if len(x):
       bins = np.logspace(np.log10(max(x.min(), 1e-2)), np.log10(max(x.max(), 1.01)), 40)
-      ax_m.hist(x, bins=bins, color=color, alpha=0.55, label=f"{label} (median {np.median(x):.3g})")
+      ax_m.hist(x, bins=bins, color=color, histtype="step", lw=1.8, label=f"{label} (median {np.median(x):.3g})")
   ax_m.axvline(1.0, color="k", ls="--", lw=1, label="1: independent tokens")
   ax_m.set_xscale("log")
+  from matplotlib.ticker import FormatStrFormatter, LogLocator
+  ax_m.xaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+  ax_m.xaxis.set_major_formatter(FormatStrFormatter("%g"))
+  ax_m.xaxis.set_minor_formatter(FormatStrFormatter(""))
   ax_m.set_xlabel("per canary")
   ax_m.set_ylabel("canaries")
   ax_m.legend(fontsize=7)
