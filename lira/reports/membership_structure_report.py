@@ -8,7 +8,8 @@ The oracle rows (infinitely many shadow models, shared variants) come in closed 
 
 membership_structure.json (schema "seqlira.membership_model"): the provenance header, `structure` (quantiles of
 the per-canary measures), `cells` ({cell: {variant: {auc, tpr: {fpr: value}, ci: {fpr: [low, high]}}}}) and
-`oracle` ({structure: {gap: {variant: {fpr: tpr}}}}); membership_structure.csv holds the per-canary measures;
+`differences` ({cell: {"A - B": {fpr: {diff, ci}}}}: paired-bootstrap differences of independent shared and OAS
+shared against univariate shared) and `oracle` ({structure: {gap: {variant: {fpr: tpr}}}}); membership_structure.csv holds the per-canary measures;
 membership_structure.md the tables; membership_structure.png the measures' distributions and TPR against the gap.
 """
 
@@ -18,6 +19,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lira import checks
+from lira import compare
 from lira import evaluation
 from lira import membership_model as ms
 from lira import metrics
@@ -35,6 +37,19 @@ ORACLE_LABELS = {"univariate": "oracle univariate", "independent": "oracle indep
 
 def cell_names(gaps):
   return ["real"] + [f"{s}_x{g:g}" for s in ms.STRUCTURES for g in gaps]
+
+
+DIFFERENCES = (("Independent Shared", "Univariate Shared"), ("OAS Shared", "Univariate Shared"))
+
+
+def _differences(scores, keep, n_boot, seed):
+  """{"A - B": {fpr_key: {diff, ci}}}: paired-bootstrap differences over canaries (lira.compare) of DIFFERENCES."""
+  out = {}
+  for a, b in DIFFERENCES:
+    d = compare.paired_difference(scores[a], scores[b], keep, FPRS, n_boot=max(n_boot, 1), seed=seed)
+    out[f"{a} - {b}"] = {k: {"diff": e["diff"], "ci": e["ci"] if n_boot > 0 else [None, None]}
+                        for k, e in d["tpr"].items()}
+  return out
 
 
 def _compact(rows):
@@ -60,7 +75,7 @@ def _pct(x):
   return "n/a" if x is None else f"{100 * x:.2f}"
 
 
-def markdown(structure, cells, oracle, gaps, title):
+def markdown(structure, cells, differences, oracle, gaps, title):
   """The report's tables: the structure measures, then TPR at 0.1% and 0.01% FPR per cell and the oracle."""
   lines = [f"# {title}", "", "## Structure (per canary: median [25%, 75%] over canaries)", "",
            "| measure | median [IQR] | independent tokens | one factor |", "|---|---|---|---|"]
@@ -83,6 +98,17 @@ def markdown(structure, cells, oracle, gaps, title):
       structure, _, g = c.rpartition("_x")
       vals += [_pct(oracle[structure][g][v][key]) if structure in oracle else "-" for v in ms.ORACLE_VARIANTS]
       lines.append(f"| {c} | " + " | ".join(vals) + " |")
+  lines += ["", "## Paired differences (TPR points, 95% paired-bootstrap interval over canaries)", "",
+            "| run | " + " | ".join(f"{name} {100 * f:g}%" for name in differences[cell_names(gaps)[0]] for f in FPRS)
+            + " |", "|---|" + "---:|" * (len(DIFFERENCES) * len(FPRS))]
+  for c in cell_names(gaps):
+    vals = []
+    for name, per_fpr in differences[c].items():
+      for f in FPRS:
+        e = per_fpr[metrics.fpr_key(f)]
+        ci = "" if e["ci"][0] is None else f" [{100 * e['ci'][0]:.2f}, {100 * e['ci'][1]:.2f}]"
+        vals.append(f"{100 * e['diff']:+.2f}{ci}")
+    lines.append(f"| {c} | " + " | ".join(vals) + " |")
   lines += ["", "real: the run's losses. STRUCTURE_xG: simulated from each canary's fitted class means with the "
             "IN-OUT gap times G, and noise: gaussian N(0, C), C its OAS shared covariance; gaussian_diagonal "
             "N(0, diag C); gaussian_classwise each class's own OAS covariance; shuffled the canary's real residual "
@@ -204,23 +230,25 @@ def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], 
   per_canary, params = ms.measure(loss, keep, mask, progress=lambda it: tqdm(
       it, desc="fitting canaries", disable=not progress))
   per_canary["co_movement_x_length"] = per_canary["co_movement"] * per_canary["length"]
-  cells = {}
+  cells, differences = {}, {}
   for c, name in enumerate(cell_names(gaps)):
     path = os.path.join(cell_dir, f"{name}.json")
     if os.path.exists(path):
       cached = run_folder.load_json(path)
-      if cached.get("shape") == [M, n, T] and cached.get("settings") == settings:
-        cells[name] = cached["variants"]
+      if cached.get("shape") == [M, n, T] and cached.get("settings") == settings and "differences" in cached:
+        cells[name], differences[name] = cached["variants"], cached["differences"]
         continue
     if name == "real":
       arrays = loss
     else:
       structure, g = name.rsplit("_x", 1)
       arrays = ms.simulate(params, keep, T, gap=float(g), structure=structure, seed=seed * 1000 + c)
-    rows, _ = evaluation.evaluate_variants(arrays, keep, mask_NxT=mask, fprs=FPRS, n_boot=n_boot, seed=seed,
+    rows, scores = evaluation.evaluate_variants(arrays, keep, mask_NxT=mask, fprs=FPRS, n_boot=n_boot, seed=seed,
                                            progress=progress)
     cells[name] = _compact(rows)
-    run_folder.save_json(path, {"cell": name, "shape": [M, n, T], "settings": settings, "variants": cells[name]})
+    differences[name] = _differences(scores, keep, n_boot, seed)
+    run_folder.save_json(path, {"cell": name, "shape": [M, n, T], "settings": settings, "variants": cells[name],
+                                "differences": differences[name]})
   oracle = {s: {f"{g:g}": {v: {metrics.fpr_key(f): ms.oracle_tpr(per_canary[f"a_{v}_{s}"], per_canary[f"b_{v}_{s}"],
                                                                    f, gap=g) for f in FPRS}
                            for v in ms.ORACLE_VARIANTS} for g in gaps} for s in ms.ORACLE_STRUCTURES}
@@ -229,11 +257,12 @@ def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], 
            for ext in ("json", "csv", "md", "png")}
   title = _run_title(run_dir, run, n)
   header = provenance.header(command, run_dir, run, settings, "seqlira.membership_model")
-  run_folder.save_json(paths["json"], {**header, "structure": structure, "cells": cells, "oracle": oracle})
+  run_folder.save_json(paths["json"], {**header, "structure": structure, "cells": cells, "differences": differences,
+                                       "oracle": oracle})
   columns = ["length"] + list(MEASURES)
   run_folder.save_csv(paths["csv"], [{"canary": i, **{k: float(per_canary[k][i]) for k in columns}}
                                      for i in range(n)])
-  run_folder.save_text(paths["md"], markdown(structure, cells, oracle, gaps, title))
+  run_folder.save_text(paths["md"], markdown(structure, cells, differences, oracle, gaps, title))
   run_folder.save_figure(paths["png"], figure(per_canary, cells, oracle, gaps, title))
   key = metrics.fpr_key(FPRS[0])
   lines = [f"median L x co-movement {structure['co_movement_x_length']['median']:.3g} (1 = independent tokens), "

@@ -32,6 +32,12 @@ def test_report_cells_resume_and_equal_the_evaluation(tmp_path, monkeypatch):
   for row in rows:
     assert out["cells"]["real"][row["name"]]["auc"] == row["summary"]["auc"]
     assert out["cells"]["real"][row["name"]]["tpr"]["0.001"] == row["summary"]["tpr"]["0.001"]["tpr"]
+  real = out["cells"]["real"]
+  for name in out["differences"]["real"]:  # paired differences: at the full sample, the difference of the two TPRs
+    a, b = name.split(" - ")
+    for fpr in ("0.001", "0.0001"):
+      assert out["differences"]["real"][name][fpr]["diff"] == pytest.approx(
+          real[a]["tpr"][fpr] - real[b]["tpr"][fpr], abs=1e-12)
   assert set(out["oracle"]) == {"gaussian", "gaussian_diagonal"} and out["structure"]["kappa"]["n"] == 60
   assert "median L x co-movement" in lines[0]
   # Finished cells are read back: a second call scores nothing and writes the same tables.
