@@ -164,7 +164,8 @@ def measure(loss_MxNxT, keep_MxN, mask_NxT=None, statistic="logit", progress=Non
 
 
 def simulate(params, keep_MxN, T, gap=1.0, structure="gaussian", seed=0, statistic="logit"):
-  """Losses [M, N, T] float32 (NaN at unscored positions) drawn from the fitted parameters (module docstring)."""
+  """Losses [M, N, T] float32 (NaN at unscored positions) drawn from the fitted parameters (module docstring); seed:
+  anything numpy.random.default_rng takes."""
   if structure not in STRUCTURES:
     raise InputError(f"structure must be one of {STRUCTURES}, got {structure!r}")
   if statistic != "logit":

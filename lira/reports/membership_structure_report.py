@@ -231,7 +231,7 @@ def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], 
       it, desc="fitting canaries", disable=not progress))
   per_canary["co_movement_x_length"] = per_canary["co_movement"] * per_canary["length"]
   cells, differences = {}, {}
-  for c, name in enumerate(cell_names(gaps)):
+  for name in cell_names(gaps):
     path = os.path.join(cell_dir, f"{name}.json")
     if os.path.exists(path):
       cached = run_folder.load_json(path)
@@ -242,7 +242,9 @@ def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], 
       arrays = loss
     else:
       structure, g = name.rsplit("_x", 1)
-      arrays = ms.simulate(params, keep, T, gap=float(g), structure=structure, seed=seed * 1000 + c)
+      # Each cell's draws depend on the seed, its structure and its gap only, not on which other cells are asked for.
+      arrays = ms.simulate(params, keep, T, gap=float(g), structure=structure,
+                           seed=[seed, ms.STRUCTURES.index(structure), int(round(1000 * float(g)))])
     rows, scores = evaluation.evaluate_variants(arrays, keep, mask_NxT=mask, fprs=FPRS, n_boot=n_boot, seed=seed,
                                            progress=progress)
     cells[name] = _compact(rows)
