@@ -1,6 +1,6 @@
 """How membership moves each canary's tokens, and which LiRA variant that structure favours.
 
-python -m experiments.membership_structure --run_dir=DIR [--gaps=1,1.25,1.5,2,4] [--max_canaries=N] [--n_boot=200]
+python -m experiments.membership_structure --run_dir=DIR [--gaps=1,1.25,1.5,2,4] [--draws=3] [--max_canaries=N] [--n_boot=200]
     [--seed=0] [--out_dir=DIR/membership_structure]
 Per canary (lira/membership_model.py): how much the tokens move together from model to model (co-movement), how
 unequal the per-token IN-OUT effects are (uniformity), how much that misleads the independent model (kappa), the IN
@@ -38,6 +38,9 @@ def _positive_numbers(values):
 
 
 flags.register_validator("gaps", _positive_numbers)
+flags.DEFINE_integer("draws", report.DEFAULTS["draws"], "Simulated runs per cell (their TPRs and differences are "
+                     "averaged; the report gives their range).")
+cli.check_range("draws", 1)
 flags.DEFINE_integer("max_canaries", None, "Analyse the first N canaries only; default all.")
 cli.check_range("max_canaries", 1)
 flags.DEFINE_integer("n_boot", report.DEFAULTS["n_boot"], "Bootstrap replicates over canaries (0 = none).")
@@ -53,7 +56,8 @@ def main(argv):
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
   paths, lines = report.write_membership_structure(
-      FLAGS.run_dir, FLAGS.out_dir, gaps=[float(g) for g in FLAGS.gaps], max_canaries=FLAGS.max_canaries,
+      FLAGS.run_dir, FLAGS.out_dir, gaps=[float(g) for g in FLAGS.gaps], draws_per_cell=FLAGS.draws,
+      max_canaries=FLAGS.max_canaries,
       n_boot=FLAGS.n_boot, seed=FLAGS.seed, progress=FLAGS.progress)
   print("\n".join(lines))
   print(provenance.wrote(paths))

@@ -1,9 +1,10 @@
 """The membership-structure analysis of a run folder written out (experiments/membership_structure.py).
 
-Cells, each cached as out_dir/membership_structure_cells/CELL.json (a run stopped part-way resumes there):
+Cells, each draw cached as out_dir/membership_structure_cells/CELL_draw-D.json (a run stopped part-way resumes there):
   real                      the six variants, leave-one-out, on the run's own losses
-  STRUCTURE_xG              the same on a run simulated from each canary's fitted class means, the IN-OUT gap scaled
-                            by G, with the noise of STRUCTURE (lira.membership_model.STRUCTURES)
+  STRUCTURE_xG              the same on runs simulated from each canary's fitted class means, the IN-OUT gap scaled
+                            by G, with the noise of STRUCTURE (lira.membership_model.STRUCTURES); --draws runs per
+                            cell, averaged
 The oracle rows (infinitely many shadow models, shared variants) come in closed form from the fitted parameters.
 
 membership_structure.json (schema "seqlira.membership_model"): the provenance header, `structure` (quantiles of
@@ -28,7 +29,7 @@ from lira.reports import provenance
 from lira.reports import run_folder
 from lira.scoring import VARIANTS
 
-DEFAULTS = {"gaps": [1.0, 1.25, 1.5, 2.0, 4.0], "max_canaries": None, "n_boot": metrics.N_BOOT, "seed": 0}
+DEFAULTS = {"gaps": [1.0, 1.25, 1.5, 2.0, 4.0], "draws": 3, "max_canaries": None, "n_boot": metrics.N_BOOT, "seed": 0}
 FPRS = (0.001, 0.0001)
 MEASURES = ("co_movement", "co_movement_x_length", "kappa", "uniformity", "signal_over_noise", "mean_effect",
             "variance_ratio", "excess_kurtosis")
@@ -63,6 +64,30 @@ def _compact(rows):
   return out
 
 
+def _mean_of_draws(draws):
+  """A cell from its draws: (variants, differences) with TPR, AUC and differences averaged over the draws, their
+  [min, max] over the draws as `range`, and each draw's paired interval kept (`ci` is the single draw's where D = 1)."""
+  variants = {}
+  for v, first in draws[0]["variants"].items():
+    per = [d["variants"][v] for d in draws]
+    variants[v] = {"auc": float(np.mean([p["auc"] for p in per])), "n_neg": first["n_neg"],
+                   "tpr": {k: float(np.mean([p["tpr"][k] for p in per])) for k in first["tpr"]},
+                   "range": {k: [min(p["tpr"][k] for p in per), max(p["tpr"][k] for p in per)] for k in first["tpr"]},
+                   "ci": first["ci"] if len(draws) == 1 else None,
+                   "resolved": {k: all(p["resolved"][k] for p in per) for k in first["resolved"]}}
+  differences = {}
+  for name, first in draws[0]["differences"].items():
+    differences[name] = {}
+    for k in first:
+      per = [d["differences"][name][k] for d in draws]
+      diffs = [p["diff"] for p in per]
+      differences[name][k] = {
+          "diff": float(np.mean(diffs)), "range": [min(diffs), max(diffs)], "draw_cis": [p["ci"] for p in per],
+          "draws_above_0": sum(p["ci"][0] is not None and p["ci"][0] > 0 for p in per),
+          "draws_below_0": sum(p["ci"][1] is not None and p["ci"][1] < 0 for p in per)}
+  return variants, differences
+
+
 def _quantiles(x):
   x = x[np.isfinite(x)]
   if not len(x):
@@ -77,7 +102,8 @@ def _pct(x):
 
 def markdown(structure, cells, differences, oracle, gaps, title):
   """The report's tables: the structure measures, then TPR at 0.1% and 0.01% FPR per cell and the oracle."""
-  lines = [f"# {title}", "", "## Structure (per canary: median [25%, 75%] over canaries)", "",
+  lines = [f"# {title}", "", "Simulated cells are the mean of their draws (--draws).", "",
+           "## Structure (per canary: median [25%, 75%] over canaries)", "",
            "| measure | median [IQR] | independent tokens | one factor |", "|---|---|---|---|"]
   refs = {"co_movement": ("1/L", "1"), "co_movement_x_length": ("1", "L"), "kappa": ("1", "about L rho"),
           "uniformity": ("", "1 if every token moves by the same sds"), "signal_over_noise": ("", ""),
@@ -98,7 +124,10 @@ def markdown(structure, cells, differences, oracle, gaps, title):
       structure, _, g = c.rpartition("_x")
       vals += [_pct(oracle[structure][g][v][key]) if structure in oracle else "-" for v in ms.ORACLE_VARIANTS]
       lines.append(f"| {c} | " + " | ".join(vals) + " |")
-  lines += ["", "## Paired differences (TPR points, 95% paired-bootstrap interval over canaries)", "",
+  lines += ["", "## Paired differences (TPR points)", "",
+            "real: the difference with its 95% paired-bootstrap interval over canaries. Simulated cells: the mean over "
+            "the draws, the smallest to largest draw, and in how many draws the paired interval lies above / below 0.",
+            "",
             "| run | " + " | ".join(f"{name} {100 * f:g}%" for name in differences[cell_names(gaps)[0]] for f in FPRS)
             + " |", "|---|" + "---:|" * (len(DIFFERENCES) * len(FPRS))]
   for c in cell_names(gaps):
@@ -106,7 +135,13 @@ def markdown(structure, cells, differences, oracle, gaps, title):
     for name, per_fpr in differences[c].items():
       for f in FPRS:
         e = per_fpr[metrics.fpr_key(f)]
-        ci = "" if e["ci"][0] is None else f" [{100 * e['ci'][0]:.2f}, {100 * e['ci'][1]:.2f}]"
+        D = len(e["draw_cis"])
+        if D == 1:
+          ci = "" if e["draw_cis"][0][0] is None else (
+              f" [{100 * e['draw_cis'][0][0]:.2f}, {100 * e['draw_cis'][0][1]:.2f}]")
+        else:
+          ci = (f" ({100 * e['range'][0]:+.2f} to {100 * e['range'][1]:+.2f}; >0 in {e['draws_above_0']}, <0 in "
+                f"{e['draws_below_0']} of {D})")
         vals.append(f"{100 * e['diff']:+.2f}{ci}")
     lines.append(f"| {c} | " + " | ".join(vals) + " |")
   lines += ["", "real: the run's losses. STRUCTURE_xG: simulated from each canary's fitted class means with the "
@@ -199,7 +234,8 @@ def _run_title(run_dir, run, n):
           f"canaries, T={T}; logit statistic")
 
 
-def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], max_canaries=DEFAULTS["max_canaries"],
+def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], draws_per_cell=DEFAULTS["draws"],
+                               max_canaries=DEFAULTS["max_canaries"],
                                n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"], command="membership_structure",
                                progress=False):
   """Check everything, compute (resuming finished cells), write the four files; returns (paths, summary lines)."""
@@ -210,6 +246,8 @@ def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], 
     raise InputError(f"--max_canaries must be >= 1, got {max_canaries}")
   if n_boot < 0:
     raise InputError(f"--n_boot must be >= 0, got {n_boot}")
+  if draws_per_cell < 1:
+    raise InputError(f"--draws must be >= 1, got {draws_per_cell}")
   run = run_folder.load_run(run_dir, mmap=True)
   M, N, T = run.loss_MxNxT.shape
   n = N if max_canaries is None else min(N, max_canaries)
@@ -223,34 +261,36 @@ def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], 
                      "canary needs 3 of each (the variants' balanced leave-one-out fits)")
   out_dir = out_dir or os.path.join(run_dir, "membership_structure")
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
-  settings = {"gaps": gaps, "max_canaries": max_canaries, "n_boot": n_boot, "seed": seed}
-  cell_dir = os.path.join(out_dir, "membership_structure_cells" + provenance.suffix(
-      {k: v for k, v in settings.items() if k != "gaps"}, DEFAULTS))
+  settings = {"gaps": gaps, "draws": draws_per_cell, "max_canaries": max_canaries, "n_boot": n_boot, "seed": seed}
+  cell_settings = {k: v for k, v in settings.items() if k not in ("gaps", "draws")}
+  cell_dir = os.path.join(out_dir, "membership_structure_cells" + provenance.suffix(cell_settings, DEFAULTS))
   os.makedirs(cell_dir, exist_ok=True)
   per_canary, params = ms.measure(loss, keep, mask, progress=lambda it: tqdm(
       it, desc="fitting canaries", disable=not progress))
   per_canary["co_movement_x_length"] = per_canary["co_movement"] * per_canary["length"]
   cells, differences = {}, {}
   for name in cell_names(gaps):
-    path = os.path.join(cell_dir, f"{name}.json")
-    if os.path.exists(path):
-      cached = run_folder.load_json(path)
-      if cached.get("shape") == [M, n, T] and cached.get("settings") == settings and "differences" in cached:
-        cells[name], differences[name] = cached["variants"], cached["differences"]
-        continue
-    if name == "real":
-      arrays = loss
-    else:
-      structure, g = name.rsplit("_x", 1)
-      # Each cell's draws depend on the seed, its structure and its gap only, not on which other cells are asked for.
-      arrays = ms.simulate(params, keep, T, gap=float(g), structure=structure,
-                           seed=[seed, ms.STRUCTURES.index(structure), int(round(1000 * float(g)))])
-    rows, scores = evaluation.evaluate_variants(arrays, keep, mask_NxT=mask, fprs=FPRS, n_boot=n_boot, seed=seed,
-                                           progress=progress)
-    cells[name] = _compact(rows)
-    differences[name] = _differences(scores, keep, n_boot, seed)
-    run_folder.save_json(path, {"cell": name, "shape": [M, n, T], "settings": settings, "variants": cells[name],
-                                "differences": differences[name]})
+    draws = []
+    for d in range(1 if name == "real" else draws_per_cell):
+      path = os.path.join(cell_dir, f"{name}_draw-{d}.json")
+      if os.path.exists(path):
+        cached = run_folder.load_json(path)
+        if cached.get("shape") == [M, n, T] and cached.get("settings") == cell_settings:
+          draws.append(cached)
+          continue
+      if name == "real":
+        arrays = loss
+      else:
+        structure, g = name.rsplit("_x", 1)
+        # A draw depends on the seed, its structure, gap and draw number only, not on the other cells asked for.
+        arrays = ms.simulate(params, keep, T, gap=float(g), structure=structure,
+                             seed=[seed, ms.STRUCTURES.index(structure), int(round(1000 * float(g))), d])
+      rows, scores = evaluation.evaluate_variants(arrays, keep, mask_NxT=mask, fprs=FPRS, n_boot=n_boot, seed=seed,
+                                                  progress=progress)
+      draws.append({"cell": name, "draw": d, "shape": [M, n, T], "settings": cell_settings,
+                    "variants": _compact(rows), "differences": _differences(scores, keep, n_boot, seed)})
+      run_folder.save_json(path, draws[-1])
+    cells[name], differences[name] = _mean_of_draws(draws)
   oracle = {s: {f"{g:g}": {v: {metrics.fpr_key(f): ms.oracle_tpr(per_canary[f"a_{v}_{s}"], per_canary[f"b_{v}_{s}"],
                                                                    f, gap=g) for f in FPRS}
                            for v in ms.ORACLE_VARIANTS} for g in gaps} for s in ms.ORACLE_STRUCTURES}

@@ -38,6 +38,11 @@ def test_report_cells_resume_and_equal_the_evaluation(tmp_path, monkeypatch):
     for fpr in ("0.001", "0.0001"):
       assert out["differences"]["real"][name][fpr]["diff"] == pytest.approx(
           real[a]["tpr"][fpr] - real[b]["tpr"][fpr], abs=1e-12)
+  cell_dir = os.path.join(run, "membership_structure", "membership_structure_cells_nboot-0")
+  draws = [run_folder.load_json(os.path.join(cell_dir, f"gaussian_x2_draw-{d}.json")) for d in range(3)]
+  for v in ("Univariate Shared", "OAS Class-Wise"):  # a simulated cell is the mean of its three draws
+    assert out["cells"]["gaussian_x2"][v]["tpr"]["0.001"] == pytest.approx(
+        np.mean([d["variants"][v]["tpr"]["0.001"] for d in draws]), abs=1e-12)
   assert set(out["oracle"]) == {"gaussian", "gaussian_diagonal"} and out["structure"]["kappa"]["n"] == 60
   assert "median L x co-movement" in lines[0]
   # Finished cells are read back: a second call scores nothing and writes the same tables.
