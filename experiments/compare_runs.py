@@ -1,7 +1,8 @@
 """Several evaluated runs side by side: each variant's TPR and the sequence-aware variants' paired differences
 against univariate, run by run (a dose-response across runs that differ in one setting).
 
-python -m experiments.compare_runs --run_dirs=A,B,C --out_dir=OUT [--labels=a,b,c] [--title=...] [--n_boot=1000]
+python -m experiments.compare_runs --run_dirs=A,B,C --out_dir=OUT [--labels=a,b,c] [--title=...] [--setting=lstm_worst]
+    [--n_boot=1000]
 Each run folder needs evaluate's report of the six variants (results.json and its scores files). Writes
 OUT/compare_runs.{json,md,png} (lira/reports/compare_runs_report.py).
 """
@@ -11,6 +12,7 @@ from absl import flags
 
 from experiments import cli
 from lira.reports import compare_runs_report
+from lira.reports import paper_table_report
 from lira.reports import provenance
 
 FLAGS = flags.FLAGS
@@ -18,6 +20,8 @@ flags.DEFINE_list("run_dirs", None, "Evaluated run folders, in the order they ar
 flags.DEFINE_list("labels", None, "A short name per run; default the folders' names.")
 flags.DEFINE_string("title", None, "The figure's and tables' title; default the runs' names, families and canaries.")
 flags.DEFINE_string("out_dir", None, "Output folder.")
+flags.DEFINE_enum("setting", "none", ["none"] + list(paper_table_report.PAPER_TABLE_II),
+                  "A Table II column whose differences are drawn and tabled beside the runs'.")
 flags.DEFINE_integer("n_boot", compare_runs_report.DEFAULTS["n_boot"], "Paired bootstrap replicates over canaries.")
 cli.check_range("n_boot", 1)
 flags.DEFINE_integer("seed", compare_runs_report.DEFAULTS["seed"], "Bootstrap seed.")
@@ -32,7 +36,7 @@ def main(argv):
   if not FLAGS.out_dir:
     raise app.UsageError("--out_dir is required")
   paths = compare_runs_report.write(FLAGS.run_dirs, FLAGS.out_dir, FLAGS.labels, FLAGS.title, FLAGS.n_boot,
-                                    FLAGS.seed)
+                                    FLAGS.seed, FLAGS.setting)
   print(provenance.wrote(paths))
 
 

@@ -2,7 +2,8 @@
 univariate, run by run (experiments/compare_runs.py).
 
 Each run's numbers are lira.reports.paper_table_report.build's on that run (its results.json and scores files, the
-paired bootstrap over canaries of lira.compare). compare_runs.json (schema "seqlira.compare_runs"): `runs` (per run:
+paired bootstrap over canaries of lira.compare). compare_runs.json (schema "seqlira.compare_runs"): `setting` and `paper_differences` (a Table II column's differences
+for the same pairs, drawn beside the runs'), `runs` (per run:
 `label`, `run_dir`, `shape`, `run` (model family and canary kind), `rows` and `tests` as paper_table's); compare_runs.md: the
 tables; compare_runs.png: TPR at 0.1% FPR per variant and the differences at 0.1% and 0.01% FPR, run by run.
 """
@@ -65,6 +66,10 @@ def markdown(report):
             "percentile intervals):", "",
             "| run | " + " | ".join(f"{a} - {b} {100 * f:g}%" for a, b in DIFFERENCES for f in FPRS) + " |",
             "|---|" + "---:|" * (len(DIFFERENCES) * len(FPRS))]
+  paper = report.get("paper_differences") or {}
+  if paper:
+    lines.append(f"| Table II ({report['setting']}) | " + " | ".join(
+        f"{paper[f'{a} - {b}'][i]:+.2f}" for a, b in DIFFERENCES for i in range(len(FPRS))) + " |")
   for run in report["runs"]:
     cells = []
     for a, b in DIFFERENCES:
@@ -74,6 +79,16 @@ def markdown(report):
             "" if e["resolved"] else " (n/r)"))
     lines.append(f"| {run['label']} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
+
+
+def paper_differences(setting):
+  """{(A, B): [diff at each FPR]} of Table II's column `setting` (lira.reports.paper_table_report), or {} for none."""
+  if setting in (None, "none"):
+    return {}
+  if setting not in paper_table_report.PAPER_TABLE_II:
+    raise InputError(f"--setting={setting}: must be one of none, {', '.join(paper_table_report.PAPER_TABLE_II)}")
+  column = dict(zip(paper_table_report.VARIANTS, paper_table_report.PAPER_TABLE_II[setting]))
+  return {(a, b): [column[a][i] - column[b][i] for i in range(len(FPRS))] for a, b in DIFFERENCES}
 
 
 def figure(report, title):
@@ -100,6 +115,10 @@ def figure(report, title):
       d = np.array([100 * v["diff"] for v in e])
       ci = np.array([[100 * c for c in v["ci"]] for v in e])
       color = plots.COVARIANCE_COLORS[a.split("-")[0]]
+      paper = report.get("paper_differences", {}).get(f"{a} - {b}")
+      if paper is not None:
+        ax.axhline(paper[f], color=color, ls="--", lw=1, alpha=0.8, label=f"Table II ({report['setting']}): "
+                   f"{paper[f]:+.2f}")
       ax.errorbar(x + (k - 0.5) * 0.1, d, yerr=np.abs(ci.T - d), marker="o", ms=5, capsize=3, color=color, ls="-",
                   label=f"{a} - {b}")
       for xi, v in zip(x, e):
@@ -116,13 +135,18 @@ def figure(report, title):
   return fig
 
 
-def write(run_dirs, out_dir, labels=None, title=None, n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"]):
-  """Build, then write compare_runs.{json,md,png} into out_dir; returns the paths."""
+def write(run_dirs, out_dir, labels=None, title=None, n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"],
+          setting="none"):
+  """Build, then write compare_runs.{json,md,png} into out_dir; returns the paths. setting: a Table II column whose
+  differences the figure and tables show beside the runs' (lira.reports.paper_table_report.PAPER_TABLE_II)."""
+  paper = paper_differences(setting)
   labels = check(run_dirs, labels)
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   report = build(run_dirs, labels, n_boot, seed)
   title = title or "Runs compared: " + provenance.runs_description([(d, run_folder.load_config(d)) for d in run_dirs])
   report["title"] = title
+  report["setting"] = setting
+  report["paper_differences"] = {f"{a} - {b}": d for (a, b), d in paper.items()}
   paths = {ext: os.path.join(out_dir, f"compare_runs.{ext}") for ext in ("json", "md", "png")}
   run_folder.save_json(paths["json"], report)
   run_folder.save_text(paths["md"], f"# {title}\n\n" + markdown(report))

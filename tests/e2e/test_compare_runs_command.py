@@ -30,7 +30,8 @@ def two_runs(tmp_path_factory):
 
 
 def test_each_run_equals_its_paper_table(two_runs, tmp_path):
-  paths = compare_runs_report.write(two_runs, str(tmp_path / "out"), labels=["weak", "strong"], n_boot=50, seed=3)
+  paths = compare_runs_report.write(two_runs, str(tmp_path / "out"), labels=["weak", "strong"], n_boot=50, seed=3,
+                                    setting="lstm_worst")
   assert [os.path.basename(p) for p in paths] == ["compare_runs.json", "compare_runs.md", "compare_runs.png"]
   with open(paths[0]) as f:
     report = json.loads(f.read(), parse_constant=lambda c: (_ for _ in ()).throw(ValueError(c)))  # strict JSON
@@ -40,11 +41,17 @@ def test_each_run_equals_its_paper_table(two_runs, tmp_path):
     assert run["rows"] == json.loads(json.dumps(want["rows"]))
     assert run["tests"] == json.loads(json.dumps(want["tests"]))
     assert run["run"] == "synthetic losses"
+  # Table II's LSTM worst-case column: independent shared 98.75 / 95.00, univariate shared 95.82 / 88.25.
+  assert report["paper_differences"]["independent-shared - univariate-shared"] == pytest.approx([2.93, 6.75])
   with open(paths[1]) as f:
-    assert "| strong |" in f.read()
+    text = f.read()
+  assert "| strong |" in text and "| Table II (lstm_worst) | +2.93 | +6.75 |" in text
 
 
 def test_errors_are_one_line_before_any_work(two_runs, tmp_path):
+  with pytest.raises(InputError, match="--setting=bogus: must be one of none, "):
+    compare_runs_report.write(two_runs, str(tmp_path / "x"), setting="bogus")
+  assert not os.path.exists(tmp_path / "x")
   with pytest.raises(InputError, match="--labels has 1 names for 2 runs"):
     compare_runs_report.build(two_runs, labels=["a"])
   env = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
