@@ -2,6 +2,7 @@
 
 python -m experiments.covariance_error --run_dir=DIR [--shadow_counts=4,8,16,32,64] [--draws=5]
 Writes into RUN_DIR/covariance_error (or --out_dir) covariance_error.{csv,json}, covariance_error_summary.csv,
+covariance_error_differences.csv (each ordering Figs. 2 and 3 are read for, error(A) - error(B) with a 95% interval),
 error_vs_shadow_models.png, relative_error.png and covariance_heatmap.png; settings other than the defaults are
 appended to the names (covariance_error_draws-3.json), so analyses with other settings are kept. Shadow counts
 above the run's M are dropped with a note. On an image run (config.json with an image shape) the heatmap marks where
@@ -35,8 +36,10 @@ flags.DEFINE_integer("max_canaries", 1000, "Canaries analysed at most (random su
 cli.check_range("max_canaries", 1)
 flags.DEFINE_integer("canary", 0, "Canary whose gold-standard covariance is drawn as a heatmap.")
 cli.check_range("canary", 0)  # and below the run's N, checked once the run is read
-flags.DEFINE_integer("seed", 0, "Seed for the canary subset and the model subsets.")
+flags.DEFINE_integer("seed", 0, "Seed for the canary subset, the model subsets and the bootstrap.")
 cli.check_range("seed", 0)
+flags.DEFINE_integer("n_boot", 1000, "Bootstrap replicates (over canaries and draws) for the differences' 95% intervals.")
+cli.check_range("n_boot", 1)
 flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/covariance_error.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
@@ -85,24 +88,35 @@ def table(summary):
   return "\n".join(lines)
 
 
+def differences_table(differences):
+  """Readable table of the paired differences: error(A) - error(B) with its 95% interval (below 0: A closer)."""
+  lines = [f"{'class':<5} {'m':>5} {'A - B':<46} {'difference':>11} {'95% interval':>24}"]
+  for r in differences:
+    lines.append(f"{r['class']:<5} {r['m']:>5} {r['a'] + ' - ' + r['b']:<46} {r['difference']:>+11.4g} "
+                 f"{'[' + format(r['ci_low'], '+.4g') + ', ' + format(r['ci_high'], '+.4g') + ']':>24}")
+  return "\n".join(lines)
+
+
 def output_paths(out_dir, settings):
   """Every output's path, named by the settings that change it (the heatmap: statistic and canary only)."""
   named = {k: v for k, v in settings.items() if k != "canary"}
   heatmap = {"statistic": settings["statistic"], "canary": settings["canary"]}
   paths = {f"{stem}.{ext}": provenance.report_path(out_dir, stem, ext, named, cli.flag_defaults(named)) for stem, ext in (
-      ("covariance_error", "csv"), ("covariance_error_summary", "csv"), ("covariance_error", "json"),
+      ("covariance_error", "csv"), ("covariance_error_summary", "csv"), ("covariance_error_differences", "csv"),
+      ("covariance_error", "json"),
       ("error_vs_shadow_models", "png"), ("relative_error", "png"))}
   paths["covariance_heatmap.png"] = provenance.report_path(out_dir, "covariance_heatmap", "png", heatmap,
                                                              cli.flag_defaults(heatmap))
   return paths
 
 
-def write_outputs(paths, header, rows, aggregated, relative, summary, heatmap_fig, subtitle):
+def write_outputs(paths, header, rows, aggregated, relative, summary, differences, heatmap_fig, subtitle):
   """Write the CSVs, the JSON and the three figures atomically; return their paths."""
   run_folder.save_text(paths["covariance_error.csv"], to_csv(rows))
   run_folder.save_text(paths["covariance_error_summary.csv"], to_csv(summary))
-  run_folder.save_json(paths["covariance_error.json"],
-                   {**header, "rows": rows, "aggregated": aggregated, "relative": relative})
+  run_folder.save_text(paths["covariance_error_differences.csv"], to_csv(differences))
+  run_folder.save_json(paths["covariance_error.json"], {**header, "rows": rows, "aggregated": aggregated,
+                                                        "relative": relative, "differences": differences})
   run_folder.save_figure(paths["error_vs_shadow_models.png"], cov_plots.plot_errors(aggregated, subtitle))
   run_folder.save_figure(paths["relative_error.png"], cov_plots.plot_relative_errors(relative, subtitle))
   run_folder.save_figure(paths["covariance_heatmap.png"], heatmap_fig)
@@ -123,14 +137,17 @@ def main(argv):
   M, N, T = run.loss_MxNxT.shape
   settings = {"statistic": FLAGS.statistic,
               "shadow_counts": None if counts == cov_error.default_shadow_counts(M) else counts,
-              "draws": FLAGS.draws, "max_canaries": FLAGS.max_canaries, "seed": FLAGS.seed, "canary": FLAGS.canary}
+              "draws": FLAGS.draws, "max_canaries": FLAGS.max_canaries, "seed": FLAGS.seed, "n_boot": FLAGS.n_boot,
+              "canary": FLAGS.canary}
   recorded = {**settings, "shadow_counts": counts, "num_models": M, "dropped_counts_note": note}
   header = provenance.header("covariance_error", FLAGS.run_dir, run, recorded, "seqlira.covariance_error")
-  rows = cov_error.covariance_errors(
+  errors = cov_error.canary_errors(
       run.loss_MxNxT, run.keep_MxN, shadow_counts=counts, draws=FLAGS.draws, statistic=FLAGS.statistic,
       mask_NxT=run.mask_NxT, max_canaries=FLAGS.max_canaries, seed=FLAGS.seed,
       progress=lambda jobs: tqdm.tqdm(jobs, desc="canary blocks", unit="block", disable=not FLAGS.progress))
+  rows = cov_error.error_rows(errors)
   aggregated, relative = cov_error.aggregate(rows), cov_error.relative_errors(rows)
+  differences = cov_error.paired_differences(errors, n_boot=FLAGS.n_boot, seed=FLAGS.seed)
   summary = summary_rows(aggregated, relative)
   gold_in, gold_out = cov_error.gold_covariance(
       run.loss_MxNxT, run.keep_MxN, FLAGS.canary, statistic=FLAGS.statistic, mask_NxT=run.mask_NxT)
@@ -144,10 +161,13 @@ def main(argv):
                                               row_width=image_shape[1] if image_shape else None,
                                               counts={"in": n_in, "out": M - n_in},
                                               unit="nats\u00b2" if FLAGS.statistic == "loss" else "logit\u00b2")
-  paths = write_outputs(output_paths(out_dir, settings), header, rows, aggregated, relative, summary, heatmap,
-                        subtitle)
+  paths = write_outputs(output_paths(out_dir, settings), header, rows, aggregated, relative, summary, differences,
+                        heatmap, subtitle)
   print(f"{subtitle}\n")
   print(table(summary))
+  print("\nerror(A) - error(B), mean over draws and canaries (below 0: A closer to the gold standard); 95% interval "
+        "of a bootstrap over canaries and draws")
+  print(differences_table(differences))
   print(provenance.wrote(paths))
   if image_shape:
     print(f"image run: python -m experiments.image_maps --run_dir={FLAGS.run_dir} draws the per-pixel maps")

@@ -3,6 +3,7 @@
 import numpy as np
 
 from lira import covariance
+from lira import metrics
 from lira import transforms
 from lira.evaluation import default_shadow_counts  # noqa: F401 (one definition; experiments use it from here)
 from lira.checks import check_arrays
@@ -87,21 +88,12 @@ def subset_errors(stat_SxNxT, keep_SxN, gold_in_NxTxT, gold_out_NxTxT):
   return out
 
 
-def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic="logit", mask_NxT=None,
-                      max_canaries=1000, seed=0, progress=None):
-  """Canary-averaged Frobenius error of each estimator/mode vs the all-M-models MLE, per m and draw (Figs. 2, 6a).
+def canary_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic="logit", mask_NxT=None,
+                  max_canaries=1000, seed=0, progress=None):
+  """Per-canary Frobenius error of each estimator/mode vs the all-M-models MLE: {(m, draw, class, estimator, mode): error_N}.
 
-  The statistic (default logit) is taken in float64. Inputs are checked as leave_one_out checks them
-  (lira.checks.check_arrays): a loss that is not finite and >= 0 at a scored position raises InputError naming
-  model, canary and position. With a mask, only canaries whose mask is all True are used (InputError if none).
-  At most max_canaries canaries (random, with the seed) are analysed, streamed a block at a time (losses may
-  be memory-mapped): memory is about 2 x 64 MiB of T x T gold standards, whatever N. For each m, `draws`
-  random subsets of m of the M models are
-  drawn (m == M has a single subset, so it is drawn once). A canary whose subset has fewer than 2 rows of a
-  class is skipped for that class, in both modes, and counted in n_skipped. Shared mode estimates one covariance
-  from both classes' rows, each centred by its own class mean, and compares it with each class's gold standard.
-  `progress`, if given, wraps the iterable of canary blocks (e.g. tqdm.tqdm). Returns one dict per
-  (m, draw, class, estimator, mode) with keys m, draw, class, estimator, mode, error, n_canaries, n_skipped.
+  The arrays of covariance_errors before they are averaged over canaries (NaN where a canary is skipped for a class);
+  N is the number of canaries analysed, in select_canaries' order. covariance_errors documents the arguments.
   """
   keep_MxN = np.asarray(keep_MxN, bool)
   M = keep_MxN.shape[0]
@@ -135,15 +127,85 @@ def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic
                                         gold_out).items():
         errors[j].setdefault(key, []).append(error_B)
     del stat_MxBxT, gold_in, gold_out
+  return {(m, d, *key): np.concatenate(parts) for (m, d, _), errs in zip(jobs, errors) for key, parts in errs.items()}
+
+
+def error_rows(errors):
+  """The canary averages of canary_errors' arrays: one dict per (m, draw, class, estimator, mode) with keys m, draw,
+  class, estimator, mode, error, n_canaries, n_skipped."""
   rows = []
-  for (m, d, _), errs in zip(jobs, errors):
-    for (c, e, md), parts in errs.items():
-      error_N = np.concatenate(parts)
-      used = int(np.isfinite(error_N).sum())
-      rows.append({"m": m, "draw": d, "class": c, "estimator": e, "mode": md,
-                   "error": float(np.nanmean(error_N)) if used else float("nan"),
-                   "n_canaries": used, "n_skipped": int(error_N.size - used)})
+  for (m, d, c, e, md), error_N in errors.items():
+    used = int(np.isfinite(error_N).sum())
+    rows.append({"m": m, "draw": d, "class": c, "estimator": e, "mode": md,
+                 "error": float(np.nanmean(error_N)) if used else float("nan"),
+                 "n_canaries": used, "n_skipped": int(error_N.size - used)})
   return rows
+
+
+def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic="logit", mask_NxT=None,
+                      max_canaries=1000, seed=0, progress=None):
+  """Canary-averaged Frobenius error of each estimator/mode vs the all-M-models MLE, per m and draw (Figs. 2, 6a).
+
+  The statistic (default logit) is taken in float64. Inputs are checked as leave_one_out checks them
+  (lira.checks.check_arrays): a loss that is not finite and >= 0 at a scored position raises InputError naming
+  model, canary and position. With a mask, only canaries whose mask is all True are used (InputError if none).
+  At most max_canaries canaries (random, with the seed) are analysed, streamed a block at a time (losses may
+  be memory-mapped): memory is about 2 x 64 MiB of T x T gold standards, whatever N. For each m, `draws`
+  random subsets of m of the M models are
+  drawn (m == M has a single subset, so it is drawn once). A canary whose subset has fewer than 2 rows of a
+  class is skipped for that class, in both modes, and counted in n_skipped. Shared mode estimates one covariance
+  from both classes' rows, each centred by its own class mean, and compares it with each class's gold standard.
+  `progress`, if given, wraps the iterable of canary blocks (e.g. tqdm.tqdm). Returns one dict per
+  (m, draw, class, estimator, mode) with keys m, draw, class, estimator, mode, error, n_canaries, n_skipped.
+  """
+  return error_rows(canary_errors(loss_MxNxT, keep_MxN, shadow_counts=shadow_counts, draws=draws, statistic=statistic,
+                                  mask_NxT=mask_NxT, max_canaries=max_canaries, seed=seed, progress=progress))
+
+
+# The orderings Figs. 2 and 3 are read for: (estimator, mode) A against B, error(A) - error(B); below 0, A is closer.
+COMPARISONS = tuple([((a, md), (b, md)) for md in MODES
+                     for a, b in (("oas", "independent"), ("oas", "univariate"), ("independent", "univariate"))] +
+                    [((e, "classwise"), (e, "shared")) for e in ESTIMATORS])
+
+
+def paired_differences(errors, n_boot=1000, level=0.95, seed=0, weights_BxN=None, draw_weights_BxD=None):
+  """Error(A) - error(B) per (m, class) for each of COMPARISONS, with a two-stage bootstrap interval.
+
+  `errors` is canary_errors' output. The point estimate is the mean over draws of the canary-averaged difference
+  (the difference of covariance_errors' averages when no canary is skipped). A replicate resamples the canaries
+  (the same multinomial counts for every m, class and comparison: lira.metrics.bootstrap_weights) and the draws of m
+  (with replacement; m = M has one draw), so the interval carries both the canaries' spread and the model subsets'.
+  weights_BxN / draw_weights_BxD, if given, are the replicates' counts (for tests). Returns one dict per
+  (m, class, comparison): m, class, a, b ("estimator mode"), difference, ci_low, ci_high, draws, n_canaries.
+  """
+  if n_boot < 1:
+    raise InputError(f"n_boot must be >= 1, got {n_boot}")
+  draws_by_m = {}
+  for (m, d, *_rest) in errors:
+    draws_by_m.setdefault(m, set()).add(d)
+  N = len(next(iter(errors.values())))
+  w_BxN = metrics.bootstrap_weights(N, n_boot, seed) if weights_BxN is None else np.asarray(weights_BxN)
+  rng = np.random.default_rng(seed + 1)
+  out = []
+  for m in sorted(draws_by_m):
+    draws = sorted(draws_by_m[m])
+    if draw_weights_BxD is not None and len(draws) > 1:
+      wd_BxD = np.asarray(draw_weights_BxD)
+    else:
+      wd_BxD = rng.multinomial(len(draws), np.full(len(draws), 1.0 / len(draws)), size=len(w_BxN))
+    for c in CLASSES:
+      for (ea, ma), (eb, mb) in COMPARISONS:
+        d_DxN = np.stack([errors[m, d, c, ea, ma] - errors[m, d, c, eb, mb] for d in draws])
+        ok_DxN = np.isfinite(d_DxN)
+        point = float(np.mean([np.nanmean(row) if row_ok.any() else np.nan for row, row_ok in zip(d_DxN, ok_DxN)]))
+        with np.errstate(invalid="ignore", divide="ignore"):
+          mean_BxD = (w_BxN @ np.where(ok_DxN, d_DxN, 0.0).T) / (w_BxN @ ok_DxN.T)
+          rep_B = np.nansum(mean_BxD * wd_BxD, axis=1) / np.sum(np.where(np.isfinite(mean_BxD), wd_BxD, 0), axis=1)
+        low, high = metrics._percentile_ci(rep_B, level)
+        out.append({"m": m, "class": c, "a": f"{ea} {ma}", "b": f"{eb} {mb}", "difference": point,
+                    "ci_low": float(low), "ci_high": float(high), "draws": len(draws),
+                    "n_canaries": int(ok_DxN.any(axis=0).sum())})
+  return out
 
 
 def _mean_std(values):

@@ -1,6 +1,8 @@
 """The tiny PixelCNN++ shadow run with each group's model axis sharded over 4 simulated CPU devices (XLA's device
 count is fixed at start-up, so in a subprocess) against the unsharded run (tests/training/test_pixelcnn_pipeline.py's
-fixture, built again in this module)."""
+config), both trained in subprocesses compiled at XLA's default optimisation level, as users run them: LOSS_TOL and
+assert_trained_alike bound the rounding of that code (the suite's level 0, tests/conftest.py, rounds a sharded and
+an unsharded step further apart)."""
 
 import os
 import subprocess
@@ -10,7 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from test_pixelcnn_pipeline import finished_run, restore_group, tiny_cfg, tiny_steps  # noqa: F401  (a fixture)
+from test_pixelcnn_pipeline import restore_group, tiny_cfg, tiny_steps
 from test_trainer import LOSS_TOL, assert_trained_alike
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -18,29 +20,38 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PATHS = [ROOT, os.path.join(ROOT, "tests", "training"), os.path.join(ROOT, "tests")]
 
 
-_SHARDED_SCRIPT = textwrap.dedent("""
+_SCRIPT = textwrap.dedent("""
   import sys
   sys.path[:0] = {paths!r}
   import jax, numpy as np
-  assert jax.device_count() == 4, jax.devices()
+  assert jax.device_count() == {devices}, jax.devices()
   from test_pixelcnn_pipeline import tiny_cfg
   from training import pipeline
-  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("models",))
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("models",)) if {devices} > 1 else None
   assert pipeline.run(tiny_cfg(), {run_dir!r}, mesh=mesh, progress=False)
-  print("SHARDED_OK", jax.device_count())
+  print("RUN_OK", jax.device_count())
 """)
 
 
+def _start(run_dir, devices):
+  """The tiny run in a subprocess on `devices` simulated CPU devices, at XLA's default optimisation level."""
+  flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_backend_optimization_level")]
+  flags.append(f"--xla_force_host_platform_device_count={devices}")
+  env = dict(os.environ, XLA_FLAGS=" ".join(flags), JAX_PLATFORMS="cpu")
+  script = _SCRIPT.format(paths=PATHS, run_dir=run_dir, devices=devices)
+  return subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
 @pytest.mark.slow
-def test_sharded_run_over_four_simulated_devices_equals_unsharded(tmp_path, finished_run):
+def test_sharded_run_over_four_simulated_devices_equals_unsharded(tmp_path):
   """The tiny run with each group's model axis sharded over 4 simulated CPU devices equals the unsharded run."""
-  flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"
-  env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
-  run_dir = str(tmp_path / "sharded")
-  script = _SHARDED_SCRIPT.format(paths=PATHS, run_dir=run_dir)
-  proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=900)
-  assert proc.returncode == 0, proc.stderr[-3000:]
-  assert "SHARDED_OK 4" in proc.stdout
+  run_dir, finished_run = str(tmp_path / "sharded"), str(tmp_path / "unsharded")
+  procs = [_start(run_dir, 4), _start(finished_run, 1)]
+  for proc, devices in zip(procs, (4, 1)):
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err[-3000:]
+    assert f"RUN_OK {devices}" in out
   for g in range(2):
     # Sharding the model axis splits no sum, but each device compiles the step for 1 model instead of 4, which may
     # order reductions differently: compared as assert_trained_alike argues.

@@ -183,6 +183,40 @@ def test_bad_losses_are_refused_as_leave_one_out_refuses_them():
   assert all(r["n_canaries"] == 3 for r in rows)
 
 
+def test_paired_differences_equal_the_averages_and_a_replicate_loop():
+  M, N, T = 12, 30, 4
+  keep = make_keep(M, N, seed=2)
+  errors = cov_error.canary_errors(random_losses(M, N, T, seed=2), keep, shadow_counts=[6, 12], draws=3)
+  rows = {(r["m"], r["draw"], r["class"], r["estimator"], r["mode"]): r for r in cov_error.error_rows(errors)}
+  assert any(r["n_skipped"] > 0 for r in rows.values())  # some subsets of 6 leave a class under 2 rows: skipped
+  B, rng = 50, np.random.default_rng(5)
+  w_BxN = np.stack([np.bincount(rng.integers(0, N, N), minlength=N) for _ in range(B)])
+  wd_BxD = np.stack([np.bincount(rng.integers(0, 3, 3), minlength=3) for _ in range(B)])
+  out = cov_error.paired_differences(errors, n_boot=B, weights_BxN=w_BxN, draw_weights_BxD=wd_BxD)
+  assert len(out) == 2 * 2 * len(cov_error.COMPARISONS)
+  for r in out:
+    (ea, ma), (eb, mb) = r["a"].split(), r["b"].split()
+    draws = range(3) if r["m"] == 6 else range(1)
+    # the point estimate is the difference of the canary averages (both skip the same canaries), averaged over draws
+    expected = np.mean([rows[r["m"], d, r["class"], ea, ma]["error"] - rows[r["m"], d, r["class"], eb, mb]["error"]
+                        for d in draws])
+    assert r["difference"] == pytest.approx(expected, rel=1e-12, abs=1e-12)
+    # each replicate by a loop: the resampled canaries (np.repeat of the counts) averaged per draw, then the
+    # resampled draws averaged (m = M has one draw, weight 1); skipped canaries are left out of both
+    reps = []
+    for b in range(B):
+      idx = np.repeat(np.arange(N), w_BxN[b])
+      per_draw = [np.nanmean(errors[r["m"], d, r["class"], ea, ma][idx] - errors[r["m"], d, r["class"], eb, mb][idx])
+                  for d in draws]
+      dw = wd_BxD[b] if len(draws) > 1 else np.ones(1)
+      reps.append(np.sum(np.asarray(per_draw) * dw) / dw.sum())
+    low, high = np.percentile(reps, [2.5, 97.5])
+    # the same replicates summed in another order: a few ulps of the errors (~1), far below 1e-9
+    assert (r["ci_low"], r["ci_high"]) == pytest.approx((low, high), rel=1e-9, abs=1e-9)
+    used = np.any([np.isfinite(errors[r["m"], d, r["class"], ea, ma]) for d in draws], axis=0).sum()
+    assert r["draws"] == len(draws) and r["n_canaries"] == used
+
+
 @pytest.fixture
 def run_dir(tmp_path):
   M, N, T = 8, 12, 6
@@ -199,7 +233,8 @@ def cli():
   covariance_error.FLAGS.unparse_flags()
 
 
-OUTPUTS = ("covariance_error.csv", "covariance_error_summary.csv", "covariance_error.json",
+OUTPUTS = ("covariance_error.csv", "covariance_error_summary.csv", "covariance_error_differences.csv",
+           "covariance_error.json",
            "error_vs_shadow_models.png", "relative_error.png", "covariance_heatmap.png")
 
 
@@ -216,6 +251,11 @@ def test_cli_end_to_end(run_dir, cli, capsys):
   assert summary[0].startswith("m,class,estimator,classwise_error_mean") and len(summary) == 1 + 2 * 2 * 3
   printed = capsys.readouterr().out
   assert "relative" in printed and str(out_dir / "covariance_heatmap.png") in printed
+  # every ordering of Figs. 2 and 3, per m and class: 3 estimator pairs x 2 modes + 3 class-wise - shared
+  differences = (out_dir / "covariance_error_differences.csv").read_text().splitlines()
+  assert differences[0] == "m,class,a,b,difference,ci_low,ci_high,draws,n_canaries"
+  assert len(differences) == 1 + 2 * 2 * 9 and result["differences"][0]["a"] == "oas classwise"
+  assert "oas shared - independent shared" in printed
 
 
 def test_cli_drops_shadow_counts_above_m_with_a_note(run_dir, cli, capsys):
@@ -240,5 +280,6 @@ def test_cli_names_outputs_by_their_settings(run_dir, cli):
   cli.main([])
   assert sorted(os.listdir(out_dir)) == sorted([
       "covariance_error_statistic-loss_draws-2.csv", "covariance_error_summary_statistic-loss_draws-2.csv",
+      "covariance_error_differences_statistic-loss_draws-2.csv",
       "covariance_error_statistic-loss_draws-2.json", "error_vs_shadow_models_statistic-loss_draws-2.png",
       "relative_error_statistic-loss_draws-2.png", "covariance_heatmap_statistic-loss.png"])
