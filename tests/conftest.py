@@ -4,17 +4,16 @@ test modules that share fixtures import by their names (test module names are un
 import os
 import sys
 
-# XLA's CPU backend compiles at LLVM optimisation level 0 in the tests, in this process and in the commands the tests
-# start (they inherit the environment): compiling is most of the suite's time and its arrays are tiny. Set before any
-# test module imports jax; the commands users run keep XLA's default.
-_O0 = "--xla_backend_optimization_level=0"
-if _O0 not in os.environ.get("XLA_FLAGS", ""):
-  os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + _O0).strip()
-
 _HERE = os.path.dirname(os.path.abspath(__file__))
 for _folder, _dirs, _files in sorted(os.walk(_HERE)):
   _dirs[:] = [d for d in _dirs if not d.startswith((".", "__"))]
   sys.path.insert(0, _folder)
+
+import xla_level  # noqa: E402
+
+# XLA compiles at LLVM optimisation level 0 here and in the commands the tests start (they inherit the environment):
+# set before any test module imports jax; the commands users run keep XLA's default.
+xla_level.set_level_0()
 
 
 import pytest  # noqa: E402

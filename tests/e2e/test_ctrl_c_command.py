@@ -14,9 +14,11 @@ import numpy as np
 import pytest
 
 from experiments import cli
+import xla_level
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-ENV = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
+# XLA's default level: the training under Ctrl-C is long, so run time, not compile time, is its
+ENV = {**xla_level.at_default_level(os.environ), "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}
 
 
 def _start(*args):

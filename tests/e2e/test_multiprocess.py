@@ -10,6 +10,8 @@ import time
 import numpy as np
 import pytest
 
+import xla_level
+
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # lstm.py:tiny with 8 models in groups of 2: four groups, so each of two processes trains two; the corpus:
 # tests/e2e/conftest.py (corpus_flags)
@@ -19,7 +21,9 @@ ARRAYS = ("losses", "mu", "sigma", "keep", "canaries")
 
 
 def _env():
-  return dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""), JAX_PLATFORMS="cpu")
+  # XLA's default level: these runs are long (300 epochs), so run time, not compile time, is theirs
+  return dict(xla_level.at_default_level(os.environ), PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""),
+              JAX_PLATFORMS="cpu")
 
 
 def _command(run_dir, corpus, *extra):

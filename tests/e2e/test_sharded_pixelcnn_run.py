@@ -12,6 +12,7 @@ import textwrap
 import numpy as np
 import pytest
 
+import xla_level
 from test_pixelcnn_pipeline import restore_group, tiny_cfg, tiny_steps
 from test_trainer import LOSS_TOL, assert_trained_alike
 
@@ -35,9 +36,9 @@ _SCRIPT = textwrap.dedent("""
 
 def _start(run_dir, devices):
   """The tiny run in a subprocess on `devices` simulated CPU devices, at XLA's default optimisation level."""
-  flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith("--xla_backend_optimization_level")]
-  flags.append(f"--xla_force_host_platform_device_count={devices}")
-  env = dict(os.environ, XLA_FLAGS=" ".join(flags), JAX_PLATFORMS="cpu")
+  env = xla_level.at_default_level(os.environ)
+  env.update(XLA_FLAGS=f"{env['XLA_FLAGS']} --xla_force_host_platform_device_count={devices}".strip(),
+             JAX_PLATFORMS="cpu")
   script = _SCRIPT.format(paths=PATHS, run_dir=run_dir, devices=devices)
   return subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
