@@ -18,6 +18,35 @@ xla_level.set_level_0()
 
 import pytest  # noqa: E402
 
+import file_order  # noqa: E402
+
+
+def pytest_addoption(parser):
+  parser.addoption("--record-file-durations", action="store_true",
+                   help="write each test file's summed time to tests/file_durations.json (the workers' file order)")
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config, items):
+  """Longest test files first (tests/file_order.py); with --no-loadscopereorder in addopts xdist keeps this order."""
+  durations_s = file_order.load_durations()
+  items[:] = [items[i] for i in file_order.longest_first([item.nodeid for item in items], durations_s)]
+
+
+_file_seconds = {}
+
+
+def pytest_runtest_logreport(report):
+  _file_seconds[file_order.test_file(report.nodeid)] = (_file_seconds.get(file_order.test_file(report.nodeid), 0.0)
+                                                        + report.duration)
+
+
+def pytest_sessionfinish(session, exitstatus):
+  """With --record-file-durations, the controller (not an xdist worker) writes the run's per-file times."""
+  config = session.config
+  if config.getoption("--record-file-durations") and not hasattr(config, "workerinput") and _file_seconds:
+    file_order.write_durations(_file_seconds)
+
 
 @pytest.fixture(autouse=True)
 def _no_hub_requests(monkeypatch):
