@@ -18,6 +18,7 @@ from lira.reports import run_folder
 from training import pipeline
 from training import population as population_lib
 from training import run_config
+from training import run_data
 
 
 def _shadow_config(run_dir):
@@ -98,7 +99,7 @@ def add_population(run_dir, size=None, source=None, overwrite=False, progress=Tr
   if fam.fine_tunes and cfg.model.base == "pretrain" and not os.path.exists(base):  # build_model would pretrain one
     raise MissingFileError(f"{base} does not exist: the run's base model was never saved")
   run_config.check_config(cfg, run_dir)
-  data = pipeline.prepare_data(cfg, run_dir, progress=False)
+  data = run_data.prepare_data(cfg, run_dir, progress=False)
   run_config.record_population(cfg, run_dir)
   model = pipeline.build_model(cfg, data, run_dir, progress=False)
   todo = [(g, ids) for g, ids in pipeline.groups_of(cfg) if not pipeline.group_done(cfg, run_dir, g)]

@@ -48,8 +48,9 @@ def test_commands_extract_every_feature_and_score_every_attack(model_dir, tmp_pa
 def test_features_of_an_lstm_shadow_model_read_bos_first(tmp_path, monkeypatch):
   from experiments.configs import lstm as lstm_configs
   from training import pipeline
+  from training import run_data
   from training import shadow_model
-  monkeypatch.setattr(pipeline, "_corpus", lambda cfg: data.load_chitchat()[:400])
+  monkeypatch.setattr(run_data, "_corpus", lambda cfg: data.load_chitchat()[:400])
   run = tmp_path / "run"
   assert pipeline.run(lstm_configs.get_config("tiny"), str(run), progress=False)
   texts = data.conversation_texts(data.load_chitchat()[400:410])

@@ -5,6 +5,7 @@ import pytest
 
 from experiments.configs import lstm, pixelcnn, pythia
 from training import pipeline
+from training import run_data
 
 NAMED = [(lstm, a) for a in ("cpu", "paper", "tiny", "reproduce_worst", "reproduce_average")] + \
         [(pythia, a) for a in ("pythia", "pythia_tiny", "tiny", "reproduce_worst", "reproduce_average")] + \
@@ -23,7 +24,7 @@ def test_reproduction_configs_build_their_data_from_the_installed_corpus(tmp_pat
                                                                          num_train):
   """64 models, canaries of 128 tokens: the corpus has the sequences (average-case: distinct held-out ones)."""
   cfg = module.get_config(f"reproduce_{kind}")
-  data = pipeline.prepare_data(cfg, str(tmp_path), progress=False)
+  data = run_data.prepare_data(cfg, str(tmp_path), progress=False)
   assert data.canaries_NxT.shape == (num_canaries, 128) and data.keep_MxN.shape == (64, num_canaries)
   assert data.num_train == num_train
   assert (data.keep_MxN.sum(axis=0) == 32).all()  # every canary IN for exactly half the models
@@ -38,7 +39,7 @@ def test_reproduction_configs_build_their_data_from_the_installed_corpus(tmp_pat
 @pytest.mark.parametrize("kind", ["average", "worst"])
 def test_image_reproduction_configs_use_all_digits_and_distinct_held_out_canaries(tmp_path, kind):
   cfg = pixelcnn.get_config(f"reproduce_{kind}")
-  data = pipeline.prepare_data(cfg, str(tmp_path), progress=False)
+  data = run_data.prepare_data(cfg, str(tmp_path), progress=False)
   assert data.canaries_NxT.shape == (700, 8, 8, 1) and data.keep_MxN.shape == (64, 700)
   assert data.num_train == 1078  # digits' 1,797 images less the 40% held out (719)
   if kind == "average":

@@ -15,12 +15,13 @@ from resume_check import assert_killed_run_resumes
 from training import data as data_lib
 from training import pipeline
 from training import run_config
+from training import run_data
 from training import trainer
 
 
 @pytest.fixture(autouse=True)
 def _use_small_corpus(monkeypatch, small_corpus):
-  monkeypatch.setattr(pipeline, "_corpus", lambda cfg: small_corpus)
+  monkeypatch.setattr(run_data, "_corpus", lambda cfg: small_corpus)
 
 
 def _override(cfg, overrides):
@@ -43,7 +44,7 @@ def pythia_cfg(**overrides):
 
 def _finished(tmp_path_factory, small_corpus, cfg, name):
   mp = pytest.MonkeyPatch()
-  mp.setattr(pipeline, "_corpus", lambda cfg: small_corpus)
+  mp.setattr(run_data, "_corpus", lambda cfg: small_corpus)
   run_dir = str(tmp_path_factory.mktemp(name))
   assert pipeline.run(cfg, run_dir, progress=False)
   mp.undo()
@@ -84,7 +85,7 @@ def test_losses_are_the_checkpointed_models_losses(finished_run):
   from flax import nnx
   import jax
   tokenizer = data_lib.load_tokenizer(os.path.join(finished_run, "tokenizer.json"))
-  data = pipeline.prepare_data(cfg, finished_run, progress=False)
+  data = run_data.prepare_data(cfg, finished_run, progress=False)
   model = pipeline.build_model(cfg, data, finished_run, progress=False)
   params = ocp.StandardCheckpointer().restore(os.path.abspath(os.path.join(finished_run, "checkpoints", "group_0001")))
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 3)))
@@ -205,7 +206,7 @@ def test_a_tokenizer_with_another_vocabulary_is_refused_on_resume(tmp_path, monk
   run_dir = str(tmp_path / "run")
   os.makedirs(run_dir)
   run_config.check_config(cfg, run_dir)
-  pipeline.prepare_data(cfg, run_dir, progress=False)  # the run started with this tokenizer
+  run_data.prepare_data(cfg, run_dir, progress=False)  # the run started with this tokenizer
   data_lib.train_bpe_tokenizer(texts, 280, tok_path)  # then the file changed
   monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("training started"))
   with pytest.raises(ValueError, match=r"tokenizer .*tok.json.* has a different vocabulary"):
@@ -239,7 +240,7 @@ def test_pythia_run_pretrains_a_base_then_fine_tunes_copies_of_it(pythia_run):
   import orbax.checkpoint as ocp
   from flax import nnx
   from models import token_loss
-  data = pipeline.prepare_data(cfg, pythia_run, progress=False)
+  data = run_data.prepare_data(cfg, pythia_run, progress=False)
   model = pipeline.build_model(cfg, data, pythia_run, progress=False)
   params = ocp.StandardCheckpointer().restore(os.path.abspath(os.path.join(pythia_run, "checkpoints", "group_0001")))
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 3)))

@@ -20,6 +20,7 @@ from test_trainer import assert_trained_alike
 from training import canaries as canaries_lib
 from training import images
 from training import pipeline
+from training import run_data
 from training import trainer
 
 
@@ -73,7 +74,7 @@ def tiny_steps():
 def test_models_trained_together_equal_models_trained_one_by_one(finished_run):
   """Model 6 of the tiny run (second group of 4, third slot) trained alone, as the pipeline would with group_size=1."""
   cfg = tiny_cfg()
-  data = pipeline.prepare_data(cfg, finished_run, progress=False)
+  data = run_data.prepare_data(cfg, finished_run, progress=False)
   tcfg = trainer.TrainConfig(cfg.train.epochs, cfg.train.batch_size, cfg.train.learning_rate,
                              cfg.train.weight_decay, cfg.shadow.seed)
   length = data.num_train + int(data.keep_MxN.sum(axis=1).max())
@@ -120,7 +121,7 @@ def test_the_population_is_random_images_no_model_saw_scored_per_pixel(finished_
   """RMIA's population of a worst-case run: random images as the canaries are drawn (another seed stream), none a
   canary or a training image; OUT for every model, so on average lossier than the IN canaries."""
   cfg = tiny_cfg()
-  data = pipeline.prepare_data(cfg, finished_run, progress=False)
+  data = run_data.prepare_data(cfg, finished_run, progress=False)
   pop = np.load(os.path.join(finished_run, "population.npy"))
   assert pop.shape == (cfg.population.size, 8, 8, 1) and pop.dtype == np.uint8 and pop.max() <= 16
   seen = {img.tobytes() for img in data.examples_ExT}  # training images and every canary

@@ -18,12 +18,13 @@ from training import pipeline
 from training import population
 from training import population_run
 from training import run_config
+from training import run_data
 from training import trainer
 
 
 @pytest.fixture(autouse=True)
 def _use_small_corpus(monkeypatch, small_corpus):
-  monkeypatch.setattr(pipeline, "_corpus", lambda cfg: small_corpus)
+  monkeypatch.setattr(run_data, "_corpus", lambda cfg: small_corpus)
 
 
 def _rows(array):
@@ -117,7 +118,7 @@ def test_the_population_is_neither_a_canary_nor_trained_on(pop_run):
   Z, T, M = cfg.population.size, cfg.data.seq_len, cfg.shadow.num_models
   pop_ZxT = np.load(os.path.join(pop_run, "population.npy"))
   assert pop_ZxT.shape == (Z, T) and pop_ZxT.dtype == np.int32
-  data = pipeline.prepare_data(cfg, pop_run, progress=False)
+  data = run_data.prepare_data(cfg, pop_run, progress=False)
   np.testing.assert_array_equal(data.population_ZxT, pop_ZxT)
   bos = data.bos_id
   assert not (pop_ZxT == bos).any() and pop_ZxT.max() < data.vocab_size  # drawn as the worst-case canaries are
@@ -137,7 +138,7 @@ def test_population_losses_are_the_checkpointed_models_losses(pop_run):
   import jax
   from flax import nnx
   cfg = tiny_cfg()
-  data = pipeline.prepare_data(cfg, pop_run, progress=False)
+  data = run_data.prepare_data(cfg, pop_run, progress=False)
   model = pipeline.build_model(cfg, data, pop_run, progress=False)
   target = nnx.to_pure_dict(trainer.abstract_stack(model, 3))
   params = pipeline.restore_checkpoint(run_folder.group_paths(pop_run, 1)[0], target)
@@ -159,7 +160,7 @@ def old_run(tmp_path_factory, small_corpus):
   """A run started by a config without the `population` block, killed in its second group, then resumed by today's
   config (whose block asks for 16)."""
   mp = pytest.MonkeyPatch()
-  mp.setattr(pipeline, "_corpus", lambda cfg: small_corpus)
+  mp.setattr(run_data, "_corpus", lambda cfg: small_corpus)
   run_dir = str(tmp_path_factory.mktemp("old"))
   real_train, calls = trainer.train_group, []
 

@@ -202,8 +202,9 @@ def test_shadow_model_loader_reproduces_the_runs_losses(tmp_path, monkeypatch, c
   from experiments.configs import lstm as lstm_configs
   from training import data as data_lib
   from training import pipeline
+  from training import run_data
   from training.shadow_model import load_shadow_model
-  monkeypatch.setattr(pipeline, "_corpus", lambda cfg: data_lib.load_chitchat()[:400])
+  monkeypatch.setattr(run_data, "_corpus", lambda cfg: data_lib.load_chitchat()[:400])
   from experiments.configs import pythia
   cfg = lstm_configs.get_config("tiny") if config == "lstm" else pythia.get_config("tiny")
   assert pipeline.run(cfg, str(tmp_path), progress=False)
