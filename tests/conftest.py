@@ -28,7 +28,7 @@ def pytest_addoption(parser):
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config, items):
-  """Longest test files first (tests/file_order.py); with --no-loadscopereorder in addopts xdist keeps this order."""
+  """Longest test files first (tests/file_order.py); with --no-loadscope-reorder in addopts xdist keeps this order."""
   durations_s = file_order.load_durations()
   items[:] = [items[i] for i in file_order.longest_first([item.nodeid for item in items], durations_s)]
 
@@ -37,8 +37,8 @@ _file_seconds = {}
 
 
 def pytest_runtest_logreport(report):
-  _file_seconds[file_order.test_file(report.nodeid)] = (_file_seconds.get(file_order.test_file(report.nodeid), 0.0)
-                                                        + report.duration)
+  name = file_order.test_file(report.nodeid)
+  _file_seconds[name] = _file_seconds.get(name, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -5,7 +5,6 @@ alone at the end. `python -m pytest -q --record-file-durations` rewrites the JSO
 import json
 import math
 import os
-import tempfile
 
 DURATIONS_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "file_durations.json")
 
@@ -38,13 +37,7 @@ def longest_first(nodeids, durations_s):
 
 
 def write_durations(durations_s, path=DURATIONS_PATH):
-  """Write {test file: seconds} (rounded to 0.1 s, sorted by name) to path atomically, mode 0644 as a plain write."""
+  """Write {test file: seconds} (rounded to 0.1 s, sorted by name) to path atomically (lira.reports.run_folder)."""
+  from lira.reports import run_folder
   data = {name: round(seconds, 1) for name, seconds in sorted(durations_s.items())}
-  fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), suffix=".tmp")
-  with os.fdopen(fd, "w") as f:
-    json.dump(data, f, indent=1)
-    f.write("\n")
-  umask = os.umask(0)
-  os.umask(umask)
-  os.chmod(tmp, 0o666 & ~umask)
-  os.replace(tmp, path)
+  run_folder.save_text(path, json.dumps(data, indent=1) + "\n")
