@@ -102,6 +102,8 @@ def _variants(loss_MxNxT, keep_MxN, scorings, mask_NxT, on_undefined, block_size
   if base.backend == "jax":
     for v, s in enumerate(scorings):
       idx_N = np.flatnonzero(~undefined_VxN[v])
+      if not idx_N.size:  # every canary undefined: the variant's scores stay NaN
+        continue
       cov_features = lambda cols, c=s.covariance: gaussian.for_covariance(features(cols), c)  # noqa: E731
       llr_VxMxN[v][:, idx_N] = loo_jax.score_canaries(
           cov_features, keep_MxN, idx_N, s, global_var=global_vars[v],

@@ -95,6 +95,17 @@ def test_undefined_canaries_stay_nan():
   assert_backends_equal(np.delete(a, 2, axis=1), np.delete(b, 2, axis=1))
 
 
+@pytest.mark.parametrize("covariance,shared", [("oas", True), ("univariate", False)])
+def test_every_canary_undefined_gives_nan_on_both_backends(covariance, shared):
+  # A small model subset (shadow_sweep at m = 4) can leave no canary with 3 IN and 3 OUT models.
+  # Balanced leave-one-out needs 3 IN and 3 OUT models per canary; every canary here has 2 of each.
+  loss, keep = make_losses(M=4, N=5, T=6, seed=5)
+  assert (keep.sum(axis=0) == 2).all()
+  kw = dict(covariance=covariance, shared=shared, balance_counts=True, on_undefined="nan")
+  a, b = lira.leave_one_out(loss, keep, **kw), lira.leave_one_out(loss, keep, backend="jax", **kw)
+  assert np.isnan(a).all() and np.isnan(b).all()
+
+
 def _message(fn):
   with pytest.raises(InputError) as e:
     fn()
