@@ -7,16 +7,23 @@ with that membership would have produced. Membership was drawn for M models (eac
 them), so among the first K a canary's IN count varies around K/2; the leave-one-out evaluation handles unequal
 counts, and a canary the K models leave with no IN or no OUT model is refused there by name. RMIA's population
 losses (losses/group_GGGG_population.npy) are stacked the same way, beside a copy of population.npy.
+
+Canaries can be dropped as well (drop_canaries: their indices in the source run): every per-canary array (losses,
+keep, the family's statistics, canaries.npy, mask.npy) loses those rows of its canary axis, and config.json records
+the dropped indices, so a question such as "do these canaries cause that ranking?" is answered by evaluating the rest.
 """
 
 import json
 import os
 
+import numpy as np
+
 from lira.errors import InputError, MissingFileError
 from lira.reports import run_folder
 from training import population
 
-COPIED = ("canaries.npy", "mask.npy", "tokenizer.json", "population.npy")  # files that do not depend on the model count
+COPIED = ("tokenizer.json", "population.npy")  # files that depend on neither the models nor the canaries
+PER_CANARY = ("canaries.npy", "mask.npy")  # [N, ...]: copied without the dropped canaries
 MIN_MODELS = 6  # the balanced leave-one-out evaluation: every canary IN for 3 models and OUT for 3
 
 
@@ -57,11 +64,25 @@ def finished_models(run_dir, config):
   return k
 
 
-def write_partial_run(run_dir, out_dir, num_models=None):
-  """Write out_dir as a run folder of the first num_models models of run_dir (default: every leading finished one).
+def _dropped(drop_canaries, N):
+  """The canary indices to drop, sorted and checked against N (InputError names the bad entry)."""
+  try:
+    idx = sorted({int(i) for i in drop_canaries})
+  except (TypeError, ValueError):
+    raise InputError(f"--drop_canaries: {list(drop_canaries)!r} are not all canary indices (integers)") from None
+  if bad := [i for i in idx if not 0 <= i < N]:
+    raise InputError(f"--drop_canaries: canary {bad[0]} is out of range (the run has N={N} canaries, 0-{N - 1})")
+  if len(idx) >= N:
+    raise InputError(f"--drop_canaries drops all {N} canaries")
+  return idx
 
-  Checks everything before writing: out_dir is not run_dir and holds no run, num_models ends a group, and every
-  group it needs is finished. Returns (the new config, the paths written).
+
+def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
+  """Write out_dir as a run folder of the first num_models models of run_dir (default: every leading finished one),
+  without the canaries drop_canaries (indices in run_dir; default none).
+
+  Checks everything before writing: out_dir is not run_dir and holds no run, num_models ends a group, every group it
+  needs is finished, and every dropped index names a canary. Returns (the new config, the paths written).
   """
   config = read_config(run_dir)
   M, G = config["shadow"]["num_models"], config["shadow"]["group_size"]
@@ -89,6 +110,7 @@ def write_partial_run(run_dir, out_dir, num_models=None):
   keep_MxN = run_folder.load_npy(keep_path)
   if keep_MxN.shape[0] != M:
     raise InputError(f"{keep_path}: {keep_MxN.shape[0]} rows, but config.json says {M} models")
+  dropped = _dropped(drop_canaries, keep_MxN.shape[1])
   parts = [_losses_path(run_dir, g) for g in range(len(groups))]
   shapes = [run_folder.load_npy(p, mmap=True).shape for p in parts]
   for p, s, ids in zip(parts, shapes, groups):
@@ -99,9 +121,9 @@ def write_partial_run(run_dir, out_dir, num_models=None):
   run_folder.check_writable(out_dir, "choose another --out_run_dir")
   written = []
 
-  def save(name, array):
+  def save(name, array, canary_axis=1):
     path = os.path.join(out_dir, name)
-    run_folder.save_npy(path, array)
+    run_folder.save_npy(path, np.delete(array, dropped, axis=canary_axis) if dropped else array)
     written.append(path)
 
   save("losses.npy", run_folder.load_stacked(parts))
@@ -113,6 +135,9 @@ def write_partial_run(run_dir, out_dir, num_models=None):
   population_parts = [population.group_path(p) for p in parts]  # RMIA's population, when the run has one
   if all(os.path.exists(p) for p in population_parts):
     save("population_losses.npy", run_folder.load_stacked(population_parts))
+  for name in PER_CANARY:
+    if os.path.exists(os.path.join(run_dir, name)):
+      save(name, run_folder.load_npy(os.path.join(run_dir, name)), canary_axis=0)
   for name in COPIED:
     if os.path.exists(os.path.join(run_dir, name)):
       path = os.path.join(out_dir, name)
@@ -122,6 +147,13 @@ def write_partial_run(run_dir, out_dir, num_models=None):
   new["shadow"]["num_models"] = K
   new["partial_of"] = {"run_dir": os.path.abspath(run_dir), "num_models": M, "models": [0, K],
                        "note": f"the first {K} of {M} models; membership drawn for {M} models"}
+  if dropped:
+    N = keep_MxN.shape[1]
+    new["partial_of"].update(num_canaries=N, dropped_canaries=dropped,
+                             note=new["partial_of"]["note"] + f"; {len(dropped)} of {N} canaries dropped (indices "
+                                  "of the source run in dropped_canaries; the rest keep their order)")
+    if isinstance(new.get("canaries"), dict) and "num_canaries" in new["canaries"]:
+      new["canaries"]["num_canaries"] = N - len(dropped)
   run_folder.save_config(out_dir, new)
   written.append(run_folder.config_path(out_dir))
   return new, written

@@ -92,3 +92,35 @@ def test_a_population_is_stacked_and_copied_too(tmp_path):
   np.testing.assert_array_equal(np.load(f"{dst}/population_losses.npy"), np.concatenate(pop))
   np.testing.assert_array_equal(np.load(f"{dst}/population.npy"), np.load(f"{src}/population.npy"))
   assert run_folder.load_population(dst)[0].shape == (6, 4, 3)
+
+
+def test_dropped_canaries_leave_every_per_canary_array(tmp_path):
+  """--drop_canaries: the kept canaries' rows, in order, of every per-canary array; the dropped indices recorded."""
+  src, dst = str(tmp_path / "run"), str(tmp_path / "part")
+  keep, groups = fake_run(src, N=6, finished=4)
+  rng = np.random.default_rng(2)
+  mask = rng.random((6, 3)) < 0.7
+  np.save(os.path.join(src, "mask.npy"), mask)
+  config, _ = partial.write_partial_run(src, dst, drop_canaries=["4", "1", "4"])  # as the flag passes them
+  kept = [0, 2, 3, 5]
+  loss = np.concatenate(groups)
+  np.testing.assert_array_equal(np.load(f"{dst}/losses.npy"), loss[:, kept])
+  np.testing.assert_array_equal(np.load(f"{dst}/mu.npy"), loss[:, kept] + 1)
+  np.testing.assert_array_equal(np.load(f"{dst}/keep.npy"), keep[:, kept])
+  np.testing.assert_array_equal(np.load(f"{dst}/canaries.npy"), np.load(f"{src}/canaries.npy")[kept])
+  np.testing.assert_array_equal(np.load(f"{dst}/mask.npy"), mask[kept])
+  assert config["partial_of"]["dropped_canaries"] == [1, 4] and config["partial_of"]["num_canaries"] == 6
+  run = run_folder.load_run(dst)
+  assert run.loss_MxNxT.shape == (8, 4, 3) and run.keep_MxN.shape == (8, 4)
+
+
+@pytest.mark.parametrize("drop,message", [(["6"], "canary 6 is out of range .*N=6 canaries, 0-5"),
+                                          (["-1"], "canary -1 is out of range"),
+                                          (["a"], "are not all canary indices"),
+                                          ([str(i) for i in range(6)], "drops all 6 canaries")])
+def test_bad_dropped_canaries_are_refused_before_writing(tmp_path, drop, message):
+  src = str(tmp_path / "run")
+  fake_run(src, N=6, finished=4)
+  with pytest.raises(InputError, match=message):
+    partial.write_partial_run(src, str(tmp_path / "out"), drop_canaries=drop)
+  assert not os.path.exists(tmp_path / "out")
