@@ -121,17 +121,17 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
   run_folder.check_writable(out_dir, "choose another --out_run_dir")
   written = []
 
-  def save(name, array, canary_axis=1):
+  def save(name, array, canary_axis=None):  # canary_axis: the axis that loses the dropped canaries
     path = os.path.join(out_dir, name)
-    run_folder.save_npy(path, np.delete(array, dropped, axis=canary_axis) if dropped else array)
+    run_folder.save_npy(path, array if canary_axis is None else np.delete(array, dropped, axis=canary_axis))
     written.append(path)
 
-  save("losses.npy", run_folder.load_stacked(parts))
-  save("keep.npy", keep_MxN[:K])
+  save("losses.npy", run_folder.load_stacked(parts), canary_axis=1)
+  save("keep.npy", keep_MxN[:K], canary_axis=1)
   for stat in stored_statistics(config):  # the family's extras, as assemble() writes them
     stat_parts = [run_folder.stat_path(p, stat) for p in parts]
     if all(os.path.exists(p) for p in stat_parts):
-      save(f"{stat}.npy", run_folder.load_stacked(stat_parts))
+      save(f"{stat}.npy", run_folder.load_stacked(stat_parts), canary_axis=1)
   population_parts = [population.group_path(p) for p in parts]  # RMIA's population, when the run has one
   if all(os.path.exists(p) for p in population_parts):
     save("population_losses.npy", run_folder.load_stacked(population_parts))

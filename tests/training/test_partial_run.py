@@ -92,6 +92,9 @@ def test_a_population_is_stacked_and_copied_too(tmp_path):
   np.testing.assert_array_equal(np.load(f"{dst}/population_losses.npy"), np.concatenate(pop))
   np.testing.assert_array_equal(np.load(f"{dst}/population.npy"), np.load(f"{src}/population.npy"))
   assert run_folder.load_population(dst)[0].shape == (6, 4, 3)
+  partial.write_partial_run(src, str(tmp_path / "dropped"), drop_canaries=[0, 3])  # the population is no canary
+  np.testing.assert_array_equal(np.load(tmp_path / "dropped" / "population_losses.npy"), np.concatenate(pop))
+  assert np.load(tmp_path / "dropped" / "losses.npy").shape == (6, 3, 3)
 
 
 def test_dropped_canaries_leave_every_per_canary_array(tmp_path):
