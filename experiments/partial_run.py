@@ -4,7 +4,8 @@ python -m experiments.partial_run --run_dir=DIR --out_run_dir=NEW [--num_models=
 Stacks the first K models' canary losses (RUN_DIR/losses/group_*.npy, written as each group finishes) into
 NEW/losses.npy [K, N, T] beside keep.npy[:K], the canaries, mask and tokenizer, and a config.json with
 shadow.num_models = K and a `partial_of` entry naming the source run (training/partial.py). Default K: every
-model of the leading finished groups. Every command then reads NEW as a K-model run, e.g.
+model of the leading finished groups. A folder with losses.npy and no group files (another partial run) gives its
+first K rows, any K from 6 to M. Every command then reads NEW as a K-model run, e.g.
 python -m experiments.evaluate --run_dir=NEW. The source run is not touched and can be resumed.
 --drop_canaries leaves out those canaries (indices in DIR) from every per-canary array, e.g. to test whether a few
 canaries cause a ranking; config.json's partial_of.dropped_canaries lists them.
@@ -18,7 +19,7 @@ from lira.reports import provenance
 from training import partial
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("run_dir", None, "Run folder of experiments.train_shadows (finished or not).")
+flags.DEFINE_string("run_dir", None, "Run folder of experiments.train_shadows (finished or not), or a partial run.")
 flags.DEFINE_string("out_run_dir", None, "New run folder for the first K models.")
 flags.DEFINE_integer("num_models", None, "K, a multiple of the run's group size; default all leading finished models.")
 flags.DEFINE_list("drop_canaries", [], "Canary indices (of RUN_DIR) to leave out, e.g. 90,1185; default none.")

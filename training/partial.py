@@ -6,7 +6,8 @@ models are still a complete experiment: their losses [K, N, T] and membership ke
 with that membership would have produced. Membership was drawn for M models (each canary IN for exactly M/2 of
 them), so among the first K a canary's IN count varies around K/2; the leave-one-out evaluation handles unequal
 counts, and a canary the K models leave with no IN or no OUT model is refused there by name. RMIA's population
-losses (losses/group_GGGG_population.npy) are stacked the same way, beside a copy of population.npy.
+losses (losses/group_GGGG_population.npy) are stacked the same way, beside a copy of population.npy. A folder
+with losses.npy and no group files (another partial run) gives the first K rows of its stacked arrays instead.
 
 Canaries can be dropped as well (drop_canaries: their indices in the source run): every per-canary array (losses,
 keep, the family's statistics, canaries.npy, mask.npy) loses those rows of its canary axis, and config.json records
@@ -88,7 +89,9 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
   M, G = config["shadow"]["num_models"], config["shadow"]["group_size"]
   if os.path.abspath(out_dir) == os.path.abspath(run_dir):
     raise InputError("--out_run_dir must differ from --run_dir (the partial run is a new folder)")
-  done = finished_models(run_dir, config)
+  stacked = (not os.path.exists(_losses_path(run_dir, 0))
+             and os.path.exists(os.path.join(run_dir, "losses.npy")))  # a folder with losses.npy only (a partial run)
+  done = M if stacked else finished_models(run_dir, config)
   K = done if num_models is None else int(num_models)
   if K < MIN_MODELS:
     what = f"only {done} leading models are finished" if num_models is None else f"--num_models={K}"
@@ -96,26 +99,39 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
                      "canary IN for 3 and OUT for 3, as train_shadows and make_synthetic require)")
   if K > M:
     raise InputError(f"--num_models={K} exceeds the run's {M} models")
-  groups = [ids for _, ids in run_folder.groups(M, G) if ids[0] < K]
-  if groups[-1][-1] + 1 != K:
-    raise InputError(f"--num_models={K} splits group {len(groups) - 1} (models {groups[-1][0]}-{groups[-1][-1]}); "
-                     f"use a multiple of shadow.group_size={G}")
-  missing = [_losses_path(run_dir, g) for g in range(len(groups)) if not os.path.exists(_losses_path(run_dir, g))]
-  if missing:
-    raise MissingFileError(f"{missing[0]} does not exist: group {len(groups) - len(missing)} of the first {K} "
-                           f"models is not finished ({done} leading models are)")
   keep_path = os.path.join(run_dir, "keep.npy")
+  if stacked:  # the first K rows of the stacked arrays
+    parts = [os.path.join(run_dir, "losses.npy")]
+    expected = [K]
+    stat_files = {stat: [os.path.join(run_dir, f"{stat}.npy")] for stat in stored_statistics(config)}
+    population_parts = [os.path.join(run_dir, "population_losses.npy")]
+  else:
+    groups = [ids for _, ids in run_folder.groups(M, G) if ids[0] < K]
+    if groups[-1][-1] + 1 != K:
+      raise InputError(f"--num_models={K} splits group {len(groups) - 1} (models {groups[-1][0]}-{groups[-1][-1]}); "
+                       f"use a multiple of shadow.group_size={G}")
+    missing = [_losses_path(run_dir, g) for g in range(len(groups)) if not os.path.exists(_losses_path(run_dir, g))]
+    if missing:
+      raise MissingFileError(f"{missing[0]} does not exist: group {len(groups) - len(missing)} of the first {K} "
+                             f"models is not finished ({done} leading models are)")
+    parts = [_losses_path(run_dir, g) for g in range(len(groups))]
+    expected = [len(ids) for ids in groups]
+    stat_files = {stat: [run_folder.stat_path(p, stat) for p in parts] for stat in stored_statistics(config)}
+    population_parts = [population.group_path(p) for p in parts]  # RMIA's population, when the run has one
   if not os.path.exists(keep_path):
     raise MissingFileError(f"{keep_path} does not exist")
   keep_MxN = run_folder.load_npy(keep_path)
   if keep_MxN.shape[0] != M:
     raise InputError(f"{keep_path}: {keep_MxN.shape[0]} rows, but config.json says {M} models")
   dropped = _dropped(drop_canaries, keep_MxN.shape[1])
-  parts = [_losses_path(run_dir, g) for g in range(len(groups))]
   shapes = [run_folder.load_npy(p, mmap=True).shape for p in parts]
-  for p, s, ids in zip(parts, shapes, groups):
-    if len(s) != 3 or s[0] != len(ids) or s[1] != keep_MxN.shape[1]:
-      raise InputError(f"{p}: shape {s}, expected [{len(ids)}, N={keep_MxN.shape[1]}, T]")
+  for p, s, rows in zip(parts, shapes, expected):
+    if len(s) != 3 or s[0] < rows or (s[0] != rows and not stacked) or s[1] != keep_MxN.shape[1]:
+      raise InputError(f"{p}: shape {s}, expected [{M if stacked else rows}, N={keep_MxN.shape[1]}, T]")
+
+  def stack(paths):  # the first K models' rows
+    return run_folder.load_npy(paths[0], mmap=True)[:K] if stacked else run_folder.load_stacked(paths)
+
   if found := [f for f in run_folder.RUN_FILES if os.path.exists(os.path.join(out_dir, f))]:
     raise InputError(f"{out_dir} already holds a run ({', '.join(found)}); choose another --out_run_dir")
   run_folder.check_writable(out_dir, "choose another --out_run_dir")
@@ -126,15 +142,13 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
     run_folder.save_npy(path, array if canary_axis is None else np.delete(array, dropped, axis=canary_axis))
     written.append(path)
 
-  save("losses.npy", run_folder.load_stacked(parts), canary_axis=1)
+  save("losses.npy", stack(parts), canary_axis=1)
   save("keep.npy", keep_MxN[:K], canary_axis=1)
-  for stat in stored_statistics(config):  # the family's extras, as assemble() writes them
-    stat_parts = [run_folder.stat_path(p, stat) for p in parts]
+  for stat, stat_parts in stat_files.items():  # the family's extras, as assemble() writes them
     if all(os.path.exists(p) for p in stat_parts):
-      save(f"{stat}.npy", run_folder.load_stacked(stat_parts), canary_axis=1)
-  population_parts = [population.group_path(p) for p in parts]  # RMIA's population, when the run has one
+      save(f"{stat}.npy", stack(stat_parts), canary_axis=1)
   if all(os.path.exists(p) for p in population_parts):
-    save("population_losses.npy", run_folder.load_stacked(population_parts))
+    save("population_losses.npy", stack(population_parts))
   for name in PER_CANARY:
     if os.path.exists(os.path.join(run_dir, name)):
       save(name, run_folder.load_npy(os.path.join(run_dir, name)), canary_axis=0)

@@ -127,3 +127,19 @@ def test_bad_dropped_canaries_are_refused_before_writing(tmp_path, drop, message
   with pytest.raises(InputError, match=message):
     partial.write_partial_run(src, str(tmp_path / "out"), drop_canaries=drop)
   assert not os.path.exists(tmp_path / "out")
+
+
+def test_a_folder_with_losses_npy_only_is_sliced_from_it(tmp_path):
+  """A partial run (losses.npy, no group files) gives its first K models and drops canaries the same way."""
+  src, mid, dst = str(tmp_path / "run"), str(tmp_path / "mid"), str(tmp_path / "part")
+  keep, groups = fake_run(src, N=6, finished=4)
+  partial.write_partial_run(src, mid)  # all 8 models, as losses.npy
+  config, _ = partial.write_partial_run(mid, dst, num_models=7, drop_canaries=[2])
+  loss = np.concatenate(groups)
+  kept = [0, 1, 3, 4, 5]
+  np.testing.assert_array_equal(np.load(f"{dst}/losses.npy"), loss[:7][:, kept])
+  np.testing.assert_array_equal(np.load(f"{dst}/mu.npy"), loss[:7][:, kept] + 1)
+  np.testing.assert_array_equal(np.load(f"{dst}/keep.npy"), keep[:7][:, kept])
+  assert config["shadow"]["num_models"] == 7 and config["partial_of"]["dropped_canaries"] == [2]
+  with pytest.raises(InputError, match="exceeds the run's 8 models"):
+    partial.write_partial_run(mid, str(tmp_path / "nine"), num_models=9)
