@@ -24,6 +24,7 @@ TABLES = {
     ("analyses.md", "## `cov_structure`"): "cov_structure",
     ("analyses.md", "## `membership_structure`"): "membership_structure",
     ("analyses.md", "## `compare_runs`"): "compare_runs",
+    ("analyses.md", "## `false_positives`"): "false_positives",
     ("auditing.md", "## Flags"): "score_targets",
     ("dp_audit.md", "## `audit`: epsilon lower bounds of runs"): "audit",
     ("images.md", "## Pictures of an image run: `image_maps`"): "image_maps",

@@ -1,0 +1,60 @@
+"""Which canaries hold each variant's highest-scoring non-member pairs: the false positives that set TPR at low FPR.
+
+python -m experiments.false_positives --run_dir=DIR [--top=K | --fpr=1e-4] [--show=10] [--results=results.json]
+    [--out_dir=DIR]
+Reads evaluate's report (--results) and scores files, and keep.npy; writes false_positives[_settings].{json,md}
+(lira/reports/false_positives_report.py). A text run's canaries are shown as text (texts.json, or canaries.npy
+decoded with tokenizer.json). When a few canaries hold most of the pairs, evaluate the run without them
+(partial_run --drop_canaries) to see what they do to the ranking.
+"""
+
+from absl import app
+from absl import flags
+
+from attacks import shadow
+from experiments import cli
+from lira.errors import MissingFileError
+from lira.reports import false_positives_report
+from lira.reports import provenance
+from lira.reports import run_folder
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("run_dir", None, "An evaluated run folder (results.json, scores_<variant>.npy, keep.npy).")
+flags.DEFINE_string("results", "results.json", "The evaluate report to read, in the run folder.")
+flags.DEFINE_integer("top", None, "Count the K highest-scoring non-member pairs; default those above --fpr's threshold.")
+cli.check_range("top", 1)
+flags.DEFINE_float("fpr", false_positives_report.DEFAULTS["fpr"],
+                   "Without --top: the pairs above this FPR's threshold, floor(FPR x non-member pairs), at least 1.")
+cli.check_range("fpr", 0.0, 1.0, low_open=True, high_open=True)
+flags.DEFINE_integer("show", false_positives_report.DEFAULTS["show"], "Canaries listed per variant.")
+cli.check_range("show", 1)
+flags.DEFINE_string("out_dir", None, "Where false_positives[_settings].{json,md} go; default the run folder.")
+flags.DEFINE_bool("progress", True, "Accepted, as by every command (nothing to show).")
+
+
+def _texts(run_dir, N):
+  """The canaries as text, or None for a run without texts (an image run, a synthetic run)."""
+  import os
+  mask_path = os.path.join(run_dir, "mask.npy")
+  mask = run_folder.load_npy(mask_path) if os.path.exists(mask_path) else None
+  try:
+    return shadow.canary_texts(run_dir, N, mask)
+  except MissingFileError:
+    return None
+
+
+def main(argv):
+  del argv
+  if not FLAGS.run_dir:
+    raise app.UsageError("--run_dir is required")
+  report = false_positives_report.build(FLAGS.run_dir, FLAGS.top, FLAGS.fpr, FLAGS.show, FLAGS.results)
+  texts = _texts(FLAGS.run_dir, report["shape"]["N"])
+  for variant in report["variants"]:
+    for row in variant["canaries"]:
+      row["text"] = None if texts is None else texts[row["canary"]]
+  print(false_positives_report.markdown(report))
+  print(provenance.wrote(false_positives_report.write(report, FLAGS.out_dir or FLAGS.run_dir)))
+
+
+if __name__ == "__main__":
+  cli.run(main)

@@ -1,0 +1,91 @@
+"""Which canaries hold each variant's highest-scoring non-member pairs (experiments/false_positives.py).
+
+false_positives[_settings].json (schema "seqlira.false_positives"): per variant of the run's evaluate report, `top`
+(the pairs counted), `fpr` (top / scored non-member pairs: the FPR whose threshold they lie above), `n_nonmember`,
+`distinct` (how many canaries hold them) and `canaries` (the `show` canaries holding the most: index, pairs held,
+the canary's scored non-member pairs, its text when the run has one); .md: the same as tables.
+"""
+
+import os
+import sys
+
+from lira import nonmember_pairs
+from lira import scoring as scoring_lib
+from lira.errors import InputError
+from lira.reports import loo_report
+from lira.reports import provenance
+from lira.reports import run_folder
+
+DEFAULTS = {"top": None, "fpr": 1e-4, "show": 10}
+TEXT_CHARS = 60  # a canary's text is cut to this many characters in the tables
+
+
+def build(run_dir, top=DEFAULTS["top"], fpr=DEFAULTS["fpr"], show=DEFAULTS["show"], results_name="results.json"):
+  """The report as a dict (each listed canary's "text" None: the command fills it in for a text run); InputError
+  names a missing report or scores file before any work."""
+  results_path = os.path.join(run_dir, results_name)
+  if not os.path.exists(results_path):
+    raise InputError(f"{results_path}: not found (run python -m experiments.evaluate --run_dir={run_dir} first)")
+  results = run_folder.load_json(results_path)
+  paths = {}
+  for row in results["variants"]:
+    variant = (row["name"], row["covariance"], row["shared"])
+    paths[scoring_lib.variant_key(variant)] = loo_report.scores_path(run_dir, variant, results["settings"])
+  if missing := [p for p in paths.values() if not os.path.exists(p)]:
+    raise InputError(f"{missing[0]}: not found (evaluate saves it unless --nosave_scores; run it again)")
+  keep_MxN = run_folder.load_npy(os.path.join(run_dir, "keep.npy")).astype(bool)
+  variants = []
+  for key, path in paths.items():
+    score_MxN = run_folder.load_npy(path)
+    if score_MxN.shape != keep_MxN.shape:
+      raise InputError(f"{path}: shape {list(score_MxN.shape)} does not match keep.npy {list(keep_MxN.shape)}")
+    n_neg = int((~keep_MxN & (score_MxN == score_MxN)).sum())  # scored (not NaN) non-member pairs
+    k = min(int(top), n_neg) if top else nonmember_pairs.top_count(n_neg, fpr)
+    r = nonmember_pairs.top_nonmember_pairs(score_MxN, keep_MxN, k)
+    rows = [{"canary": int(n), "pairs": int(p), "out_pairs": int(o),
+             "text": None}
+            for n, p, o in zip(r["canaries"][:show], r["pairs"][:show], r["out_models"][:show])]
+    variants.append({"variant": key, "top": k, "fpr": k / max(n_neg, 1), "n_nonmember": n_neg,
+                     "distinct": int(r["canaries"].size), "canaries": rows})
+  config = run_folder.load_config(run_dir) if os.path.exists(run_folder.config_path(run_dir)) else {}
+  return {"schema": {"name": "seqlira.false_positives", "version": provenance.SCHEMA_VERSION, "doc": "docs/outputs.md"},
+          "argv": list(sys.argv), "run_dir": os.path.abspath(run_dir),
+          "run": provenance.run_description(run_dir, config), "results": results_name, "shape": results.get("shape"),
+          "settings": {"top": top, "fpr": fpr, "show": show}, "scoring": results["settings"], "variants": variants}
+
+
+def _text(text):
+  if text is None:
+    return ""
+  text = " ".join(text.split())
+  text = text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS - 3] + "..."
+  return text.replace("|", "\\|")
+
+
+def markdown(report):
+  top = report["settings"]["top"]
+  counted = (f"the {top} highest-scoring non-member pairs" if top else
+             f"the non-member pairs above the {100 * report['settings']['fpr']:g}% FPR threshold")
+  lines = [f"# Canaries behind the first false positives: {report['run']}", "",
+           f"Per variant, {counted} (scored leave-one-out by evaluate with "
+           f"{loo_report.scoring_words(report['scoring'])}) and the canaries that hold the most "
+           "of them; OUT pairs: the canary's scored non-member pairs in all.", "",
+           "| variant | pairs counted | FPR | distinct canaries | largest holders (canary: pairs / OUT pairs) |",
+           "|---|---:|---:|---:|---|"]
+  for v in report["variants"]:
+    holders = ", ".join(f"{c['canary']}: {c['pairs']} / {c['out_pairs']}" for c in v["canaries"][:5])
+    lines.append(f"| {v['variant']} | {v['top']} | {v['fpr']:.2g} | {v['distinct']} | {holders} |")
+  for v in report["variants"]:
+    lines += ["", f"## {v['variant']}", "", "| canary | pairs held | OUT pairs | text |", "|---:|---:|---:|---|"]
+    lines += [f"| {c['canary']} | {c['pairs']} | {c['out_pairs']} | {_text(c['text'])} |" for c in v["canaries"]]
+  return "\n".join(lines) + "\n"
+
+
+def write(report, out_dir):
+  """false_positives[_settings].{json,md} in out_dir; the paths written."""
+  run_folder.check_writable(out_dir, "choose another --out_dir")
+  paths = [provenance.report_path(out_dir, "false_positives", ext, report["settings"], DEFAULTS)
+           for ext in ("json", "md")]
+  run_folder.save_json(paths[0], report)
+  run_folder.save_text(paths[1], markdown(report))
+  return paths
