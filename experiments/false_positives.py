@@ -52,8 +52,9 @@ def main(argv):
   for variant in report["variants"]:
     for row in variant["canaries"]:
       row["text"] = None if texts is None else texts[row["canary"]]
+  paths = false_positives_report.write(report, FLAGS.out_dir or FLAGS.run_dir)
   print(false_positives_report.markdown(report))
-  print(provenance.wrote(false_positives_report.write(report, FLAGS.out_dir or FLAGS.run_dir)))
+  print(provenance.wrote(paths))
 
 
 if __name__ == "__main__":

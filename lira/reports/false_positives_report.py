@@ -3,11 +3,14 @@
 false_positives[_settings].json (schema "seqlira.false_positives"): per variant of the run's evaluate report, `top`
 (the pairs counted), `fpr` (top / scored non-member pairs: the FPR whose threshold they lie above), `n_nonmember`,
 `distinct` (how many canaries hold them) and `canaries` (the `show` canaries holding the most: index, pairs held,
-the canary's scored non-member pairs, its text when the run has one); .md: the same as tables.
+the canary's scored non-member pairs, its text when the run has one, and its index in the source run when the run is
+a partial_run without some canaries); .md: the same as tables.
 """
 
 import os
 import sys
+
+import numpy as np
 
 from lira import nonmember_pairs
 from lira import scoring as scoring_lib
@@ -34,6 +37,11 @@ def build(run_dir, top=DEFAULTS["top"], fpr=DEFAULTS["fpr"], show=DEFAULTS["show
   if missing := [p for p in paths.values() if not os.path.exists(p)]:
     raise InputError(f"{missing[0]}: not found (evaluate saves it unless --nosave_scores; run it again)")
   keep_MxN = run_folder.load_npy(os.path.join(run_dir, "keep.npy")).astype(bool)
+  config = run_folder.load_config(run_dir) if os.path.exists(run_folder.config_path(run_dir)) else {}
+  source = (config.get("partial_of") or {})
+  source_N = None  # a partial run without some canaries: each canary's index in the source run too
+  if source.get("dropped_canaries"):
+    source_N = np.delete(np.arange(source["num_canaries"]), source["dropped_canaries"])
   variants = []
   for key, path in paths.items():
     score_MxN = run_folder.load_npy(path)
@@ -42,12 +50,11 @@ def build(run_dir, top=DEFAULTS["top"], fpr=DEFAULTS["fpr"], show=DEFAULTS["show
     n_neg = int((~keep_MxN & (score_MxN == score_MxN)).sum())  # scored (not NaN) non-member pairs
     k = min(int(top), n_neg) if top else nonmember_pairs.top_count(n_neg, fpr)
     r = nonmember_pairs.top_nonmember_pairs(score_MxN, keep_MxN, k)
-    rows = [{"canary": int(n), "pairs": int(p), "out_pairs": int(o),
-             "text": None}
+    rows = [{"canary": int(n), "pairs": int(p), "out_pairs": int(o), "text": None,
+             **({} if source_N is None else {"source_canary": int(source_N[n])})}
             for n, p, o in zip(r["canaries"][:show], r["pairs"][:show], r["out_models"][:show])]
     variants.append({"variant": key, "top": k, "fpr": k / max(n_neg, 1), "n_nonmember": n_neg,
                      "distinct": int(r["canaries"].size), "canaries": rows})
-  config = run_folder.load_config(run_dir) if os.path.exists(run_folder.config_path(run_dir)) else {}
   return {"schema": {"name": "seqlira.false_positives", "version": provenance.SCHEMA_VERSION, "doc": "docs/outputs.md"},
           "argv": list(sys.argv), "run_dir": os.path.abspath(run_dir),
           "run": provenance.run_description(run_dir, config), "results": results_name, "shape": results.get("shape"),
@@ -62,6 +69,11 @@ def _text(text):
   return text.replace("|", "\\|")
 
 
+def _index(row):
+  """A canary's index, and its index in the source run where a partial run dropped canaries: '7 (source 9)'."""
+  return f"{row['canary']} (source {row['source_canary']})" if "source_canary" in row else str(row["canary"])
+
+
 def markdown(report):
   top = report["settings"]["top"]
   counted = (f"the {top} highest-scoring non-member pairs" if top else
@@ -73,11 +85,11 @@ def markdown(report):
            "| variant | pairs counted | FPR | distinct canaries | largest holders (canary: pairs / OUT pairs) |",
            "|---|---:|---:|---:|---|"]
   for v in report["variants"]:
-    holders = ", ".join(f"{c['canary']}: {c['pairs']} / {c['out_pairs']}" for c in v["canaries"][:5])
+    holders = ", ".join(f"{_index(c)}: {c['pairs']} / {c['out_pairs']}" for c in v["canaries"][:5])
     lines.append(f"| {v['variant']} | {v['top']} | {v['fpr']:.2g} | {v['distinct']} | {holders} |")
   for v in report["variants"]:
     lines += ["", f"## {v['variant']}", "", "| canary | pairs held | OUT pairs | text |", "|---:|---:|---:|---|"]
-    lines += [f"| {c['canary']} | {c['pairs']} | {c['out_pairs']} | {_text(c['text'])} |" for c in v["canaries"]]
+    lines += [f"| {_index(c)} | {c['pairs']} | {c['out_pairs']} | {_text(c['text'])} |" for c in v["canaries"]]
   return "\n".join(lines) + "\n"
 
 
