@@ -12,6 +12,8 @@ canaries with --num_processes/--process_id/--coordinator_address (jax.distribute
 
 import os
 
+import numpy as np
+
 from absl import app
 from absl import flags
 
@@ -23,6 +25,7 @@ from lira import metrics
 from lira import rmia
 from lira.reports import provenance
 from lira.reports import loo_report
+from lira.reports import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder with losses.npy [M, N, T], keep.npy [M, N], optional mask.npy.")
@@ -69,6 +72,11 @@ def main(argv):
                                reduction=scoring.reduction, balance_counts=scoring.balance_counts,
                                n_boot=FLAGS.n_boot, seed=FLAGS.seed)
     attack_rows = more if attack_rows is None else attack_rows + more
+  keep_MxN = run_folder.load_npy(os.path.join(FLAGS.run_dir, "keep.npy"), mmap=True) if os.path.exists(
+      os.path.join(FLAGS.run_dir, "keep.npy")) else None  # a missing file is named by evaluate_run
+  if keep_MxN is not None and (note := scoring_flags.jax_compile_note(
+      scoring, len(np.unique(np.sum(keep_MxN, axis=0))), "the run's canaries have")):
+    print(note)
   table, result = loo_report.evaluate_run(
       FLAGS.run_dir, FLAGS.out_dir, scoring, variants=FLAGS.variants, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
       progress=FLAGS.progress, save_scores=FLAGS.save_scores, attack_rows=attack_rows)

@@ -74,3 +74,17 @@ def define_rmia(flag_values=FLAGS):
     flags.DEFINE_float(f"rmia_{name}", fields[name].default, fields[name].metadata["help"], flag_values=flag_values,
                        module_name=module)
     cli.check_range(f"rmia_{name}", low, high, low_open=low_open, flag_values=flag_values)
+
+
+# The jax backend compiles its OAS and balanced scorers once per distinct IN count (docs/statistics.md, "Backends").
+MANY_IN_COUNTS = 4
+
+
+def jax_compile_note(scoring, in_counts, where):
+  """A one-line note when the jax backend would compile many times: `in_counts` distinct IN counts (None: model
+  subsets, whose counts always vary) under an OAS or balanced scorer; None otherwise."""
+  if scoring.backend != "jax" or (in_counts is not None and in_counts <= MANY_IN_COUNTS):
+    return None
+  many = "many" if in_counts is None else str(in_counts)
+  return (f"note: {where} {many} distinct IN counts; --backend=jax compiles its OAS and balanced scorers once per "
+          "count, so --backend=numpy is likely faster here (docs/statistics.md, \"Backends\")")

@@ -98,6 +98,8 @@ def main(argv):
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   if note:
     print(note)
+  if any(m < M for m in counts) and (note := scoring_flags.jax_compile_note(scoring, None, "model subsets have")):
+    print(note)
   keys = [scoring_lib.variant_key(v) for v in variants]
   default = evaluation.sweep_counts(M, scoring, variants)
   settings = {"counts": None if counts == default else counts, "draws": FLAGS.draws,
