@@ -4,6 +4,8 @@
   python benchmarks/lira_loo.py --M 8 --N 200 --T 16 --out /tmp/lira_loo.json   # smoke test
   python benchmarks/lira_loo.py --backends numpy jax --ref_targets 0   # numpy against the jax backend, same inputs
   python benchmarks/lira_loo.py --M 484 --ref_targets 0 --joint   # also all variants in one pass (numpy)
+  python benchmarks/lira_loo.py --M 64 --N 1000 --T 32 --ref_targets 0 --variants oas-shared --backends numpy jax \
+      --keep bernoulli   # varying IN counts: the jax backend compiles once per count
 
 --joint also times lira.leave_one_out_variants on all the chosen variants at once (one read and one per-token
 statistic per block, as experiments.evaluate runs them), first, on the same arrays; its scores must equal the
@@ -11,7 +13,7 @@ per-variant ones. With several --backends each variant is timed on each, one aft
 "ratio_to_numpy" is its time over the numpy backend's (the jax time includes its compiles, one per block shape; jax's
 client is started once before the first timed row).
 
-The reference (tests/bruteforce.py) runs on --ref_targets x --ref_canaries (target, canary) pairs and
+The reference (tests/lira/bruteforce.py) runs on --ref_targets x --ref_canaries (target, canary) pairs and
 its time is extrapolated linearly to all M * N pairs; on that subset the two engines must agree.
 """
 
@@ -29,7 +31,7 @@ import scipy.signal
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "tests"))  # the reference lives beside the tests, as they import it
+sys.path.insert(0, str(ROOT / "tests" / "lira"))  # the reference lives beside the tests, as they import it
 
 import lira  # noqa: E402
 from bruteforce import bruteforce_llr  # noqa: E402
@@ -52,6 +54,15 @@ def make_keep(M, N, rng):
   """keep_MxN as in the LiRA reference code: every canary IN for exactly M / 2 models."""
   order = rng.uniform(size=(M, N)).argsort(0)
   return order < M // 2
+
+
+def make_keep_bernoulli(M, N, rng):
+  """keep_MxN with each model IN with probability 1/2, as the first K models of a larger run (partial_run) or a
+  shadow_sweep subset have it: IN counts vary from canary to canary (each kept within [3, M - 3])."""
+  keep = rng.uniform(size=(M, N)) < 0.5
+  bad = (keep.sum(axis=0) < 3) | (keep.sum(axis=0) > M - 3)
+  keep[:, bad] = make_keep(M, int(bad.sum()), rng)
+  return keep
 
 
 def make_losses(keep_MxN, T, rng):
@@ -177,6 +188,9 @@ def main(argv=None):
   parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), default=list(VARIANTS))
   parser.add_argument("--backends", nargs="+", choices=["numpy", "jax", "jax-float32"], default=["numpy"],
                       help="leave_one_out backends timed on the same arrays (jax-float32: precision float32)")
+  parser.add_argument("--keep", choices=["half", "bernoulli"], default="half",
+                      help="membership: every canary IN for M / 2 models (half), or each model IN with probability 1/2 "
+                           "(bernoulli: varying IN counts, as a partial run or a sweep subset)")
   parser.add_argument("--joint", action="store_true", help="also time all variants in one leave_one_out_variants pass")
   args = parser.parse_args(argv)
   if args.M % 2 or args.M < 4:
@@ -185,14 +199,15 @@ def main(argv=None):
 
   rng = np.random.default_rng(args.seed)
   start = time.perf_counter()
-  keep_MxN = make_keep(args.M, args.N, rng)
+  keep_MxN = (make_keep if args.keep == "half" else make_keep_bernoulli)(args.M, args.N, rng)
   loss_MxNxT = make_losses(keep_MxN, args.T, rng)
   data_s = time.perf_counter() - start
   pick = np.random.default_rng(args.seed + 1)
   targets = sorted(pick.choice(args.M, size=min(args.ref_targets, args.M), replace=False).tolist())
   canaries = sorted(pick.choice(args.N, size=min(args.ref_canaries, args.N), replace=False).tolist())
   summarize = find_summarize()
-  print(f"M={args.M} N={args.N} T={args.T} seed={args.seed}: data generated in {data_s:.1f} s "
+  print(f"M={args.M} N={args.N} T={args.T} seed={args.seed} keep={args.keep} "
+        f"({len(np.unique(keep_MxN.sum(axis=0)))} distinct IN counts): data generated in {data_s:.1f} s "
         f"({loss_MxNxT.nbytes / 2**30:.2f} GiB float32); reference on {len(targets)} x {len(canaries)} pairs; "
         f"lira.metrics.summarize {'timed' if summarize else 'not available, skipped'}")
 
