@@ -72,11 +72,11 @@ def main(argv):
                                reduction=scoring.reduction, balance_counts=scoring.balance_counts,
                                n_boot=FLAGS.n_boot, seed=FLAGS.seed)
     attack_rows = more if attack_rows is None else attack_rows + more
-  keep_MxN = run_folder.load_npy(os.path.join(FLAGS.run_dir, "keep.npy"), mmap=True) if os.path.exists(
-      os.path.join(FLAGS.run_dir, "keep.npy")) else None  # a missing file is named by evaluate_run
-  if keep_MxN is not None and (note := scoring_flags.jax_compile_note(
-      scoring, len(np.unique(np.sum(keep_MxN, axis=0))), "the run's canaries have")):
-    print(note)
+  keep_path = os.path.join(FLAGS.run_dir, "keep.npy")
+  if scoring.backend == "jax" and os.path.exists(keep_path):  # a missing file is named by evaluate_run
+    in_counts = len(np.unique(run_folder.load_npy(keep_path, mmap=True).sum(axis=0)))
+    if note := scoring_flags.jax_compile_note(scoring, in_counts, "the run's canaries have"):
+      print(note)
   table, result = loo_report.evaluate_run(
       FLAGS.run_dir, FLAGS.out_dir, scoring, variants=FLAGS.variants, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
       progress=FLAGS.progress, save_scores=FLAGS.save_scores, attack_rows=attack_rows)

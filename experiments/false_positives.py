@@ -8,6 +8,8 @@ decoded with tokenizer.json). When a few canaries hold most of the pairs, evalua
 (partial_run --drop_canaries) to see what they do to the ranking.
 """
 
+import os
+
 from absl import app
 from absl import flags
 
@@ -34,7 +36,6 @@ flags.DEFINE_bool("progress", True, "Accepted, as by every command (nothing to s
 
 def _texts(run_dir, N):
   """The canaries as text, or None for a run without texts (an image run, a synthetic run)."""
-  import os
   mask_path = os.path.join(run_dir, "mask.npy")
   mask = run_folder.load_npy(mask_path) if os.path.exists(mask_path) else None
   try:

@@ -15,8 +15,9 @@ def top_count(n_nonmember, fpr):
   return max(1, math.floor(float(fpr) * n_nonmember + 1e-9))
 
 
-def top_nonmember_pairs(score_MxN, keep_MxN, top):
-  """The `top` highest-scoring non-member pairs (NaN scores left out) and the canaries that hold them.
+def top_nonmember_pairs(score_MxN, keep_MxN, top=None, fpr=None):
+  """The `top` highest-scoring non-member pairs (NaN scores left out; without `top`, those above `fpr`'s threshold,
+  top_count) and the canaries that hold them.
 
   Ties are ranked by canary, then model, so the result does not depend on the sort. Returns a dict:
   canary_K, model_K, score_K: the pairs in score order (highest first); n_nonmember: the scored non-member pairs;
@@ -30,7 +31,10 @@ def top_nonmember_pairs(score_MxN, keep_MxN, top):
   negative_MxN = ~keep_MxN & np.isfinite(score_MxN)
   model_P, canary_P = np.nonzero(negative_MxN)
   score_P = score_MxN[model_P, canary_P]
-  order = np.lexsort((model_P, canary_P, -score_P))[:int(top)]
+  if (top is None) == (fpr is None):
+    raise ValueError("give exactly one of top and fpr")
+  top = top_count(score_P.size, fpr) if top is None else int(top)
+  order = np.lexsort((model_P, canary_P, -score_P))[:top]
   canary_K, model_K = canary_P[order], model_P[order]
   held = np.bincount(canary_K, minlength=score_MxN.shape[1])
   canaries = np.lexsort((np.arange(held.size), -held))[:np.count_nonzero(held)]

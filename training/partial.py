@@ -102,7 +102,7 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
   keep_path = os.path.join(run_dir, "keep.npy")
   if stacked:  # the first K rows of the stacked arrays
     parts = [os.path.join(run_dir, "losses.npy")]
-    expected = [K]
+    expected = [M]
     stat_files = {stat: [os.path.join(run_dir, f"{stat}.npy")] for stat in stored_statistics(config)}
     population_parts = [os.path.join(run_dir, "population_losses.npy")]
   else:
@@ -126,8 +126,8 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
   dropped = _dropped(drop_canaries, keep_MxN.shape[1])
   shapes = [run_folder.load_npy(p, mmap=True).shape for p in parts]
   for p, s, rows in zip(parts, shapes, expected):
-    if len(s) != 3 or s[0] < rows or (s[0] != rows and not stacked) or s[1] != keep_MxN.shape[1]:
-      raise InputError(f"{p}: shape {s}, expected [{M if stacked else rows}, N={keep_MxN.shape[1]}, T]")
+    if len(s) != 3 or s[0] != rows or s[1] != keep_MxN.shape[1]:
+      raise InputError(f"{p}: shape {s}, expected [{rows}, N={keep_MxN.shape[1]}, T]")
 
   def stack(paths):  # the first K models' rows
     return run_folder.load_npy(paths[0], mmap=True)[:K] if stacked else run_folder.load_stacked(paths)

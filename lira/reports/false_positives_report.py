@@ -13,9 +13,9 @@ import sys
 import numpy as np
 
 from lira import nonmember_pairs
-from lira import scoring as scoring_lib
 from lira.errors import InputError
 from lira.reports import loo_report
+from lira.reports import paper_table_report
 from lira.reports import provenance
 from lira.reports import run_folder
 
@@ -30,12 +30,7 @@ def build(run_dir, top=DEFAULTS["top"], fpr=DEFAULTS["fpr"], show=DEFAULTS["show
   if not os.path.exists(results_path):
     raise InputError(f"{results_path}: not found (run python -m experiments.evaluate --run_dir={run_dir} first)")
   results = run_folder.load_json(results_path)
-  paths = {}
-  for row in results["variants"]:
-    variant = (row["name"], row["covariance"], row["shared"])
-    paths[scoring_lib.variant_key(variant)] = loo_report.scores_path(run_dir, variant, results["settings"])
-  if missing := [p for p in paths.values() if not os.path.exists(p)]:
-    raise InputError(f"{missing[0]}: not found (evaluate saves it unless --nosave_scores; run it again)")
+  scores = paper_table_report.load_scores(run_dir, results, required=())
   keep_MxN = run_folder.load_npy(os.path.join(run_dir, "keep.npy")).astype(bool)
   config = run_folder.load_config(run_dir) if os.path.exists(run_folder.config_path(run_dir)) else {}
   source = (config.get("partial_of") or {})
@@ -43,13 +38,12 @@ def build(run_dir, top=DEFAULTS["top"], fpr=DEFAULTS["fpr"], show=DEFAULTS["show
   if source.get("dropped_canaries"):
     source_N = np.delete(np.arange(source["num_canaries"]), source["dropped_canaries"])
   variants = []
-  for key, path in paths.items():
-    score_MxN = run_folder.load_npy(path)
+  for key, score_MxN in scores.items():
     if score_MxN.shape != keep_MxN.shape:
-      raise InputError(f"{path}: shape {list(score_MxN.shape)} does not match keep.npy {list(keep_MxN.shape)}")
-    n_neg = int((~keep_MxN & (score_MxN == score_MxN)).sum())  # scored (not NaN) non-member pairs
-    k = min(int(top), n_neg) if top else nonmember_pairs.top_count(n_neg, fpr)
-    r = nonmember_pairs.top_nonmember_pairs(score_MxN, keep_MxN, k)
+      raise InputError(f"{run_dir}: the {key} scores have shape {list(score_MxN.shape)}, keep.npy "
+                       f"{list(keep_MxN.shape)}")
+    r = nonmember_pairs.top_nonmember_pairs(score_MxN, keep_MxN, top=top, fpr=None if top else fpr)
+    n_neg, k = r["n_nonmember"], int(r["canary_K"].size)
     rows = [{"canary": int(n), "pairs": int(p), "out_pairs": int(o), "text": None,
              **({} if source_N is None else {"source_canary": int(source_N[n])})}
             for n, p, o in zip(r["canaries"][:show], r["pairs"][:show], r["out_models"][:show])]

@@ -73,8 +73,9 @@ def verdict(diff_ci, resolved, expected_sign=1):
   return "holds" if lo > 0 else "opposite" if hi < 0 else "not resolved"
 
 
-def load_scores(run_dir, results):
-  """{variant key: [M, N] float64} from the scores files evaluate wrote with the report's settings."""
+def load_scores(run_dir, results, required=VARIANTS):
+  """{variant key: [M, N] float64} from the scores files evaluate wrote with the report's settings; InputError if a
+  file is missing or a `required` variant has no row."""
   out = {}
   for row in results["variants"]:
     variant = (row["name"], row["covariance"], row["shared"])
@@ -82,7 +83,7 @@ def load_scores(run_dir, results):
     if not os.path.exists(path):
       raise InputError(f"{path}: not found (evaluate saves it unless --nosave_scores; run it again)")
     out[scoring_lib.variant_key(variant)] = run_folder.load_npy(path).astype(np.float64)
-  missing = [v for v in VARIANTS if v not in out]
+  missing = [v for v in required if v not in out]
   if missing:
     raise InputError(f"{run_dir}: the report has no {missing[0]} row; evaluate all six variants")
   return out

@@ -41,6 +41,18 @@ def test_top_count_is_the_pairs_above_the_fpr_threshold():
   assert nonmember_pairs.top_count(500, 1e-4) == 1  # fewer than 1 / FPR pairs: the single highest
 
 
+def test_fpr_counts_the_pairs_above_its_threshold():
+  rng = np.random.default_rng(4)
+  score, keep = rng.normal(size=(10, 30)), rng.random((10, 30)) < 0.5
+  n_neg = int((~keep).sum())
+  by_fpr = nonmember_pairs.top_nonmember_pairs(score, keep, fpr=0.05)
+  by_top = nonmember_pairs.top_nonmember_pairs(score, keep, top=nonmember_pairs.top_count(n_neg, 0.05))
+  assert by_fpr["canary_K"].size == int(0.05 * n_neg)
+  np.testing.assert_array_equal(by_fpr["canary_K"], by_top["canary_K"])
+  with pytest.raises(ValueError, match="exactly one of top and fpr"):
+    nonmember_pairs.top_nonmember_pairs(score, keep, top=3, fpr=0.05)
+
+
 def test_shapes_must_match():
   with pytest.raises(ValueError, match="must both be"):
     nonmember_pairs.top_nonmember_pairs(np.zeros((3, 4)), np.zeros((3, 5), bool), 2)
