@@ -13,6 +13,7 @@ from lira.reports import run_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "attacks"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "lira"))
 
 
 def command(*args):
@@ -22,6 +23,7 @@ def command(*args):
 
 def test_names_the_canaries_of_the_top_pairs_with_their_texts(tmp_path):
   from test_attack_report import tiny_tokenizer
+  from test_nonmember_pairs import brute_force
   run = tmp_path / "run"
   run_folder.write_synthetic_run(str(run), num_models=8, num_canaries=40, seq_len=4, seed=3, shift=1.0)
   rng = np.random.default_rng(0)
@@ -37,15 +39,11 @@ def test_names_the_canaries_of_the_top_pairs_with_their_texts(tmp_path):
   for v in report["variants"]:
     path = [p for p in os.listdir(run) if p.startswith(f"scores_{v['variant']}")][0]
     score = np.load(run / path)
-    neg = [(-score[m, n], n, m) for m in range(8) for n in range(40) if not keep[m, n] and np.isfinite(score[m, n])]
-    held = {}
-    for _, n, _ in sorted(neg)[:12]:
-      held[n] = held.get(n, 0) + 1
-    ranked = sorted(held, key=lambda n: (-held[n], n))[:3]
-    assert [c["canary"] for c in v["canaries"]] == ranked and v["top"] == 12 and v["distinct"] == len(held)
-    assert [c["pairs"] for c in v["canaries"]] == [held[n] for n in ranked]
+    _, _, ranked, counts = brute_force(score, keep, 12)
+    assert [c["canary"] for c in v["canaries"]] == ranked[:3] and v["top"] == 12 and v["distinct"] == len(ranked)
+    assert [c["pairs"] for c in v["canaries"]] == counts[:3]
     ids = np.load(run / "canaries.npy")
-    assert [c["text"] for c in v["canaries"]] == [" ".join(f"w{i}" for i in ids[n]) for n in ranked]
+    assert [c["text"] for c in v["canaries"]] == [" ".join(f"w{i}" for i in ids[n]) for n in ranked[:3]]
   assert "| canary | pairs held | OUT pairs | text |" in proc.stdout
 
 
