@@ -56,9 +56,12 @@ def build(run_dir, top=DEFAULTS["top"], fpr=DEFAULTS["fpr"], show=DEFAULTS["show
 
 
 def _text(text):
+  """A canary's text for a table cell: whitespace runs as one space, other unprintable characters (random-token
+  canaries decode to control bytes) as escapes such as \\x00, cut to TEXT_CHARS, `|` escaped."""
   if text is None:
     return ""
   text = " ".join(text.split())
+  text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
   text = text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS - 3] + "..."
   return text.replace("|", "\\|")
 

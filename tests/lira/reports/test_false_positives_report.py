@@ -33,3 +33,16 @@ def test_report_counts_and_source_indices(tmp_path):
   first = v["canaries"][0]
   assert f"| {first['canary']} (source {source[first['canary']]}) | {first['pairs']} |" in \
       false_positives_report.markdown(report)
+
+
+def test_texts_with_control_characters_stay_printable_in_the_table(tmp_path):
+  run = str(tmp_path / "run")
+  run_folder.write_synthetic_run(run, num_models=8, num_canaries=20, seq_len=3, seed=1, shift=1.0)
+  loo_report.evaluate_run(run, variants=["univariate-shared"], progress=False)
+  (results,) = [f for f in os.listdir(run) if f.startswith("results") and f.endswith(".json")]
+  report = false_positives_report.build(run, top=5, show=1, results_name=results)
+  (row,) = report["variants"][0]["canaries"]
+  row["text"] = "a\x00b\x1b|c\td\n"  # random tokens decode to control bytes
+  md = false_positives_report.markdown(report)
+  assert all(c.isprintable() for c in md.replace("\n", ""))
+  assert f"| {row['canary']} | {row['pairs']} | {row['out_pairs']} | a\\x00b\\x1b\\|c d |" in md
