@@ -141,13 +141,24 @@ def main(argv):
                             mesh=make_mesh(FLAGS.shard_models, FLAGS.shard_params), progress=FLAGS.progress,
                             wait=coordinated, assemble_here=not coordinated, log_groups=True,
                             population_given=population_given)
-    preemption.check()  # a stop during the last group's scoring: its files are written, the evaluation is not run
   except preemption.Preempted:
     if coordinated:
       jax.distributed.shutdown()  # the others stop too (within a second): leave together
     print(f"stopped by {preemption.name()}: the group in flight was abandoned; finished groups are kept in "
           f"{run_dir}/losses. Re-run the same command to resume (exit status {preemption.exit_status()}).",
           file=sys.stderr)
+    sys.exit(preemption.exit_status())
+  if preemption.requested():  # it came while the last group was scored or losses.npy assembled: no group is lost
+    if coordinated:
+      jax.distributed.shutdown()
+    if complete and not coordinated:
+      kept = f"every group is finished and {run_dir}/losses.npy assembled"
+      rest = "the evaluation was not run: re-run the same command to run it" if FLAGS.evaluate else "nothing is lost"
+    else:
+      kept = f"this process's groups are finished in {run_dir}/losses"
+      rest = "re-run the same command to assemble losses.npy" + (" and evaluate" if FLAGS.evaluate else "")
+    print(f"stopped by {preemption.name()} after the last group: {kept}; {rest} (exit status "
+          f"{preemption.exit_status()}).", file=sys.stderr)
     sys.exit(preemption.exit_status())
   preemption.uninstall()  # the assembly and evaluation write atomically: SIGTERM may end them at once, Ctrl-C too
   if coordinated:

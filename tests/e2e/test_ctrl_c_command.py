@@ -82,3 +82,41 @@ def test_ctrl_c_during_training_keeps_finished_groups_exits_130_and_the_rerun_re
   assert rerun.returncode == 0, rerun.stderr[-3000:]
   assert os.stat(os.path.join(run, "losses", "group_0000.npy")).st_mtime_ns == kept  # resumed, not redone
   assert np.load(os.path.join(run, "losses.npy")).shape == (6, 16, 12)
+
+
+# SIGTERM sent to the process itself the moment the last group is finished and losses.npy assembled, as a scheduler's
+# signal that lands while the last group is scored: the real train_shadows command otherwise
+_STOP_AFTER_LAST_GROUP = """
+import os, signal, sys
+from training import pipeline
+real_run = pipeline.run
+def run(*args, **kwargs):
+  complete = real_run(*args, **kwargs)
+  os.kill(os.getpid(), signal.SIGTERM)
+  return complete
+pipeline.run = run
+from experiments import cli, train_shadows
+sys.argv = train_shadows.resolved_argv(["train_shadows", *sys.argv[1:]])
+cli.run(train_shadows.main, resumes=True)
+"""
+
+
+@pytest.mark.slow
+def test_sigterm_after_the_last_group_says_nothing_was_abandoned_and_the_rerun_evaluates(tmp_path, corpus_flags):
+  run = str(tmp_path / "run")
+  flags = ["--config=experiments/configs/lstm.py:tiny", *corpus_flags, f"--run_dir={run}", "--noprogress"]
+  stopped = subprocess.run([sys.executable, "-c", _STOP_AFTER_LAST_GROUP, *flags], cwd=ROOT, env=ENV,
+                           capture_output=True, text=True, timeout=600)
+  assert stopped.returncode == 143, stopped.stderr[-3000:]
+  assert [l for l in stopped.stderr.splitlines() if l.strip()] == [
+    f"stopped by SIGTERM after the last group: every group is finished and {run}/losses.npy assembled; the "
+    "evaluation was not run: re-run the same command to run it (exit status 143)."], stopped.stderr[-3000:]
+  assert os.path.exists(os.path.join(run, "losses.npy")) and not os.path.exists(os.path.join(run, "results.json"))
+  assembled = os.stat(os.path.join(run, "losses.npy")).st_mtime_ns
+
+  rerun = subprocess.run([sys.executable, "-m", "experiments.train_shadows", *flags], cwd=ROOT, env=ENV,
+                         capture_output=True, text=True, timeout=600)
+  assert rerun.returncode == 0, rerun.stderr[-3000:]
+  assert "finished in" not in rerun.stdout  # nothing trained again
+  assert os.stat(os.path.join(run, "losses.npy")).st_mtime_ns == assembled
+  assert os.path.exists(os.path.join(run, "results.json"))
