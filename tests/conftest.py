@@ -14,6 +14,9 @@ import xla_level  # noqa: E402
 # XLA compiles at LLVM optimisation level 0 here and in the commands the tests start (they inherit the environment):
 # set before any test module imports jax; the commands users run keep XLA's default.
 xla_level.set_level_0()
+# One persistent compilation cache for the whole session (xla_level.share_compilation_cache): the workers and the
+# commands the tests start load what another process already compiled.
+xla_level.share_compilation_cache()
 
 
 import pytest  # noqa: E402
@@ -42,8 +45,11 @@ def pytest_runtest_logreport(report):
 
 
 def pytest_sessionfinish(session, exitstatus):
-  """With --record-file-durations, the controller (not an xdist worker) writes the run's per-file times."""
+  """With --record-file-durations, the controller (not an xdist worker) writes the run's per-file times. The
+  controller removes the session's compilation cache."""
   config = session.config
+  if not hasattr(config, "workerinput"):
+    xla_level.remove_compilation_cache()
   if config.getoption("--record-file-durations") and not hasattr(config, "workerinput") and _file_seconds:
     file_order.write_durations(_file_seconds)
 
