@@ -104,6 +104,16 @@ def make_mesh(shard_models, shard_params):
   return jax.sharding.Mesh(np.array(devices), ("models",) if shard_models else ("fsdp",))
 
 
+def _exit_stopped(coordinated, what):
+  """Leave on SIGTERM / Ctrl-C with one line, `stopped by <signal><what> (exit status N).`; a jax.distributed
+  process leaves the others together (they stop within a second too)."""
+  if coordinated:
+    import jax
+    jax.distributed.shutdown()
+  print(f"stopped by {preemption.name()}{what} (exit status {preemption.exit_status()}).", file=sys.stderr)
+  sys.exit(preemption.exit_status())
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
@@ -142,24 +152,16 @@ def main(argv):
                             wait=coordinated, assemble_here=not coordinated, log_groups=True,
                             population_given=population_given)
   except preemption.Preempted:
-    if coordinated:
-      jax.distributed.shutdown()  # the others stop too (within a second): leave together
-    print(f"stopped by {preemption.name()}: the group in flight was abandoned; finished groups are kept in "
-          f"{run_dir}/losses. Re-run the same command to resume (exit status {preemption.exit_status()}).",
-          file=sys.stderr)
-    sys.exit(preemption.exit_status())
+    _exit_stopped(coordinated, f": the group in flight was abandoned; finished groups are kept in {run_dir}/losses. "
+                  "Re-run the same command to resume")
   if preemption.requested():  # it came while the last group was scored or losses.npy assembled: no group is lost
-    if coordinated:
-      jax.distributed.shutdown()
     if complete and not coordinated:
       kept = f"every group is finished and {run_dir}/losses.npy assembled"
       rest = "the evaluation was not run: re-run the same command to run it" if FLAGS.evaluate else "nothing is lost"
     else:
       kept = f"this process's groups are finished in {run_dir}/losses"
       rest = "re-run the same command to assemble losses.npy" + (" and evaluate" if FLAGS.evaluate else "")
-    print(f"stopped by {preemption.name()} after the last group: {kept}; {rest} (exit status "
-          f"{preemption.exit_status()}).", file=sys.stderr)
-    sys.exit(preemption.exit_status())
+    _exit_stopped(coordinated, f" after the last group: {kept}; {rest}")
   preemption.uninstall()  # the assembly and evaluation write atomically: SIGTERM may end them at once, Ctrl-C too
   if coordinated:
     jax.distributed.shutdown()  # every group is done; nothing below needs the other processes

@@ -48,9 +48,10 @@ def pytest_sessionfinish(session, exitstatus):
   """With --record-file-durations, the controller (not an xdist worker) writes the run's per-file times. The
   controller removes the session's compilation cache."""
   config = session.config
-  if not hasattr(config, "workerinput"):
-    xla_level.remove_compilation_cache()
-  if config.getoption("--record-file-durations") and not hasattr(config, "workerinput") and _file_seconds:
+  if hasattr(config, "workerinput"):
+    return
+  xla_level.remove_compilation_cache()
+  if config.getoption("--record-file-durations") and _file_seconds:
     file_order.write_durations(_file_seconds)
 
 
