@@ -55,8 +55,8 @@ def leave_one_out_variants(loss_MxNxT, keep_MxN, scorings, *, mask_NxT=None, on_
                            num_threads=None, progress=False, model_ids=None):
   """leave_one_out for several Scorings that differ only in (covariance, shared): [llr_MxN per scoring].
 
-  The numpy backend reads and transforms each block of canaries once for all of them (the per-token statistic is
-  a large share of the work at M = 484); the jax backend scores them one after another.
+  Both backends read and transform each block of canaries once for all of them (the per-token statistic is a large
+  share of the work at M = 484); the jax backend uploads each block once and scores every variant on the device.
   """
   with allocator.reuse_freed_blocks():
     return _variants(loss_MxNxT, keep_MxN, scorings, mask_NxT, on_undefined, block_size, num_threads, progress,
@@ -99,15 +99,19 @@ def _variants(loss_MxNxT, keep_MxN, scorings, mask_NxT, on_undefined, block_size
     global_vars = [gaussian.pooled_variance(t, s) for t, s in zip(totals, scorings)]
 
   llr_VxMxN = [np.full((M, N), np.nan) for _ in scorings]
-  if base.backend == "jax":
-    for v, s in enumerate(scorings):
-      idx_N = np.flatnonzero(~undefined_VxN[v])
-      if not idx_N.size:  # every canary undefined: the variant's scores stay NaN
+  if base.backend == "jax":  # the whole block pipeline on the devices, the variants with one defined set together
+    groups = {}
+    for v, undefined_N in enumerate(undefined_VxN):
+      groups.setdefault(undefined_N.tobytes(), []).append(v)
+    for vs in groups.values():
+      idx_N = np.flatnonzero(~undefined_VxN[vs[0]])
+      if not idx_N.size:  # every canary undefined: the variants' scores stay NaN
         continue
-      cov_features = lambda cols, c=s.covariance: gaussian.for_covariance(features(cols), c)  # noqa: E731
-      llr_VxMxN[v][:, idx_N] = loo_jax.score_canaries(
-          cov_features, keep_MxN, idx_N, s, global_var=global_vars[v],
-          block_size=block_size or gaussian.block_size(M, T, s.covariance), progress=progress)
+      outs = loo_jax.score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, [scorings[v] for v in vs],
+                                    global_vars=[global_vars[v] for v in vs], block_size=block_size,
+                                    progress=progress)
+      for v, llr_MxL in zip(vs, outs):
+        llr_VxMxN[v][:, idx_N] = llr_MxL
     blocks = []
 
   def score(blk):

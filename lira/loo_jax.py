@@ -1,18 +1,24 @@
-"""The jax backend of lira.leave_one_out: the same block scoring, jitted, sharded over devices and split over processes.
+"""The jax backend of lira.leave_one_out: the whole block pipeline on the devices, sharded over them and split over
+processes.
 
-The maths is not copied here: lira/gaussian.py (loo_diag) and lira/gram.py (sorted_loo) are written against the
-Python array API and run on jax.numpy arrays under jax.jit. What stays on the host, in numpy float64, is what
-has data-dependent shapes: the per-token statistic and the length reduction (argsort, array_split), grouping
-canaries by IN count and sorting their models IN-first (lira.gram.sorted_groups) with, for balanced leave-one-out,
-each target's first model of the other class (lira.balanced.first_after), and LiRA's pooled variance. Plain
-(lira.gaussian.loo_diag, lira.gram.sorted_loo) and balanced leave-one-out (lira.balanced.sorted_balanced) both run
-their blocks on the devices. Canaries go to the device in blocks of one fixed size (the last block padded by
-repeating its last canary, whose scores are dropped), so each (estimator, IN count) compiles once.
+Per block of canaries the host reads the raw per-token losses as stored (float32 in a run folder), the mask and the
+keep columns, and uploads them once; lira.loo_device.block_scores computes the statistic, the length reduction, the
+IN-first model order and every requested variant's scores on the device and returns only their [V, B, M] scores.
+The maths is not copied: lira/gaussian.py (loo_diag), lira/gram.py (sorted_loo) and lira/balanced.py
+(sorted_balanced) are written against the Python array API, and the numpy backend runs the same functions. What
+stays on the host: the input checks, LiRA's pooled variance (--fix_variance, a pass of its own) and splitting the
+canaries into blocks (grouped by IN count where the models are sorted, so a block's IN count is static).
+
+Blocks have one fixed size (the last padded by repeating its last canary, whose scores are dropped), chosen from the
+devices' free memory on GPUs and TPUs (lira.loo_device.bytes_per_canary) and cache-sized on CPUs. Two host threads
+read the next blocks while the device scores; on GPUs and TPUs the next block is uploaded and queued behind the
+current one (double buffering).
 
 Precision: "float64" runs the jitted scoring inside jax.enable_x64(True), a context, so 64-bit mode leaks into
-nothing else; "float32" (TPUs) runs it in float32. The formulation is float32-safe as it stands: rows are centred
-by their class means before any scatter is formed, variances are sums of squared centred values (never E[x^2] -
-E[x]^2), and OAS solves in the eigenbasis of the Gram matrix (lira/gram.py), with a rank cut above float32 noise.
+nothing else; "float32" runs it in float32 with full-precision float32 matmuls (lira/loo_device.py). The
+formulation is float32-safe: rows are centred by their class means before any scatter is formed, variances are sums
+of squared centred values (never E[x^2] - E[x]^2), and OAS solves in the eigenbasis of the Gram matrix
+(lira/gram.py), with a rank cut above float32 noise.
 
 Devices and processes: a block's canaries are sharded over all local devices (jax.sharding.Mesh, axis "canary");
 with jax.distributed initialised, process p scores the p-th of P contiguous slices of the canaries and the [M, N]
@@ -20,14 +26,18 @@ scores are gathered to every process (multihost_utils.process_allgather), so eac
 """
 
 import contextlib
-import functools
 
 import numpy as np
 
-from lira import balanced
 from lira import gaussian
-from lira import gram
+from lira import loo_device
 from lira.errors import MissingPackageError
+
+# Share of a device's free memory one block may take: two blocks' inputs are resident at once (the next block's
+# upload overlaps this block's scoring), and bytes_per_canary is an estimate.
+DEVICE_MEMORY_SHARE = 0.3
+MAX_DEVICE_BLOCK = 8192  # canaries per device and block
+
 
 def check_available():
   """Raise MissingPackageError if jax cannot be imported."""
@@ -48,16 +58,6 @@ def x64_context(precision):
   return enable_x64()
 
 
-@functools.lru_cache(maxsize=None)
-def _jitted():
-  import jax
-  diag = jax.jit(gaussian.loo_diag,
-                 static_argnames=("shared", "offline", "sign", "floor", "offline_shift", "model_axis"))
-  oas = jax.jit(gram.sorted_loo, static_argnames=("k", "shared", "offline", "floor", "offline_shift"))
-  bal = jax.jit(balanced.sorted_balanced, static_argnames=("k", "oas", "shared", "offline", "floor", "offline_shift"))
-  return diag, oas, bal
-
-
 def _pad(a, size, axis):
   """Pad axis to `size` by repeating the last entry (padded canaries are valid inputs whose scores are dropped)."""
   extra = size - a.shape[axis]
@@ -75,6 +75,7 @@ class _Placer:
     import jax
     self.jax = jax
     self.devices = jax.local_devices()
+    self.platform = self.devices[0].platform
     self.mesh = jax.sharding.Mesh(np.array(self.devices), ("canary",)) if len(self.devices) > 1 else None
 
   def put(self, a, canary_axis):
@@ -90,6 +91,26 @@ class _Placer:
       return self.jax.device_put(a, self.devices[0])
     return self.jax.device_put(a, self.jax.sharding.NamedSharding(self.mesh, self.jax.sharding.PartitionSpec()))
 
+  def free_bytes(self):
+    """Free memory of the fullest local device, or None where the platform does not report it (CPUs)."""
+    free = []
+    for d in self.devices:
+      stats = d.memory_stats() if hasattr(d, "memory_stats") else None
+      if not stats or "bytes_limit" not in stats:
+        return None
+      free.append(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
+    return min(free)
+
+
+def block_size(M, T, spec, placer, scorings):
+  """Canaries per block: on devices that report their memory (GPUs, TPUs), as many as fit in a share of it
+  (per device, times the device count); on CPUs the numpy backend's cache-friendly size (lira.gaussian.block_size)."""
+  free = None if placer.platform == "cpu" else placer.free_bytes()
+  if free is None:
+    return min(gaussian.block_size(M, T, s.covariance) for s in scorings)
+  per_device = int(DEVICE_MEMORY_SHARE * free // loo_device.bytes_per_canary(M, T, spec))
+  return max(1, min(MAX_DEVICE_BLOCK, per_device)) * len(placer.devices)
+
 
 def _process_slice(idx_N):
   """This process's contiguous share of the canaries idx_N, and every process's (lo, hi) into idx_N."""
@@ -99,81 +120,76 @@ def _process_slice(idx_N):
   return idx_N[lo:hi], list(zip(bounds[:-1], bounds[1:]))
 
 
-def score_canaries(features, keep_MxN, idx_N, scoring, *, global_var, block_size, progress=False):
-  """Leave-one-out scores [M, len(idx_N)] (numpy float64) of canaries idx_N under a lira.Scoring, plain or balanced;
-  features(cols) -> (x_MxBxD, valid_BxD).
+def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_vars, block_size=None,
+                   progress=False):
+  """Leave-one-out scores [llr_MxL per scoring] (numpy float64) of the sorted canaries idx_N, for scorings that differ
+  only in (covariance, shared); global_vars: per scoring None or LiRA's fixed (var_in_M, var_out_M).
 
   Over several processes each scores its slice and every process gets all of them (process_allgather).
   """
   import jax
   from tqdm.auto import tqdm
-  covariance, shared, offline, sign = scoring.covariance, scoring.shared, scoring.offline, scoring.sign
-  floor, offline_shift, precision = scoring.var_floor, scoring.offline_shift, scoring.precision
-  desc = f"LOO {covariance}{' shared' if shared else ''}"
+  base = scorings[0]
+  spec = loo_device.Spec.of(scorings, masked=mask_NxT is not None)
   mine, bounds = _process_slice(np.asarray(idx_N))
   placer = _Placer()
   ndev = len(placer.devices)
-  bs = max(1, min(block_size, len(mine)))
+  M, _, T = loss_MxNxT.shape
+  bs = block_size or globals()["block_size"](M, T, spec, placer, scorings)
+  bs = max(1, min(bs, len(mine)))
   bs = -(-bs // ndev) * ndev  # a multiple of the local device count, so every device gets an equal share
-  diag, oas, bal = _jitted()
-  dtype = np.float64 if precision == "float64" else np.float32
-  M = keep_MxN.shape[0]
-  llr_MxL = np.empty((M, len(mine)))
-  blocks = _blocks(keep_MxN[:, mine], bs, by_in_count=covariance == "oas" or scoring.balance_counts)
-  previous = None
-  with x64_context(precision), _one_blas_thread():
-    gv = None if global_var is None else tuple(placer.put_replicated(np.asarray(v, dtype)) for v in global_var)
-    host = _prefetched(features, [mine[at] for at in blocks])
-    for at, (x_MxBxD, valid_BxD) in tqdm(zip(blocks, host), total=len(blocks), disable=not progress, leave=False,
-                                         desc=desc):
-      cols = mine[at]
-      x_MxBxD = x_MxBxD.astype(dtype, copy=False)
-      keep_MxB = keep_MxN[:, cols]
-      oas_block = covariance == "oas" and x_MxBxD.shape[2] > 1
-      if scoring.balance_counts or oas_block:  # models sorted IN-first; blocks share one IN count
-        (k, _, order_BxM), = gram.sorted_groups(keep_MxB)
-        x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD, 0, 1), order_BxM[:, :, None], axis=1)
-        x_dev, valid_dev = placer.put(_pad(x_BxMxD, bs, 0), 0), placer.put(_pad(valid_BxD, bs, 0), 0)
-        if scoring.balance_counts:
-          first_dev = placer.put(_pad(balanced.first_after(order_BxM, k), bs, 0), 0)
-        _collect(previous, llr_MxL, sign, offline)
-        if scoring.balance_counts:
-          out = bal(x_dev, k=k, first_BxM=first_dev, valid_BxD=valid_dev, oas=oas_block, shared=shared,
-                    offline=offline, floor=floor, offline_shift=offline_shift)
-        else:
-          out = oas(x_dev, k=k, valid_BxD=valid_dev, shared=shared, offline=offline, floor=floor,
-                    offline_shift=offline_shift)
-      else:
-        order_BxM = None
-        # Models in the middle ([B, M, D]): XLA's CPU backend sums over a leading axis several times slower.
-        x_BxMxD = np.ascontiguousarray(np.moveaxis(x_MxBxD, 0, 1))
-        args = (placer.put(_pad(x_BxMxD, bs, 0), 0), placer.put(_pad(keep_MxB.T, bs, 0), 0),
-                placer.put(_pad(valid_BxD, bs, 0), 0))
-        _collect(previous, llr_MxL, sign, offline)
-        out = diag(*args, global_var=gv, shared=shared, offline=offline, sign=sign, floor=floor,
-                   offline_shift=offline_shift, model_axis=1)
-      previous = (at, order_BxM, out)
-    _collect(previous, llr_MxL, sign, offline)
+  fn = loo_device.jitted()
+  store = np.float32 if base.precision == "float32" else None
+  llr_VxMxL = np.empty((len(scorings), M, len(mine)))
+  sorts = spec.sorts_models(T)
+  blocks = _blocks(keep_MxN[:, mine], bs, by_in_count=sorts)
+
+  def read(at):  # host: the block's raw arrays, padded to bs canaries
+    at = np.sort(at)
+    cols = mine[at]
+    loss = np.asarray(_columns(loss_MxNxT, cols), dtype=store)
+    mask = np.asarray(mask_NxT[cols], bool) if mask_NxT is not None else np.ones((len(cols), 1), bool)
+    return at, _pad(loss, bs, 1), _pad(mask, bs, 0), _pad(np.asarray(keep_MxN[:, cols], bool), bs, 1)
+
+  # XLA's CPU backend scores one block at a time (jaxlib 0.10.2 deadlocked with two blocks' eigh calls in its LAPACK
+  # batch pool on 2 cores); a GPU or TPU queues the next block behind the current one on its stream.
+  ahead = 0 if placer.platform == "cpu" else 1
+  in_flight = []
+  desc = "LOO " + ", ".join(s.key.replace("-classwise", "").replace("-", " ") for s in scorings)
+  with x64_context(base.precision), _one_blas_thread():
+    dtype = np.float64 if base.precision == "float64" else np.float32
+    gv = tuple(None if g is None else tuple(placer.put_replicated(np.asarray(v, dtype)) for v in g)
+               for g in global_vars)
+    for at, loss, mask, keep in tqdm(_prefetched(read, blocks), total=len(blocks), disable=not progress,
+                                     leave=False, desc=desc):
+      args = (placer.put(loss, 1), placer.put(mask, 0), placer.put(keep, 1))
+      while len(in_flight) > ahead:
+        _collect(in_flight.pop(0), llr_VxMxL)
+      k = int(keep[:, 0].sum()) if sorts else 0
+      in_flight.append((at, fn(*args, gv, spec=spec, k=k)))
+    while in_flight:
+      _collect(in_flight.pop(0), llr_VxMxL)
   if jax.process_count() == 1:
-    return llr_MxL
-  return _gather(llr_MxL, bounds)
+    return list(llr_VxMxL)
+  return [_gather(llr_MxL, bounds) for llr_MxL in llr_VxMxL]
 
 
-def _prefetched(features, cols_list, ahead=2):
-  """features(cols) of each block in order, computed up to `ahead` blocks in advance in host threads.
+def _columns(loss_MxNxT, cols):
+  """loss_MxNxT[:, cols] for sorted canary indices, read as a slice when they are contiguous (memory maps)."""
+  if len(cols) and cols[-1] - cols[0] + 1 == len(cols):
+    return loss_MxNxT[:, int(cols[0]):int(cols[-1]) + 1]
+  return loss_MxNxT[:, cols]
 
-  The host work (per-token statistic, length reduction: numpy, which releases the GIL) then runs on the host's
-  cores in parallel with itself and with the device's scoring, as the numpy backend's thread pool does; computed
-  inline it made the jax backend's univariate rows 2x the numpy backend's on a 2-core CPU.
-  """
+
+def _prefetched(read, blocks, ahead=2):
+  """read(at) of each block in order, up to `ahead` blocks in advance in host threads (reading a memory-mapped file
+  and copying a block's columns release the GIL), so the device does not wait for the disk or the copy."""
   import concurrent.futures
-  import os
-  workers = max(1, min(ahead, os.cpu_count() or 1))
-  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-    pending = [pool.submit(features, cols) for cols in cols_list[:ahead]]
-    for i in range(len(cols_list)):
-      if i + ahead < len(cols_list):
-        pending.append(pool.submit(features, cols_list[i + ahead]))
+  with concurrent.futures.ThreadPoolExecutor(ahead) as pool:
+    pending = [pool.submit(read, at) for at in blocks[:ahead]]
+    for i in range(len(blocks)):
+      if i + ahead < len(blocks):
+        pending.append(pool.submit(read, blocks[i + ahead]))
       yield pending.pop(0).result()
 
 
@@ -191,7 +207,7 @@ def _one_blas_thread():
 
 
 def _blocks(keep_MxL, bs, by_in_count):
-  """Blocks of at most bs canary positions; by_in_count: each block's canaries share one IN count (OAS's static k).
+  """Blocks of at most bs canary positions; by_in_count: each block's canaries share one IN count (a static k).
 
   Canaries are stably sorted by IN count, so runs where every canary has the same count (LiRA's usual half/half
   split) keep contiguous, memory-map-friendly blocks; each count's last block is padded, at most one per count.
@@ -205,23 +221,11 @@ def _blocks(keep_MxL, bs, by_in_count):
   return [order[lo:min(lo + bs, hi)] for lo_g, hi in zip(starts[:-1], starts[1:]) for lo in range(lo_g, hi, bs)]
 
 
-def _collect(block, llr_MxL, sign, offline):
-  """Wait for a dispatched block and copy its scores into llr_MxL (the next block is dispatched only after this).
-
-  One block in flight at a time: the host still prepares the next block while the device scores this one, and XLA's
-  CPU backend never runs two blocks' eigh calls at once (jaxlib 0.10.2 deadlocked in LAPACK's batch thread pool).
-  """
-  if block is None:
-    return
-  at, order_BxM, out = block
-  out = np.asarray(out, np.float64)  # [B, M] from both block kinds
-  if order_BxM is None:
-    llr_MxL[:, at] = out[:len(at)].T
-    return
-  llr_BxM = out[:len(at)]
-  unsorted = np.empty_like(llr_BxM)
-  np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
-  llr_MxL[:, at] = sign * unsorted.T if offline else unsorted.T
+def _collect(block, llr_VxMxL):
+  """Wait for a dispatched block and copy its [V, B, M] scores into llr_VxMxL at the block's positions."""
+  at, out = block
+  out_VxBxM = np.asarray(out, np.float64)[:, :len(at)]
+  llr_VxMxL[:, :, at] = np.swapaxes(out_VxBxM, 1, 2)
 
 
 def _gather(llr_MxL, bounds):
