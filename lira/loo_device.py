@@ -62,14 +62,38 @@ class Spec:
     return self.balance_counts or any(c == "oas" for c, _ in self.variants) and self.width(T) > 1
 
 
+def as_float64(loss):
+  """A float32 device array as float64, subnormals included, from its bits.
+
+  XLA's CPU backend treats float32 subnormals as 0 (and moves a float32 -> float64 conversion past a max with a
+  constant), yet a loss below 1.2e-38 is what a token predicted with a logit margin of about 88 or more gets; numpy
+  keeps it, so the device must too: value = mantissa * 2^(exponent - 150), with the implicit bit where normal.
+  """
+  import jax
+  import jax.numpy as jnp
+  if loss.dtype != jnp.float32:
+    return loss.astype(jnp.float64)
+  bits = jax.lax.bitcast_convert_type(loss, jnp.uint32)
+  exponent = ((bits >> 23) & 0xFF).astype(jnp.int32)
+  mantissa = (bits & 0x7FFFFF).astype(jnp.float64)
+  magnitude = jnp.where(exponent == 0, jnp.ldexp(mantissa, -149),
+                        jnp.ldexp(mantissa + 2.0**23, exponent - 150))
+  magnitude = jnp.where(exponent == 255, jnp.where(mantissa == 0, jnp.inf, jnp.nan), magnitude)
+  return jnp.where((bits >> 31) == 1, -magnitude, magnitude)
+
+
 def statistic(loss, name):
-  """lira.transforms.to_statistic on a device array, in its dtype."""
+  """lira.transforms.to_statistic on a device array, in its dtype (float32: a loss of 0, or one the device
+  flushes to 0, gets the logit of LOSS_FLOOR)."""
   import jax.numpy as jnp
   if name == "loss":
     return loss
-  floored = jnp.maximum(loss, LOSS_FLOOR) if loss.dtype == jnp.float64 else jnp.where(loss > 0, loss, 1.0)
-  logit = -floored - jnp.log(-jnp.expm1(-floored))
-  return logit if loss.dtype == jnp.float64 else jnp.where(loss > 0, logit, LOGIT_AT_FLOOR)
+  if loss.dtype == jnp.float64:
+    floored = jnp.maximum(loss, LOSS_FLOOR)
+    return -floored - jnp.log(-jnp.expm1(-floored))
+  positive = loss > 0
+  floored = jnp.where(positive, loss, 1.0)
+  return jnp.where(positive, -floored - jnp.log(-jnp.expm1(-floored)), LOGIT_AT_FLOOR)
 
 
 def group_index(valid_BxT, k):
@@ -109,6 +133,15 @@ def _univariate(x_BxMxD, valid_BxD):
   return x, jnp.ones((x.shape[0], 1), bool)
 
 
+def _after(x, previous):
+  """x, computed only after `previous`: the variants' LAPACK calls (eigh) one after another. XLA's CPU runtime runs
+  independent operations concurrently, and two concurrent batched eigh calls deadlock jaxlib's LAPACK batch pool on
+  a 2-core machine (jaxlib 0.10.2); an optimization barrier does not survive compilation, a data dependency does.
+  min(|sum|, 0) is 0 for every finite or infinite sum, so x is unchanged."""
+  import jax.numpy as jnp
+  return x + jnp.minimum(jnp.abs(jnp.sum(previous)), 0.0).astype(x.dtype)
+
+
 def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
   """Scores [V, B, M] of every variant of spec on one block (llr; offline: z times the statistic's member sign).
 
@@ -119,7 +152,8 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
   import jax.numpy as jnp
   with jax.default_matmul_precision("highest"):
     dt = jnp.float64 if spec.precision == "float64" else jnp.float32
-    loss_BxMxT = jnp.swapaxes(loss_MxBxT, 0, 1).astype(dt)
+    loss_BxMxT = jnp.swapaxes(loss_MxBxT, 0, 1)
+    loss_BxMxT = as_float64(loss_BxMxT) if dt == jnp.float64 else loss_BxMxT.astype(dt)
     B, M, T = loss_BxMxT.shape
     valid_BxT = mask_BxT if spec.masked else jnp.ones((B, T), bool)
     loss_BxMxT = jnp.where(valid_BxT[:, None], loss_BxMxT, 1.0)
@@ -145,6 +179,9 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
           x, valid = _univariate(xs_BxMxD, valid_BxD) if uni else (xs_BxMxD, valid_BxD)
           rows[uni] = (x, valid, balanced.centred(x, k) if spec.balance_counts else None)
         x, valid, centring = rows[uni]
+        if oas and outs:  # the eigh calls read x (plain) or its centred rows (balanced)
+          x = _after(x, outs[-1])
+          centring = None if centring is None else (_after(centring[0], outs[-1]),) + tuple(centring[1:])
         if spec.balance_counts:
           out = balanced.sorted_balanced(x, k, first_BxM, valid, oas=oas, shared=shared, offline=spec.offline,
                                          floor=spec.floor, offline_shift=spec.offline_shift, centring=centring)

@@ -35,9 +35,9 @@ def assert_backends_equal(numpy_llr, jax_llr):
   # numpy's pairwise sums) and eigh routine (XLA's against LAPACK's), a few ulps (1e-16) each on the terms of the
   # llr. The llr is a difference of quadratic forms and log-determinants, so errors scale with those terms (bounded
   # by max(1, max |llr|) here), and eigenvectors amplify them by at most 1 / (relative eigengap), about 1e3 for
-  # random rows of these shapes: 1e-9 leaves a margin of 1e3 over that.
+  # random rows of these shapes: 1e-10 leaves a margin of 1e2 over that.
   scale = max(1.0, np.abs(numpy_llr[np.isfinite(numpy_llr)]).max())
-  np.testing.assert_allclose(jax_llr, numpy_llr, rtol=1e-9, atol=1e-9 * scale)
+  np.testing.assert_allclose(jax_llr, numpy_llr, rtol=1e-10, atol=1e-10 * scale)
 
 
 def both(loss, keep, **kw):

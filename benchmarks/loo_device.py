@@ -1,0 +1,127 @@
+"""Six-variant leave-one-out on the jax backend's device against the numpy backend, and `evaluate --backend=jax`.
+
+  python benchmarks/loo_device.py                                   # M = 64 and 484, N = 10,000, T = 128, then evaluate
+  python benchmarks/loo_device.py --Ms 64 --noevaluate              # a CPU-sized run
+  python benchmarks/loo_device.py --Ms 8 --N 200 --T 16 --noevaluate --out /tmp/loo_device.json   # smoke test
+
+Inputs: lira.synthetic.synthetic_losses(shift=0.3) at each M (float32 losses, LiRA's balanced keep matrix). For each M
+and each of balanced / plain leave-one-out, all six variants in one lira.leave_one_out_variants call:
+- the jax backend in float64 and float32, twice each: the first call includes the compiles, the second does not;
+- the numpy backend (float64, the host's threads) on the same arrays, once;
+- the largest relative difference max |a - b| / max(1, |b|) of jax float64 and of jax float32 against numpy.
+Then (unless --noevaluate) `python -m experiments.evaluate --run_dir=D --backend=jax --noprogress` on a make_synthetic
+folder at the largest M, timed end to end as a user runs it, and the same with the numpy backend.
+Writes one JSON (device, versions, every timing and difference) and prints a table. Runs as it is on a GPU machine
+with jax, flax, optax, orbax, numpy, scipy, scikit-learn and matplotlib installed and the project importable.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import lira  # noqa: E402
+from lira import synthetic  # noqa: E402
+
+VARIANTS = [(c, s) for c in ("univariate", "independent", "oas") for s in (False, True)]
+
+
+def timed(fn):
+  start = time.perf_counter()
+  out = fn()
+  return out, time.perf_counter() - start
+
+
+def six(loss, keep, **fields):
+  scorings = [lira.Scoring(covariance=c, shared=s, **fields) for c, s in VARIANTS]
+  return np.stack(lira.leave_one_out_variants(loss, keep, scorings))
+
+
+def rel_diff(a, b):
+  return float((np.abs(a - b) / np.maximum(1.0, np.abs(b))).max())
+
+
+def run_loo(M, N, T, seed):
+  loss, keep, _ = synthetic.synthetic_losses(num_models=M, num_canaries=N, seq_len=T, shift=0.3, seed=seed)
+  rows = []
+  for balanced in (True, False):
+    row = {"M": M, "N": N, "T": T, "balance_counts": balanced}
+    for precision in ("float64", "float32"):
+      jax_llr, first = timed(lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
+      _, second = timed(lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
+      row[f"jax_{precision}_first_s"], row[f"jax_{precision}_s"] = first, second
+      row[f"jax_{precision}_llr"] = jax_llr
+    numpy_llr, row["numpy_s"] = timed(lambda: six(loss, keep, balance_counts=balanced))
+    for precision in ("float64", "float32"):
+      row[f"jax_{precision}_rel_diff"] = rel_diff(row.pop(f"jax_{precision}_llr"), numpy_llr)
+    rows.append(row)
+    print(json.dumps(row), flush=True)
+  return rows
+
+
+def run_evaluate(M, N, T):
+  out = {}
+  with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
+    run_dir = os.path.join(tmp, f"synthetic{M}")
+    subprocess.run([sys.executable, "-m", "experiments.make_synthetic", f"--run_dir={run_dir}", f"--num_models={M}",
+                    f"--num_canaries={N}", f"--seq_len={T}", "--noprogress"], check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL)
+    for backend in ("jax", "numpy"):
+      cmd = [sys.executable, "-m", "experiments.evaluate", f"--run_dir={run_dir}", f"--backend={backend}",
+             "--noprogress"]
+      _, seconds = timed(lambda: subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL))
+      out[f"evaluate_{backend}_s"] = seconds
+      print(f"evaluate --backend={backend} at M={M}: {seconds:.1f} s", flush=True)
+  return out
+
+
+def main():
+  parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser.add_argument("--Ms", type=int, nargs="+", default=[64, 484])
+  parser.add_argument("--N", type=int, default=10000)
+  parser.add_argument("--T", type=int, default=128)
+  parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--noevaluate", dest="evaluate", action="store_false")
+  parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/loo_device_<platform>.json)")
+  args = parser.parse_args()
+  import jax
+  device = jax.devices()[0]
+  info = {"date": datetime.date.today().isoformat(), "command": " ".join(sys.argv), "platform": device.platform,
+          "device": device.device_kind, "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
+          "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
+          "jax": jax.__version__, "numpy": np.__version__}
+  print(json.dumps(info), flush=True)
+  rows = [r for M in args.Ms for r in run_loo(M, args.N, args.T, args.seed)]
+  result = {**info, "rows": rows}
+  if args.evaluate:
+    result["evaluate"] = {"M": max(args.Ms), **run_evaluate(max(args.Ms), args.N, args.T)}
+  out = Path(args.out or ROOT / "benchmarks" / "results" / f"loo_device_{device.platform}.json")
+  out.parent.mkdir(parents=True, exist_ok=True)
+  out.write_text(json.dumps(result, indent=1) + "\n")
+  print(f"\nsix variants, seconds on {device.device_kind} ({device.platform}) against numpy on {os.cpu_count()} CPU "
+        "cores; first calls (compiles included) in brackets")
+  print(f"{'M':>5} {'counts':>9} {'jax f64':>15} {'jax f32':>15} {'numpy':>8} {'f64 diff':>9} {'f32 diff':>9}")
+  for r in rows:
+    print(f"{r['M']:>5} {'balanced' if r['balance_counts'] else 'plain':>9} "
+          f"{r['jax_float64_s']:>6.2f} ({r['jax_float64_first_s']:>6.2f}) "
+          f"{r['jax_float32_s']:>6.2f} ({r['jax_float32_first_s']:>6.2f}) {r['numpy_s']:>8.2f} "
+          f"{r['jax_float64_rel_diff']:>9.1e} {r['jax_float32_rel_diff']:>9.1e}")
+  if args.evaluate:
+    e = result["evaluate"]
+    print(f"evaluate at M = {e['M']}: --backend=jax {e['evaluate_jax_s']:.1f} s, numpy {e['evaluate_numpy_s']:.1f} s")
+  print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+  main()
