@@ -8,6 +8,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from lira import metrics
+from lira import metrics_jax
 from lira import rmia
 from lira.checks import check_arrays
 from lira.errors import InputError
@@ -27,8 +28,10 @@ def evaluate_variants(loss_MxNxT, keep_MxN, scoring=None, *, mask_NxT=None, vari
   llrs = leave_one_out_variants(loss_MxNxT, keep_MxN, [scoring.variant(c, s) for _, c, s in variants],
                                 mask_NxT=mask_NxT, progress=progress, num_threads=num_threads)
   rows, scores = [], {}
+  boot = metrics_jax.bootstrap_backend(scoring.backend)
   for (name, covariance, shared), llr_MxN in zip(tqdm(variants, desc="variants", disable=not progress), llrs):
-    summary = metrics.summarize(llr_MxN, keep_MxN, fprs=fprs, n_boot=n_boot, seed=seed) if summarize else None
+    summary = metrics.summarize(llr_MxN, keep_MxN, fprs=fprs, n_boot=n_boot, seed=seed, backend=boot) \
+        if summarize else None
     rows.append({"name": name, "covariance": covariance, "shared": shared, "summary": summary})
     scores[name] = llr_MxN
   return rows, scores

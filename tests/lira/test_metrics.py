@@ -1,4 +1,6 @@
-"""Tests for lira.metrics: ROC conventions, the weighted bootstrap ROC against sklearn, summaries, and their tables (lira.reports.tables)."""
+"""Tests for lira.metrics: ROC conventions, the weighted bootstrap ROC against sklearn and against the previous float64
+implementation (kept below, verbatim, as the reference), the jax backend, summaries, and their tables
+(lira.reports.tables)."""
 
 import json
 
@@ -7,6 +9,7 @@ import pytest
 from sklearn import metrics as skm
 
 from lira import metrics
+from lira.errors import InputError
 from lira.reports import tables
 
 # Tiny example with ties across classes. Sorted by score (label 1 = member):
@@ -156,15 +159,17 @@ def test_bootstrap_weights_resample_canaries():
   np.testing.assert_array_equal(w_BxN, metrics.bootstrap_weights(50, 7, seed=0))
 
 
-def test_bootstrap_chunking_does_not_change_results(monkeypatch):
+def test_bootstrap_steps_do_not_change_results(monkeypatch):
   rng = np.random.default_rng(4)
-  scores_MxN, keep_MxN = _random_pairs(rng, 8, 60)
-  full = metrics.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
-  monkeypatch.setattr(metrics, "_CHUNK_ELEMENTS", 1000)  # 2 replicates per chunk
-  chunked = metrics.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
-  np.testing.assert_array_equal(full[0], chunked[0])
-  np.testing.assert_array_equal(full[1], chunked[1])
-  assert full[2] == chunked[2] == 0
+  for decimals in (None, 1):  # steps are cut between tie groups, even where a group is longer than a step
+    scores_MxN, keep_MxN = _random_pairs(rng, 8, 60, decimals)
+    full = metrics.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
+    monkeypatch.setattr(metrics, "_BLOCK", 5)  # ~50 steps, positives in chunks of 5
+    stepped = metrics.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
+    monkeypatch.undo()
+    np.testing.assert_array_equal(full[0], stepped[0])
+    np.testing.assert_array_equal(full[1], stepped[1])
+    assert full[2] == stepped[2] == 0
 
 
 def test_is_resolved():
@@ -240,3 +245,183 @@ def test_downsampled_roc_keeps_low_fpr_end():
     # Off the summary FPRs the downsampled curve is read at the kept point below: the log grid's step
     # (~0.5% in FPR) moves this smooth curve's TPR by 4e-4 at most here (deterministic data, seed 8).
     assert got == want if f in (0.01, 0.001, 0.0001) else abs(got - want) < 0.01
+
+
+# ----------------------------------------------------------------------------------------------
+# The previous weighted_stats, verbatim (float64 sums over [replicate, pair] arrays): the new one must equal it.
+
+_REF_CHUNK_ELEMENTS = 8_000_000
+
+
+def _ref_cumulative(w_BxN, canary_P):
+  """Running weight totals [B, P+1] (leading zero) of pairs whose canaries are canary_P, in order."""
+  w_BxP = np.take(w_BxN, canary_P, axis=1)
+  cum_BxP1 = np.zeros((w_BxN.shape[0], canary_P.size + 1), dtype=w_BxN.dtype)
+  np.cumsum(w_BxP, axis=1, out=cum_BxP1[:, 1:])
+  return cum_BxP1
+
+
+def _ref_largest_count_within(fpr, total_B):
+  """Largest integer c per replicate with c / total <= fpr in float64, as sklearn's fpr <= target compares."""
+  c_B = np.floor(fpr * total_B)
+  with np.errstate(divide="ignore", invalid="ignore"):
+    c_B = np.where((c_B + 1) / total_B <= fpr, c_B + 1, c_B)
+    c_B = np.where(c_B / total_B > fpr, c_B - 1, c_B)
+  return c_B
+
+
+def _ref_weighted_stats(ranked, w_BxN, fprs):
+  """TPR at each target FPR [B, F] and AUC [B] of the weighted pooled ROC, one row of canary weights per replicate."""
+  w_BxN = np.asarray(w_BxN)
+  n_boot = w_BxN.shape[0]
+  fprs = np.asarray(fprs, dtype=np.float64).ravel()
+  total_neg_B = w_BxN.astype(np.int64) @ ranked.nneg_N
+  total_pos_B = w_BxN.astype(np.int64) @ ranked.npos_N
+  # Integer running sums are exact; int32 when the largest total fits, for memory bandwidth.
+  big = max(int(total_neg_B.max(initial=0)), int(total_pos_B.max(initial=0)))
+  w_BxN = w_BxN.astype(np.int32 if big < 2**31 - 1 else np.int64)
+  tpr_BxF = np.full((n_boot, fprs.size), np.nan)
+  auc_B = np.full(n_boot, np.nan)
+  chunk = max(1, _REF_CHUNK_ELEMENTS // max(1, ranked.score_P.size))
+  for lo in range(0, n_boot, chunk):
+    hi = min(n_boot, lo + chunk)
+    cn_BxPn1 = _ref_cumulative(w_BxN[lo:hi], ranked.canary_neg_Pn)
+    cp_BxPp1 = _ref_cumulative(w_BxN[lo:hi], ranked.canary_pos_Pp)
+    tn_B, tp_B = total_neg_B[lo:hi].astype(np.float64), total_pos_B[lo:hi].astype(np.float64)
+    ok_B = (tn_B > 0) & (tp_B > 0)
+    for f, fpr in enumerate(fprs):
+      cmax_B = _ref_largest_count_within(fpr, tn_B)
+      for b in np.flatnonzero(ok_B):
+        # Last negative count k with fpr <= target, then the last tie group that needs no more negatives.
+        k = np.searchsorted(cn_BxPn1[b], cmax_B[b], side="right") - 1
+        g = np.searchsorted(ranked.nneg_upto_G1, k, side="right") - 1
+        tpr_BxF[lo + b, f] = cp_BxPp1[b, ranked.npos_upto_G1[g]] / tp_B[b]
+    # Trapezoid over tie groups = sum over positives of w * (negatives below + half the tied ones).
+    wp_BxPp = np.diff(cp_BxPp1, axis=1).astype(np.float64)
+    above_BxPp = (np.take(cn_BxPn1, ranked.nneg_before_Pp, axis=1).astype(np.float64)
+                  + np.take(cn_BxPn1, ranked.nneg_through_Pp, axis=1))
+    num_B = np.einsum("bp,bp->b", wp_BxPp, 2.0 * tn_B[:, None] - above_BxPp)
+    with np.errstate(divide="ignore", invalid="ignore"):
+      auc_B[lo:hi] = np.where(ok_B, num_B / (2.0 * tn_B * tp_B), np.nan)
+  return tpr_BxF, auc_B
+
+
+# Targets from below the smallest resolvable to all of them.
+_EQUALITY_FPRS = (0.0, 1e-6, 0.0001, 0.001, 0.01, 0.05, 0.1, 0.3, 0.5, 1.0)
+
+
+def _equality_cases():
+  """(ranked pairs, weights [B, N]) with ties, valid masks, canaries alone in their class (replicates without a
+  ROC), odd and single replicates, bootstrap counts, arbitrary nonnegative weights and zero rows."""
+  rng = np.random.default_rng(11)
+  for m, n, decimals, masked in ((6, 40, None, False), (8, 30, 1, True), (5, 3, 0, False), (4, 2, None, True),
+                                 (12, 25, 2, False), (7, 50, 1, False)):
+    scores_MxN, keep_MxN = _random_pairs(rng, m, n, decimals)
+    valid_MxN = rng.uniform(size=keep_MxN.shape) > 0.25 if masked else None
+    ranked = metrics.rank_pairs(scores_MxN, keep_MxN, valid_MxN)
+    for w_BxN in (metrics.bootstrap_weights(n, 9, seed=m), rng.integers(0, 5, size=(4, n)),
+                  rng.integers(0, 3, size=(5, n)) * (rng.uniform(size=(5, 1)) < 0.6), np.ones((1, n), np.int64)):
+      yield ranked, w_BxN
+
+
+def _assert_equal_stats(got, want):
+  for g, w in zip(got, want):
+    assert g.shape == w.shape
+    np.testing.assert_array_equal(np.isnan(g), np.isnan(w))  # the same replicates without a ROC
+    assert np.array_equal(g, w, equal_nan=True)  # bit for bit
+
+
+def test_weighted_stats_equal_the_previous_implementation_bit_for_bit():
+  n_undefined = 0
+  for ranked, w_BxN in _equality_cases():
+    want = _ref_weighted_stats(ranked, w_BxN, _EQUALITY_FPRS)
+    _assert_equal_stats(metrics.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS), want)
+    n_undefined += np.isnan(want[1]).sum()
+  assert n_undefined > 0  # some replicates drew no positive or no negative pair
+
+
+def test_weighted_stats_outside_the_exact_bounds_run_the_reference():
+  rng = np.random.default_rng(12)
+  scores_MxN, keep_MxN = _random_pairs(rng, 6, 20, decimals=1)
+  ranked = metrics.rank_pairs(scores_MxN, keep_MxN)
+  # Weights too large for the 32-bit halves, and negative weights: the reference's own arithmetic.
+  for w_BxN in (rng.integers(0, 2**22, size=(3, 20)), rng.integers(-2, 3, size=(3, 20))):
+    _assert_equal_stats(metrics.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS),
+                        _ref_weighted_stats(ranked, w_BxN, _EQUALITY_FPRS))
+
+
+def test_descending_order_with_near_ties_and_signed_zeros():
+  rng = np.random.default_rng(13)
+  base = rng.normal(size=300) * 10.0 ** rng.integers(-300, 300, size=300)
+  # Neighbours one ulp apart differ only in the bits the sort key drops; -0.0 and 0.0 tie.
+  score_P = np.r_[base, np.nextafter(base, np.inf), np.nextafter(base, -np.inf), base[:50], 0.0, -0.0, 0.0, -1e-320]
+  score_P = score_P[rng.permutation(score_P.size)]
+  order_P, sorted_P = metrics._descending_order(score_P)
+  np.testing.assert_array_equal(np.sort(order_P), np.arange(score_P.size))
+  np.testing.assert_array_equal(sorted_P, score_P[order_P])
+  np.testing.assert_array_equal(sorted_P, np.sort(score_P)[::-1])
+
+
+def test_ranked_roc_and_auc_equal_sklearn():
+  rng = np.random.default_rng(14)
+  for decimals, masked in ((None, False), (1, False), (1, True), (0, True), (2, False)):
+    scores_MxN, keep_MxN = _random_pairs(rng, 10, 50, decimals)
+    valid_MxN = rng.uniform(size=keep_MxN.shape) > 0.2 if masked else np.ones(keep_MxN.shape, bool)
+    ranked = metrics.rank_pairs(scores_MxN, keep_MxN, valid_MxN)
+    y, s = keep_MxN[valid_MxN], scores_MxN[valid_MxN]
+    fpr, tpr, thresholds = metrics.ranked_roc(ranked)
+    sk_fpr, sk_tpr, sk_thresholds = skm.roc_curve(y, s, drop_intermediate=False)
+    np.testing.assert_array_equal(fpr, sk_fpr)
+    np.testing.assert_array_equal(tpr, sk_tpr)
+    np.testing.assert_array_equal(thresholds, sk_thresholds)
+    # The same corners and trapezoid sum as roc_auc_score: equal, which is more than the 1e-12 asked for.
+    assert metrics.ranked_auc(ranked) == skm.roc_auc_score(y, s)
+
+
+def test_summary_points_are_sklearns_and_intervals_the_references():
+  rng = np.random.default_rng(15)
+  scores_MxN, keep_MxN = _random_pairs(rng, 8, 120, decimals=2)
+  valid_MxN = rng.uniform(size=keep_MxN.shape) > 0.1
+  fprs = (0.01, 0.1)
+  summary = metrics.summarize(scores_MxN, keep_MxN, fprs=fprs, n_boot=40, seed=3, valid_MxN=valid_MxN)
+  s, y = scores_MxN[valid_MxN], keep_MxN[valid_MxN]
+  assert summary["auc"] == skm.roc_auc_score(y, s)
+  fpr_G, tpr_G, _ = skm.roc_curve(y, s, drop_intermediate=False)
+  keep = metrics.downsample_roc(fpr_G, tpr_G, fprs=fprs)
+  assert summary["roc"] == {"fpr": fpr_G[keep].tolist(), "tpr": tpr_G[keep].tolist()}
+  tpr_BxF, auc_B = _ref_weighted_stats(metrics.rank_pairs(scores_MxN, keep_MxN, valid_MxN),
+                                       metrics.bootstrap_weights(120, 40, seed=3), fprs)
+  for f, fpr in enumerate(fprs):
+    assert summary["tpr"][metrics.fpr_key(fpr)]["tpr"] == metrics.curve_tpr_at_fpr(fpr_G, tpr_G, fpr)
+    assert summary["tpr"][metrics.fpr_key(fpr)]["ci"] == list(metrics._percentile_ci(tpr_BxF[:, f], 0.95))
+  assert summary["auc_ci"] == list(metrics._percentile_ci(auc_B, 0.95))
+
+
+def test_jax_backend_equals_numpy():
+  by_pairs = {}
+  for ranked, w_BxN in _equality_cases():  # each case's weights in one call: one compilation per set of pairs
+    by_pairs.setdefault(id(ranked), (ranked, []))[1].append(w_BxN)
+  for ranked, w_list in by_pairs.values():
+    w_BxN = np.concatenate(w_list)
+    _assert_equal_stats(metrics._weighted_stats_on_device(ranked, w_BxN, _EQUALITY_FPRS),
+                        metrics.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS))
+  rng = np.random.default_rng(16)
+  scores_MxN, keep_MxN = _random_pairs(rng, 8, 60, decimals=1)
+  kwargs = {"fprs": (0.01, 0.1), "n_boot": 25, "seed": 2}
+  assert (metrics.summarize(scores_MxN, keep_MxN, backend="jax", **kwargs)
+          == metrics.summarize(scores_MxN, keep_MxN, **kwargs))
+
+
+def test_bad_backend_raises():
+  scores_MxN, keep_MxN = _random_pairs(np.random.default_rng(17), 4, 10)
+  with pytest.raises(InputError, match="backend"):
+    metrics.summarize(scores_MxN, keep_MxN, backend="torch")
+  with pytest.raises(InputError, match="backend"):
+    metrics.bootstrap_ci(scores_MxN, keep_MxN, backend="cuda")
+
+
+def test_bootstrap_runs_on_the_host_unless_a_device_is_there():
+  from lira import metrics_jax
+  import jax
+  assert metrics_jax.bootstrap_backend("numpy") == "numpy"
+  assert metrics_jax.bootstrap_backend("jax") == ("numpy" if jax.default_backend() == "cpu" else "jax")
