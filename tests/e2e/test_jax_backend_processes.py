@@ -68,6 +68,10 @@ def test_two_processes_equal_one(tmp_path):
       llr = lira.leave_one_out(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask,
                                balance_counts=bal, backend="jax", block_size=3)
       np.save("{out}/" + cov + str(bal) + str(pid) + ".npy", llr)
+    six = [lira.Scoring(covariance=c, shared=s, backend="jax") for c in ("univariate", "independent", "oas")
+           for s in (False, True)]  # one upload per block for all six, each gathered to every process
+    np.save("{out}/six" + str(pid) + ".npy", np.stack(lira.leave_one_out_variants(loss, keep, six, mask_NxT=mask,
+                                                                                  block_size=3)))
   """.format(port=port, out=tmp_path, cases=repr(PROCESS_CASES))
   env = {**os.environ, "PYTHONPATH": ROOT + os.pathsep + os.path.join(ROOT, "tests", "lira"), "JAX_PLATFORMS": "cpu"}
   procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), str(p)], env=env, cwd=ROOT,
@@ -80,3 +84,7 @@ def test_two_processes_equal_one(tmp_path):
     ref = plain_loo(loss, keep, covariance=cov, shared=True, fix_variance=fix, mask_NxT=mask, balance_counts=bal)
     for pid in (0, 1):  # every process gets all the scores
       assert_backends_equal(ref, np.load(tmp_path / f"{cov}{bal}{pid}.npy"))
+  six = np.stack([plain_loo(loss, keep, covariance=c, shared=s, mask_NxT=mask, balance_counts=True)
+                  for c in ("univariate", "independent", "oas") for s in (False, True)])
+  for pid in (0, 1):
+    assert_backends_equal(six, np.load(tmp_path / f"six{pid}.npy"))
