@@ -58,5 +58,11 @@ def test_sharded_run_over_four_simulated_devices_equals_unsharded(tmp_path):
     # order reductions differently: compared as assert_trained_alike argues.
     assert_trained_alike(restore_group(run_dir, g), restore_group(finished_run, g),
                          learning_rate=tiny_cfg().train.learning_rate, steps=tiny_steps())
-  np.testing.assert_allclose(np.load(os.path.join(run_dir, "losses.npy")),
-                             np.load(os.path.join(finished_run, "losses.npy")), **LOSS_TOL)
+  # A parameter AdamW flipped (assert_trained_alike) has ~0 gradient of the training loss, a sum over pixels and
+  # images, but not of each pixel's loss: a pixel may move at first order, by its own gradient times a step. So the
+  # bulk is compared: at most 0.1% of the losses outside LOSS_TOL (seen: 1 of 8,192, at 3e-4 relative, on a 2-core
+  # AMD EPYC), none beyond 1e-3 relative, where a wrong model, data order or update moves most losses by ~1e-2.
+  a, b = (np.load(os.path.join(d, "losses.npy")) for d in (run_dir, finished_run))
+  off = np.abs(a - b) > LOSS_TOL["atol"] + LOSS_TOL["rtol"] * np.abs(b)
+  assert off.mean() <= 1e-3, f"{off.sum()} of {off.size} losses outside LOSS_TOL"
+  np.testing.assert_allclose(a, b, rtol=1e-3, atol=LOSS_TOL["atol"])
