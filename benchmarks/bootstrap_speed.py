@@ -111,57 +111,9 @@ def rank_pairs(scores_MxN, labels_MxN, valid_MxN=None):
   )
 
 
-def _cumulative(w_BxN, canary_P):
-  """Running weight totals [B, P+1] (leading zero) of pairs whose canaries are canary_P, in order."""
-  w_BxP = np.take(w_BxN, canary_P, axis=1)
-  cum_BxP1 = np.zeros((w_BxN.shape[0], canary_P.size + 1), dtype=w_BxN.dtype)
-  np.cumsum(w_BxP, axis=1, out=cum_BxP1[:, 1:])
-  return cum_BxP1
-
-
-def _largest_count_within(fpr, total_B):
-  """Largest integer c per replicate with c / total <= fpr in float64, as sklearn's fpr <= target compares."""
-  c_B = np.floor(fpr * total_B)
-  with np.errstate(divide="ignore", invalid="ignore"):
-    c_B = np.where((c_B + 1) / total_B <= fpr, c_B + 1, c_B)
-    c_B = np.where(c_B / total_B > fpr, c_B - 1, c_B)
-  return c_B
-
-
 def weighted_stats(ranked, w_BxN, fprs):
-  """TPR at each target FPR [B, F] and AUC [B] of the weighted pooled ROC, one row of canary weights per replicate."""
-  w_BxN = np.asarray(w_BxN)
-  n_boot = w_BxN.shape[0]
-  fprs = np.asarray(fprs, dtype=np.float64).ravel()
-  total_neg_B = w_BxN.astype(np.int64) @ ranked.nneg_N
-  total_pos_B = w_BxN.astype(np.int64) @ ranked.npos_N
-  # Integer running sums are exact; int32 when the largest total fits, for memory bandwidth.
-  big = max(int(total_neg_B.max(initial=0)), int(total_pos_B.max(initial=0)))
-  w_BxN = w_BxN.astype(np.int32 if big < 2**31 - 1 else np.int64)
-  tpr_BxF = np.full((n_boot, fprs.size), np.nan)
-  auc_B = np.full(n_boot, np.nan)
-  chunk = max(1, _CHUNK_ELEMENTS // max(1, ranked.score_P.size))
-  for lo in range(0, n_boot, chunk):
-    hi = min(n_boot, lo + chunk)
-    cn_BxPn1 = _cumulative(w_BxN[lo:hi], ranked.canary_neg_Pn)
-    cp_BxPp1 = _cumulative(w_BxN[lo:hi], ranked.canary_pos_Pp)
-    tn_B, tp_B = total_neg_B[lo:hi].astype(np.float64), total_pos_B[lo:hi].astype(np.float64)
-    ok_B = (tn_B > 0) & (tp_B > 0)
-    for f, fpr in enumerate(fprs):
-      cmax_B = _largest_count_within(fpr, tn_B)
-      for b in np.flatnonzero(ok_B):
-        # Last negative count k with fpr <= target, then the last tie group that needs no more negatives.
-        k = np.searchsorted(cn_BxPn1[b], cmax_B[b], side="right") - 1
-        g = np.searchsorted(ranked.nneg_upto_G1, k, side="right") - 1
-        tpr_BxF[lo + b, f] = cp_BxPp1[b, ranked.npos_upto_G1[g]] / tp_B[b]
-    # Trapezoid over tie groups = sum over positives of w * (negatives below + half the tied ones).
-    wp_BxPp = np.diff(cp_BxPp1, axis=1).astype(np.float64)
-    above_BxPp = (np.take(cn_BxPn1, ranked.nneg_before_Pp, axis=1).astype(np.float64)
-                  + np.take(cn_BxPn1, ranked.nneg_through_Pp, axis=1))
-    num_B = np.einsum("bp,bp->b", wp_BxPp, 2.0 * tn_B[:, None] - above_BxPp)
-    with np.errstate(divide="ignore", invalid="ignore"):
-      auc_B[lo:hi] = np.where(ok_B, num_B / (2.0 * tn_B * tp_B), np.nan)
-  return tpr_BxF, auc_B
+  """The replaced replicates: lira.metrics keeps them as the fallback outside its exact-integer range."""
+  return metrics._weighted_stats_reference(ranked, w_BxN, fprs)
 
 
 def bootstrap_ci(scores_MxN, labels_MxN, fprs=DEFAULT_FPRS, n_boot=N_BOOT, level=LEVEL, seed=0, valid_MxN=None):
