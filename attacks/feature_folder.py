@@ -12,30 +12,14 @@ import os
 import numpy as np
 
 from attacks.rows import as_rows
-from lira.reports import run_folder
+import run_folder
 from lira.errors import InputError, MissingFileError
 
 SCHEMA = "seqlira.features/1"
 
-# Every file of the folder by its short name.
-FILES = {
-    "lp": "lp.npy", "mu": "mu.npy", "sigma": "sigma.npy", "ids": "ids.npy", "mask": "mask.npy",
-    "labels": "labels.npy", "source_index": "source_index.npy", "texts": "texts.json",
-    "cond_lp_shots": "cond_lp_shots.npy", "cond_lp_member": "cond_lp_member.npy",
-    "cond_lp_ensemble": "cond_lp_ensemble.npy", "pair_lp": "pair_lp.npy", "ref_lp": "ref_lp.npy",
-    "neighbours": "neighbours.json", "neighbour_lp": "neighbour_lp.npy", "meta": "features.json",
-    "prefix": "prefix.json",
-}
+# Every file of the folder by its short name (lp -> lp.npy, meta -> features.json, ...).
+FILES = run_folder.names.FEATURE_FILES
 
-# Attack -> the files it needs (common to the folder's builder and its reader).
-NEEDS = {
-    "loss": ("lp",), "zlib": ("lp", "texts"), "min_k": ("lp",), "min_k_pp": ("lp", "mu", "sigma"),
-    "reference": ("lp", "ref_lp"), "neighbourhood": ("lp", "neighbour_lp"), "recall": ("lp", "cond_lp_shots"),
-    "recall_shots": ("lp", "cond_lp_shots"), "recall_ensemble": ("lp", "cond_lp_ensemble"),
-    "con_recall": ("lp", "cond_lp_shots", "cond_lp_member"), "em_mia": ("lp", "pair_lp", "mu", "sigma"),
-    "blind": ("texts",),  # the blind baseline reads the texts (and labels) alone, never the model's lp
-}
-ATTACKS = tuple(NEEDS)
 
 # Per-token arrays (NaN where unscored): expected shape from lp's (N, T); None = any size on that axis.
 _PER_TOKEN = {
@@ -55,11 +39,11 @@ def check_complete(folder):
     raise MissingFileError(f"features folder {folder!r} does not exist")
   if os.path.exists(os.path.join(folder, FILES["meta"])):
     return
-  started = os.path.exists(os.path.join(folder, "build.json"))
+  started = os.path.exists(os.path.join(folder, run_folder.names.FEATURES_BUILD))
   if not started and not any(os.path.exists(os.path.join(folder, f)) for f in FILES.values()):
     raise MissingFileError(f"{folder} is not a features folder (no features.json); build one with python -m "
                            "experiments.extract_features --out_dir=" + folder)
-  pairs = os.path.join(folder, "pairs")
+  pairs = os.path.join(folder, run_folder.names.PAIRS_DIR)
   chunks = len([n for n in os.listdir(pairs) if n.endswith(".npy")]) if os.path.isdir(pairs) else 0
   doing = f" ({chunks} chunk(s) of EM-MIA's pairs are done in pairs/)" if chunks else ""
   raise InputError(f"features folder {folder} is incomplete: it has no features.json, which "
@@ -157,20 +141,18 @@ class Features:
                          f"{sorted(counts)}")
 
   def available(self, attack):
-    """The files `attack` needs that the folder lacks ([] when it can run)."""
-    return [FILES[n] for n in NEEDS[attack] if not self.has(n)]
+    """The files `attack` (an attacks.registry.Attack) reads that the folder lacks ([] when it can run)."""
+    return [FILES[n] for n in attack.features if not self.has(n)]
 
   def arrays_for(self, attack):
-    """{name: array} of everything `attack` needs, shape-checked, with all-NaN rows refused (file named)."""
-    if attack not in NEEDS:
-      raise InputError(f"unknown attack {attack!r}; choose from {', '.join(ATTACKS)}")
+    """{name: array} of everything `attack` reads, shape-checked, with all-NaN rows refused (file named)."""
     missing = self.available(attack)
     if missing:
       hint = ""
-      if "pair_lp.npy" in missing and os.path.isdir(os.path.join(self.folder, "pairs")):
+      if FILES["pair_lp"] in missing and os.path.isdir(os.path.join(self.folder, run_folder.names.PAIRS_DIR)):
         hint = " (pairs/ holds chunks: the pair extraction did not finish; re-run it to resume)"
-      raise MissingFileError(f"attack {attack} needs {', '.join(missing)}, which {self.folder} lacks{hint}")
-    out = {name: self[name] for name in NEEDS[attack]}
+      raise MissingFileError(f"attack {attack.name} needs {', '.join(missing)}, which {self.folder} lacks{hint}")
+    out = {name: self[name] for name in attack.features}
     for name, value in out.items():
       if name in _PER_TOKEN and name not in self._rows_checked:
         as_rows(self.path(name), value, value.ndim)

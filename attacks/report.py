@@ -25,148 +25,69 @@ import time
 
 import numpy as np
 
-import attacks as A
-from attacks import blind
 from attacks import feature_folder
-from attacks.min_k import DEFAULT_K
+from attacks.catalogue import ATTACKS, TUNED
 from lira import metrics
 from lira.reports import plots
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 from lira.errors import InputError
 from lira.reports import tables
 
 FPRS = (0.01, 0.05)
 LEVEL = 0.95
-# Con-ReCall's sweep: the official grid (run.py of Wang et al. 2024's code), which has no 0.4.
-GAMMAS = (0.1, 0.2, 0.3, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0)
-TUNED = "tuned on the evaluated set"
-DEFAULTS = {"attacks": None, "k": DEFAULT_K, "gamma": None, "shots": None, "folds": blind.DEFAULT_FOLDS,
-            "n_boot": metrics.N_BOOT, "seed": 0}
-NAMES = {"loss": "Loss", "zlib": "Zlib", "min_k": "Min-K%", "min_k_pp": "Min-K%++", "reference": "Reference",
-         "neighbourhood": "Neighbourhood", "recall": "ReCaLL", "recall_ensemble": "ReCaLL ensemble",
-         "recall_shots": "ReCaLL", "con_recall": "Con-ReCall", "em_mia": "EM-MIA", "blind": "Blind"}
-# One colour per attack, dash-dotted, in colours the LiRA variants (blue, orange, green) do not use; the blind
-# baseline, which never looks at the model, dotted.
-COLORS = {"loss": "tab:red", "zlib": "tab:purple", "min_k": "tab:brown", "min_k_pp": "tab:pink",
-          "reference": "tab:gray", "neighbourhood": "tab:olive", "recall": "tab:cyan", "recall_shots": "darkcyan",
-          "recall_ensemble": "navy", "con_recall": "goldenrod", "em_mia": "black", "blind": "magenta"}
+DEFAULTS = {"attacks": None, **{s.name: s.default for s in ATTACKS.settings_for("texts")}, "n_boot": metrics.N_BOOT,
+            "seed": 0}
 
 
 def style(attack):
-  """Colour and line style of an attack's ROC curve."""
-  return {"color": COLORS.get(attack, "black"), "ls": ":" if attack == "blind" else "-."}
+  """Colour and line style of an attack's ROC curve (its registry record's)."""
+  return ATTACKS.attacks[attack].style
 
 
 def check_k(k):
   """k is a fraction of each text's tokens: (0, 1]."""
-  if not 0.0 < float(k) <= 1.0:
-    raise InputError(f"--k must lie in (0, 1] (a fraction of each text's tokens), got {k}")
+  ATTACKS.settings["k"].check(k)
 
 
 def choose_attacks(features, attacks=None):
-  """(chosen, skipped [{attack, reason}]): the named attacks, or every attack whose arrays the folder holds."""
+  """(chosen records, skipped [{attack, reason}]): the named attacks, or every registered attack that scores texts
+  and whose arrays the folder holds."""
   if attacks:
-    unknown = [a for a in attacks if a not in feature_folder.NEEDS]
-    if unknown:
-      raise InputError(f"unknown attack(s) {', '.join(unknown)}; choose from {', '.join(feature_folder.ATTACKS)}")
-    return list(dict.fromkeys(attacks)), []
+    return ATTACKS.chosen(attacks, "texts"), []
   chosen, skipped = [], []
-  for attack in feature_folder.ATTACKS:
+  for name in ATTACKS.names("texts"):
+    attack = ATTACKS.attacks[name]
     missing = features.available(attack)
     if missing:
-      skipped.append({"attack": attack, "reason": f"the folder has no {', '.join(missing)}"})
+      skipped.append({"attack": name, "reason": f"the folder has no {', '.join(missing)}"})
     else:
       chosen.append(attack)
   return chosen, skipped
 
 
-def check_inputs(features, chosen, k, gamma, shots, folds=DEFAULTS["folds"]):
-  """Every check before any attack runs: k, gamma, shots, folds, labels, and each chosen attack's arrays and
-  shapes."""
-  check_k(k)
-  if gamma is not None and not np.isfinite(gamma):
-    raise InputError(f"--gamma must be a finite number, got {gamma}")
+def check_inputs(features, chosen, settings, skipped=None):
+  """Every check before any attack runs: the settings, labels, and each chosen attack's arrays, shapes and own
+  checks; returns (labels_N, {attack name: arrays}). With `skipped` (a list: the attacks were not named), an attack
+  whose own check fails is left out and added to it with the reason, instead of stopping the others."""
   labels_N = features.known_labels()
-  arrays = {attack: features.arrays_for(attack) for attack in chosen}
-  if shots is not None and any(a in chosen for a in ("recall", "recall_shots")):
+  arrays = {attack.name: features.arrays_for(attack) for attack in chosen}
+  shots = settings.get("shots")
+  if shots is not None and any("shots" in a.uses for a in chosen):
     S = features["cond_lp_shots"].shape[0]
     if not 1 <= shots <= S:
       raise InputError(f"--shots={shots}: {features.path('cond_lp_shots')} holds 1 .. {S} shots")
-  if "blind" in chosen:
-    blind.check_inputs(arrays["blind"]["texts"], labels_N, folds)
+  for attack in list(chosen):
+    if attack.check_texts is not None:
+      try:
+        attack.check_texts(arrays[attack.name], labels_N, settings)
+      except InputError as e:
+        if skipped is None:
+          raise
+        skipped.append({"attack": attack.name, "reason": str(e)})
+        chosen.remove(attack)
+        del arrays[attack.name]
   return labels_N, arrays
-
-
-def _row(attack, name, scores_N, params=None, tuned=False, plotted=True):
-  return {"name": name, "attack": attack, "params": params or {}, "tuned": tuned, "plotted": plotted,
-          "scores": np.asarray(scores_N, dtype=np.float64)}
-
-
-def _best(candidates, labels_N):
-  """(index, AUCs) of the candidate scores with the highest AUC on the evaluated texts (first on ties)."""
-  aucs = [metrics.auc(s, labels_N) for s in candidates]
-  return int(np.argmax(aucs)), aucs
-
-
-def attack_rows(attack, arrays, labels_N, k=DEFAULTS["k"], gamma=None, shots=None, folds=DEFAULTS["folds"],
-                seed=DEFAULTS["seed"]):
-  """The rows (name, attack, params, tuned, plotted, scores [N]) one attack gives; several for recall_shots. `folds`
-  and `seed` are the blind baseline's cross-validation."""
-  a = arrays
-  if attack == "loss":
-    return [_row(attack, "Loss", A.loss(a["lp"]))]
-  if attack == "zlib":
-    return [_row(attack, "Zlib", A.zlib(a["lp"], a["texts"]))]
-  if attack == "min_k":
-    return [_row(attack, f"Min-K% (k={k:g})", A.min_k(a["lp"], k), {"k": k})]
-  if attack == "min_k_pp":
-    return [_row(attack, f"Min-K%++ (k={k:g})", A.min_k_pp(a["lp"], a["mu"], a["sigma"], k), {"k": k})]
-  if attack == "reference":
-    return [_row(attack, "Reference", A.reference(a["lp"], a["ref_lp"]))]
-  if attack == "neighbourhood":
-    return [_row(attack, "Neighbourhood", A.neighbourhood(a["lp"], a["neighbour_lp"]),
-                 {"neighbours": int(a["neighbour_lp"].shape[1])})]
-  if attack == "recall":
-    S = a["cond_lp_shots"].shape[0]
-    s = shots or S
-    return [_row(attack, f"ReCaLL ({s} shot{'s' * (s > 1)})", A.recall(a["lp"], a["cond_lp_shots"][s - 1]),
-                 {"shots": s})]
-  if attack == "recall_shots":
-    scores_SxN = A.recall_shots(a["lp"], a["cond_lp_shots"])
-    S = len(scores_SxN)
-    rows = [_row(attack, f"ReCaLL, {s + 1} shot{'s' * (s > 0)}", scores_SxN[s], {"shots": s + 1}, plotted=S == 1)
-            for s in range(S)]
-    if S > 1:
-      best, aucs = _best(scores_SxN, labels_N)
-      rows.append(_row(attack, f"ReCaLL, best of 1..{S} shots ({best + 1}; {TUNED})", scores_SxN[best],
-                       {"shots": best + 1, "auc_by_shots": {str(s + 1): v for s, v in enumerate(aucs)}}, tuned=True))
-    return rows
-  if attack == "recall_ensemble":
-    return [_row(attack, f"ReCaLL ensemble ({a['cond_lp_ensemble'].shape[0]} prefixes)",
-                 A.recall_ensemble(a["lp"], a["cond_lp_ensemble"]), {"prefixes": int(a["cond_lp_ensemble"].shape[0])})]
-  if attack == "con_recall":
-    nonmember, member = a["cond_lp_shots"][-1], a["cond_lp_member"]  # every non-member shot, as the member prefix
-    S = int(a["cond_lp_shots"].shape[0])
-    if gamma is not None:
-      return [_row(attack, f"Con-ReCall (gamma={gamma:g})", A.con_recall(a["lp"], nonmember, member, gamma),
-                   {"gamma": gamma, "shots": S})]
-    candidates = [A.con_recall(a["lp"], nonmember, member, g) for g in GAMMAS]
-    best, aucs = _best(candidates, labels_N)
-    return [_row(attack, f"Con-ReCall (gamma={GAMMAS[best]:g}; {TUNED})", candidates[best],
-                 {"gamma": GAMMAS[best], "shots": S, "auc_by_gamma": dict(zip((f"{g:g}" for g in GAMMAS), aucs))},
-                 tuned=True)]
-  if attack == "em_mia":
-    init_N = A.min_k_pp(a["lp"], a["mu"], a["sigma"], k)
-    membership_N, _ = A.em_mia(a["pair_lp"], a["lp"], init_N)
-    return [_row(attack, f"EM-MIA (init Min-K%++ k={k:g})", membership_N, {"init": "min_k_pp", "k": k,
-                                                                        "iterations": 10})]
-  if attack == "blind":
-    scores_N, _ = blind.blind(a["texts"], labels_N, folds, seed)
-    return [_row(attack, f"Blind (text n-grams, no model; {folds}-fold)", scores_N,
-                 {"folds": int(folds), "seed": int(seed), "features": "tf-idf of word 1-2-grams and char 2-4-grams",
-                  "classifier": "logistic regression, out-of-fold decision function"})]
-  raise InputError(f"unknown attack {attack!r}; choose from {', '.join(feature_folder.ATTACKS)}")
 
 
 def summarize_row(row, labels_N, n_boot, seed):
@@ -181,8 +102,9 @@ def summarize_row(row, labels_N, n_boot, seed):
 def blind_warning(rows):
   """The warning line when the blind row's AUC reaches the bootstrap interval of the best model-based row (that row's
   AUC when there is no interval) or lies above it; None otherwise, or when either kind of row is missing."""
-  blind_rows = [r for r in rows if r["attack"] == "blind"]
-  others = [r for r in rows if r["attack"] != "blind"]
+  baselines = {name for name, attack in ATTACKS.attacks.items() if attack.baseline}
+  blind_rows = [r for r in rows if r["attack"] in baselines]
+  others = [r for r in rows if r["attack"] not in baselines]
   if not blind_rows or not others:
     return None
   auc = blind_rows[0]["summary"]["auc"]
@@ -216,27 +138,38 @@ def notes_for(rows, skipped):
 
 def run_attacks(features_dir, attacks=DEFAULTS["attacks"], k=DEFAULTS["k"], gamma=DEFAULTS["gamma"],
                 shots=DEFAULTS["shots"], folds=DEFAULTS["folds"], n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"],
-                out_dir=None, progress=False):
+                out_dir=None, progress=False, skip_unfit=False, **more):
   """Run the attacks on a features folder, write the reports (named by their settings); returns (text, result).
-  `seed` seeds the bootstrap and the blind baseline's folds."""
-  check_k(k)
+  `seed` seeds the bootstrap and the blind baseline's folds; `more`: other registered settings (attacks.catalogue).
+  Without `attacks` (or with skip_unfit), an attack whose own check fails on the folder is skipped with its reason."""
+  unknown = sorted(set(more) - set(ATTACKS.settings))
+  if unknown:
+    raise InputError(f"unknown attack setting(s) {', '.join(unknown)}; the registry has {', '.join(ATTACKS.settings)}")
+  values = {name: ATTACKS.settings[name].check(v)
+            for name, v in {**ATTACKS.defaults(), **more, "k": k, "gamma": gamma, "shots": shots,
+                            "folds": folds}.items()}
+  values["seed"] = seed
   features = feature_folder.load_features(features_dir)
   chosen, skipped = choose_attacks(features, attacks)
   if not chosen:
     raise InputError(f"no attack can run on {features_dir}: " + "; ".join(f"{s['attack']}: {s['reason']}"
                                                                           for s in skipped))
-  labels_N, arrays = check_inputs(features, chosen, k, gamma, shots, folds)
+  labels_N, arrays = check_inputs(features, chosen, values, skipped if skip_unfit or not attacks else None)
+  if not chosen:
+    raise InputError(f"no attack can run on {features_dir}: " + "; ".join(f"{s['attack']}: {s['reason']}"
+                                                                          for s in skipped))
   out_dir = out_dir or features_dir
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   start = time.perf_counter()
   from tqdm import tqdm
   rows = [r for attack in tqdm(chosen, desc="attacks", disable=not progress)
-          for r in attack_rows(attack, arrays[attack], labels_N, k, gamma, shots, folds, seed)]
+          for r in attack.texts(arrays[attack.name], labels_N, values)]
   for row in tqdm(rows, desc="bootstrap", disable=not progress):
     row["summary"] = summarize_row(row, labels_N, n_boot, seed)
   seconds = time.perf_counter() - start
   settings = {"attacks": list(attacks) if attacks else None, "k": float(k), "gamma": gamma, "shots": shots,
-              "folds": int(folds), "n_boot": int(n_boot), "seed": int(seed)}
+              "folds": int(folds), "n_boot": int(n_boot), "seed": int(seed),
+              **{name: values[name] for name in more if name not in ("k", "gamma", "shots", "folds")}}
   paths = {ext: provenance.report_path(out_dir, stem, ext, settings, DEFAULTS)
            for stem, ext in (("results", "json"), ("results", "md"), ("roc", "png"))}
   n_pos = int(labels_N.sum())
@@ -248,7 +181,7 @@ def run_attacks(features_dir, attacks=DEFAULTS["attacks"], k=DEFAULTS["k"], gamm
       "schema": {"name": "seqlira.pretrain_attacks", "version": provenance.SCHEMA_VERSION, "doc": "docs/outputs.md"},
       "command": "pretrain_attacks", "argv": list(sys.argv), "features_dir": os.path.abspath(features_dir),
       "shape": {"N": features.N, "T": features.T}, "n_members": n_pos, "n_nonmembers": features.N - n_pos,
-      "settings": {**settings, "attacks": chosen, "requested_attacks": settings["attacks"], "level": LEVEL,
+      "settings": {**settings, "attacks": [a.name for a in chosen], "requested_attacks": settings["attacks"], "level": LEVEL,
                    "fprs": list(FPRS), "tpr_rule": "fpr <= target"},
       "setting": setting, "skipped": skipped, "notes": notes, "blind_warning": blind_warning(rows),
       "seconds": seconds,

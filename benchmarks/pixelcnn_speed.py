@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from lira.reports import run_folder
+import run_folder
 from models import get_model  # noqa: E402
 from models.pixelcnn_pp import PixelCNNConfig  # noqa: E402
 from training import trainer  # noqa: E402

@@ -3,7 +3,7 @@
 python -m experiments.audit --run_dir=DIR[,DIR2,...] [--variants=...] [--attacks=loss] [--method=one_run]
   [--delta=1e-5] [--confidence=0.95] [--threshold_strategy=bonferroni] [scoring flags] [--out_dir=DIR]
 python -m experiments.audit --target_scores=DIR --target_keep=KEEP.npy [--target_config=CONFIG.json]
-Each run's leave-one-out LiRA scores (computed here, as evaluate computes them) and the reference-free --attacks rows
+Each run's leave-one-out LiRA scores (computed here, as evaluate computes them) and the --attacks rows (as evaluate's)
 are bounded with each model as the audited one (median and max over models) and pooled over all pairs, beside the
 accountant's epsilon from the run's config.json ("accountant"; none: no DP). --target_scores reads score_targets'
 attack_scores_<variant>.npy [K, N] with the targets' membership --target_keep ([K, N], or [N] for one target).
@@ -11,39 +11,27 @@ Writes audit.md, audit.json and audit.png (settings other than the defaults appe
 (default the first run folder, or the --target_scores folder).
 """
 
-import dataclasses
-
 from absl import app
 from absl import flags
 
 from attacks import shadow
+from experiments import attack_flags
 from experiments import cli
+from experiments import option_flags
 from experiments import scoring_flags
 from lira import dp_audit
 from lira.reports import audit_report
 from lira.reports import provenance
 
 FLAGS = flags.FLAGS
-_AUDIT = {f.name: f for f in dataclasses.fields(dp_audit.AuditOptions)}
 flags.DEFINE_list("run_dir", None, "Run folder(s), comma-separated: losses.npy [M, N, T], keep.npy [M, N], optional "
                   "mask.npy, config.json (its \"accountant\" gives the DP-SGD epsilon).")
 flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six; with "
                   "--target_scores, those whose scores the folder holds).")
 scoring_flags.define()
-flags.DEFINE_list("attacks", None, f"Reference-free attacks to add as rows: {','.join(shadow.SHADOW_ATTACKS)} "
-                  "(default none; --run_dir only).")
-flags.DEFINE_float("k", shadow.DEFAULTS["k"], "Min-K% and Min-K%++: the fraction of each canary's lowest tokens "
-                   "averaged.")
-cli.check_range("k", 0, 1, low_open=True)
-flags.DEFINE_enum("method", _AUDIT["method"].default, list(dp_audit.METHODS), _AUDIT["method"].metadata["help"])
-flags.DEFINE_float("delta", _AUDIT["delta"].default, _AUDIT["delta"].metadata["help"])
-cli.check_range("delta", 0, 1, low_open=True, high_open=True)
-flags.DEFINE_float("confidence", _AUDIT["confidence"].default, _AUDIT["confidence"].metadata["help"])
-cli.check_range("confidence", 0, 1, low_open=True, high_open=True)
-flags.DEFINE_enum("threshold_strategy", _AUDIT["threshold_strategy"].default, list(dp_audit.THRESHOLD_STRATEGIES),
-                  _AUDIT["threshold_strategy"].metadata["help"])
-flags.DEFINE_integer("seed", _AUDIT["seed"].default, _AUDIT["seed"].metadata["help"])
-cli.check_range("seed", 0)
+attack_flags.define("leave_one_out", "Attacks whose leave-one-out scores are audited beside LiRA's",
+                    "default none; --run_dir only")
+option_flags.define(dp_audit.AuditOptions, ("method", "delta", "confidence", "threshold_strategy", "seed"))
 flags.DEFINE_string("target_scores", None, "Instead of --run_dir: a score_targets --out_dir holding "
                     "attack_scores_<variant>.npy [K, N].")
 flags.DEFINE_string("target_keep", None, "With --target_scores: the targets' membership, bool [K, N] (or [N]) .npy.")
@@ -73,8 +61,7 @@ def _check_modes():
 
 def main(argv):
   del argv
-  options = dp_audit.AuditOptions(method=FLAGS.method, delta=FLAGS.delta, confidence=FLAGS.confidence,
-                                  threshold_strategy=FLAGS.threshold_strategy, seed=FLAGS.seed)
+  options = dp_audit.AuditOptions(**option_flags.values(dp_audit.AuditOptions, dp_audit.defaults()))
   _check_modes()
   scoring = scoring_flags.scoring()
   if FLAGS.target_scores:
@@ -83,8 +70,10 @@ def main(argv):
     out_dir = FLAGS.out_dir or FLAGS.target_scores
   else:
     attack_rows_of = None
-    if FLAGS.attacks:  # called for every run after its files are checked, before LiRA's long work
-      attack_rows_of = lambda run_dir: shadow.shadow_rows(run_dir, FLAGS.attacks, k=FLAGS.k, n_boot=0)  # noqa: E731
+    attacks, settings, given = attack_flags.chosen()
+    if attacks or given:  # called for every run after its files are checked, before LiRA's long work
+      attack_rows_of = lambda run_dir: shadow.shadow_rows(run_dir, attacks, settings, scoring, n_boot=0,  # noqa: E731
+                                                          given=given)
     text, result = audit_report.audit_runs(FLAGS.run_dir, FLAGS.out_dir, scoring, options, variants=FLAGS.variants,
                                            attack_rows_of=attack_rows_of, progress=FLAGS.progress)
     out_dir = FLAGS.out_dir or FLAGS.run_dir[0]

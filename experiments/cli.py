@@ -95,6 +95,9 @@ def check_range(name, low=None, high=None, *, low_open=False, high_open=False, e
       shown = ",".join(value)
     else:
       ok, shown = inside(value), _number(value)
+      if isinstance(value, float) and not math.isfinite(value):
+        finite = what if what.startswith("a finite number") else f"a finite number {what}"
+        raise flags.ValidationError(f"--{name}={shown}: must be {finite}")
     if not ok:
       raise flags.ValidationError(f"--{name}={shown}: must be {what}")
     return True

@@ -42,7 +42,7 @@ flags.mark_flags_as_required(["model", "texts", "out_dir"])
 def check_flags(num_texts):
   """Everything that can be checked before a model is loaded; returns keep_MxN or None."""
   import numpy as np
-  from lira.reports import run_folder
+  import run_folder
   models = FLAGS.model
   if not FLAGS.run_arrays and (len(models) != 1 or FLAGS.keep):
     raise app.UsageError("several --model values and --keep need --run_arrays (lp/mu/sigma are written per model)")
@@ -64,7 +64,8 @@ def main(argv):
     logging.set_verbosity(logging.WARNING)
   import numpy as np
   from tqdm import tqdm
-  from lira.reports import run_folder
+  import run_folder
+  from run_folder import names
   from models import hf_convert
   from training import data as data_lib
   from training import per_token
@@ -82,21 +83,19 @@ def main(argv):
     lp, mu, sigma = per_token.causal_lm_statistics(module, ids_NxT, mask_NxT, FLAGS.batch_size)
     lp_MxNxT.append(lp)
   if not FLAGS.run_arrays:
-    for name, array in (("token_ids", ids_NxT), ("mask", mask_NxT), ("lp", lp), ("mu", mu), ("sigma", sigma)):
-      run_folder.save_npy(os.path.join(out, f"{name}.npy"), array)
-    run_folder.save_json(os.path.join(out, "texts.json"), {"model": FLAGS.model[0], "texts": texts})
+    for name, array in ((names.TOKEN_IDS, ids_NxT), (names.MASK, mask_NxT), (names.FEATURE_FILES["lp"], lp),
+                        (names.MU, mu), (names.SIGMA, sigma)):
+      run_folder.save_npy(os.path.join(out, name), array)
+    run_folder.save_json(os.path.join(out, names.TEXTS), {"model": FLAGS.model[0], "texts": texts})
     print(f"{len(texts)} texts, up to {ids_NxT.shape[1]} tokens: lp, mu, sigma written to {out}")
     return
   scored_NxT = np.isfinite(lp_MxNxT[0])  # position 0 and padding are NaN: not scored
   loss_MxNxT = -np.stack(lp_MxNxT).astype(np.float32)  # NaN where not scored
   config = {"source": "experiments.extract_tokens", "models": FLAGS.model, "texts": os.path.abspath(FLAGS.texts),
             "tokenizer": FLAGS.tokenizer or FLAGS.model[0], "max_length": FLAGS.max_length, "dtype": FLAGS.dtype}
-  run_folder.save_npy(os.path.join(out, "canaries.npy"), ids_NxT)
-  run_folder.save_npy(os.path.join(out, "mask.npy"), scored_NxT)
-  if keep_MxN is not None:
-    run_folder.save_npy(os.path.join(out, "keep.npy"), keep_MxN)
-  run_folder.save_json(os.path.join(out, "config.json"), config)
-  run_folder.save_npy(os.path.join(out, "losses.npy"), loss_MxNxT)
+  # Without --keep a replaced run's keep.npy is removed: it would claim a membership of the new losses.
+  run_folder.save_run(out, {names.CANARIES: ids_NxT, names.MASK: scored_NxT, names.KEEP: keep_MxN,
+                            names.LOSSES: loss_MxNxT}, config)
   M, N, T = loss_MxNxT.shape
   print(f"{N} texts, up to {T} tokens, {M} model(s): losses.npy [M, N, T], mask.npy (scored positions)"
         f"{', keep.npy' if keep_MxN is not None else ''} written to {out}")

@@ -18,11 +18,11 @@ from experiments import cli
 from lira.errors import MissingFileError
 from lira.reports import false_positives_report
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "An evaluated run folder (results.json, scores_<variant>.npy, keep.npy).")
-flags.DEFINE_string("results", "results.json", "The evaluate report to read, in the run folder.")
+flags.DEFINE_string("results", run_folder.names.RESULTS, "The evaluate report to read, in the run folder.")
 flags.DEFINE_integer("top", None, "Count the K highest-scoring non-member pairs; default those above --fpr's threshold.")
 cli.check_range("top", 1)
 flags.DEFINE_float("fpr", false_positives_report.DEFAULTS["fpr"],
@@ -36,7 +36,7 @@ flags.DEFINE_bool("progress", True, "Accepted, as by every command (nothing to s
 
 def _texts(run_dir, N):
   """The canaries as text, or None for a run without texts (an image run, a synthetic run)."""
-  mask_path = os.path.join(run_dir, "mask.npy")
+  mask_path = os.path.join(run_dir, run_folder.names.MASK)
   mask = run_folder.load_npy(mask_path) if os.path.exists(mask_path) else None
   try:
     return shadow.canary_texts(run_dir, N, mask)

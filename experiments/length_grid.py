@@ -3,8 +3,9 @@
 python -m experiments.length_grid --run_dir=DIR [--lengths=1,2,4,8] [--noshared] [--fpr=1e-4] [--n_boot=200]
 Default --lengths: the powers of two below the shortest canary's scored length L, then L itself (L = 12: 1, 2, 4, 8,
 12), beside the unreduced baseline.
-Writes length_grid.json, length_grid.csv and length_grid.png into DIR (or --out_dir); settings other than the
-defaults are appended to the names (length_grid_statistic-loss.json), so grids with other settings are kept.
+Writes length_grid.json, length_grid.csv and length_grid.png (lira/reports/length_grid_report.py) into DIR (or
+--out_dir); settings other than the defaults are appended to the names (length_grid_statistic-loss.json), so grids
+with other settings are kept.
 """
 
 from absl import app
@@ -14,9 +15,9 @@ from experiments import cli
 from experiments import scoring_flags
 from lira import evaluation
 from lira import metrics
-from lira.reports import plots
+from lira.reports import length_grid_report
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder with losses.npy [M, N, T] and keep.npy [M, N].")
@@ -36,26 +37,6 @@ flags.DEFINE_string("out_dir", None, "Where the outputs go; default the run fold
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
 
-def _interval(lo, hi, scale=100.0, fmt="{:.2f}"):
-  return "" if lo is None or hi is None else f" [{fmt.format(scale * lo)}, {fmt.format(scale * hi)}]"
-
-
-def table(rows, fpr):
-  """The grid as printed: TPR in % and AUC with their intervals; n/r where the FPR is not resolved."""
-  label = f"TPR@{100 * fpr:g}% (%)"
-  lines = [f"{'strategy':<8} {'K':>5} {'covariance':<12} {label:>24} {'AUC':>24}"]
-  for r in rows:
-    tpr = "n/r" if not r["resolved"] else f"{100 * r['tpr']:.2f}" + _interval(r["tpr_ci_low"], r["tpr_ci_high"])
-    auc = f"{r['auc']:.4f}" + _interval(r["auc_ci_low"], r["auc_ci_high"], 1.0, "{:.4f}")
-    lines.append(f"{r['strategy']:<8} {r['K']:>5} {r['covariance']:<12} {tpr:>24} {auc:>24}")
-  if any(r["tpr_ci_low"] is not None for r in rows):
-    lines.append("[bracketed] = 95% bootstrap percentile interval over canaries.")
-  if not all(r["resolved"] for r in rows):
-    lines.append(f"n/r = not resolved: TPR@{100 * fpr:g}% FPR needs >= {metrics.min_negatives(fpr):,} negatives; "
-                 f"available {rows[0]['n_neg']:,}.")
-  return "\n".join(lines)
-
-
 def main(argv):
   del argv
   if not FLAGS.run_dir:
@@ -68,7 +49,7 @@ def main(argv):
   run = run_folder.load_run(FLAGS.run_dir, mmap=True)
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
-  M, N, T = run.loss_MxNxT.shape
+  T = run.loss_MxNxT.shape[2]
   shortest = T if run.mask_NxT is None else int(run.mask_NxT.sum(axis=1).min())
   lengths = sorted(int(k) for k in FLAGS.lengths) if FLAGS.lengths else evaluation.default_lengths(shortest)
   settings = {"lengths": None if lengths == evaluation.default_lengths(shortest) else lengths,
@@ -78,20 +59,10 @@ def main(argv):
   rows = evaluation.length_grid(run.loss_MxNxT, run.keep_MxN, scoring, lengths=lengths, strategies=FLAGS.strategies,
                                 covariances=FLAGS.covariances, mask_NxT=run.mask_NxT, fpr=FLAGS.fpr,
                                 n_boot=FLAGS.n_boot, seed=FLAGS.seed, progress=FLAGS.progress)
-  paths = [provenance.report_path(out_dir, "length_grid", ext, settings, cli.flag_defaults(settings)) for ext in ("json", "csv", "png")]
-  recorded = {**settings, "lengths": lengths, "level": 0.95}
-  run_folder.save_json(paths[0], {**provenance.header("length_grid", FLAGS.run_dir, run, recorded, "seqlira.length_grid"),
-                              "fpr": FLAGS.fpr, "rows": rows})
-  run_folder.save_csv(paths[1], rows)
-  shape = provenance.shape_line({"M": M, "N": N, "T": T})
-  mode = "shared" if FLAGS.shared else "class-wise"
-  ci = f"95% bootstrap CI over canaries ({FLAGS.n_boot} replicates, seed {FLAGS.seed})" if FLAGS.n_boot else "no CI"
-  balanced = ", balanced counts" if FLAGS.balance_counts else ""
-  title = (f"{provenance.run_description(FLAGS.run_dir, run.config)}: length reduction, {shape}\n"
-           f"statistic={FLAGS.statistic}, {mode} covariance{balanced}; {ci}")
-  run_folder.save_figure(paths[2], plots.length_grid_figure(rows, fpr_label=f"TPR @ {100 * FLAGS.fpr:g}% FPR", title=title))
-  print(f"{shape}; statistic={FLAGS.statistic}, {mode} covariance, FPR={FLAGS.fpr:g}\n")
-  print(table(rows, FLAGS.fpr))
+  recorded = {**settings, "lengths": lengths, "level": metrics.LEVEL}
+  text, paths = length_grid_report.write(out_dir, FLAGS.run_dir, run, rows, settings, cli.flag_defaults(settings),
+                                         recorded)
+  print(text)
   print(provenance.wrote(paths))
 
 

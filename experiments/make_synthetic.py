@@ -8,7 +8,7 @@ population_losses.npy [M, Z, T] of Z = --population_size sequences OUT for every
 from absl import flags
 
 from experiments import cli
-from lira.reports import run_folder
+from lira.reports import synthetic_run
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", "runs/synthetic", "Folder to write losses.npy, keep.npy, population_losses.npy, "
@@ -40,7 +40,7 @@ flags.DEFINE_bool("progress", True, "Show progress bars (this command draws none
 
 def main(argv):
   del argv
-  config = run_folder.write_synthetic_run(
+  config = synthetic_run.write_synthetic_run(
       FLAGS.run_dir, num_models=FLAGS.num_models, num_canaries=FLAGS.num_canaries, seq_len=FLAGS.seq_len,
       overwrite=FLAGS.overwrite, rho=FLAGS.rho, shift=FLAGS.shift, shift_units=FLAGS.shift_units,
       frac_shifted=FLAGS.frac_shifted, ragged=FLAGS.ragged, seed=FLAGS.seed, population_size=FLAGS.population_size)

@@ -20,12 +20,12 @@ from absl import flags
 from experiments import cli
 from lira.reports import paper_table_report
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "An evaluated run folder (results.json, scores_<variant>.npy, keep.npy).")
 flags.DEFINE_enum("setting", "none", ["none", *paper_table_report.PAPER_TABLE_II], "The paper's column to print beside the run's.")
-flags.DEFINE_string("results", "results.json", "The report to read, in the run folder (e.g. one with attack rows).")
+flags.DEFINE_string("results", run_folder.names.RESULTS, "The report to read, in the run folder (e.g. one with attack rows).")
 flags.DEFINE_integer("n_boot", 1000, "Paired bootstrap replicates over canaries for the differences.")
 cli.check_range("n_boot", 1)  # the verdicts are read off the bootstrap intervals
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")

@@ -13,28 +13,14 @@ import os
 from absl import app
 from absl import flags
 
-from attacks import feature_folder
 from attacks import report
+from experiments import attack_flags
 from experiments import cli
 from lira.reports import provenance
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("features", None, "Features folder (features.json, lp.npy, labels.npy, ...; docs/outputs.md).")
-flags.DEFINE_list("attacks", None, f"Attacks to run, from {','.join(feature_folder.ATTACKS)} (default: every attack "
-                  "whose arrays the folder holds).")
-flags.DEFINE_float("k", report.DEFAULTS["k"], "Min-K%, Min-K%++ (and EM-MIA's Min-K%++ start): fraction of tokens "
-                   "averaged.")
-cli.check_range("k", 0, 1, low_open=True)
-flags.DEFINE_float("gamma", report.DEFAULTS["gamma"], "Con-ReCall's gamma, the weight of the member prefix's "
-                   "likelihood; without it the official grid 0.1, 0.2, 0.3, 0.5, 0.6, ..., 1.0 (no 0.4) is swept and "
-                   "the best is reported, labelled 'tuned on the evaluated set'.")
-cli.check_range("gamma", 0, 1)  # Con-ReCall's range (0: ReCaLL's non-member prefix alone); < 0 turns the contrast round
-flags.DEFINE_integer("shots", report.DEFAULTS["shots"], "ReCaLL: non-member shots in the prefix (default all stored); "
-                     "recall_shots sweeps 1 .. all.")
-cli.check_range("shots", 1)  # and at most the shots stored, checked once the folder is read
-flags.DEFINE_integer("folds", report.DEFAULTS["folds"], "blind: stratified cross-validation folds; each text is "
-                     "scored by the text classifier fitted on the other folds.")
-cli.check_range("folds", 2)  # and at most the texts of either class, checked once the folder is read
+attack_flags.define("texts", "Attacks to run", "default: every attack whose arrays the folder holds")
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the features folder.")
 flags.DEFINE_integer("n_boot", report.DEFAULTS["n_boot"], "Bootstrap replicates over texts for the 95% intervals "
                      "(0 = none).")
@@ -48,9 +34,9 @@ def main(argv):
   del argv
   if not FLAGS.features:
     raise app.UsageError("--features is required")
-  table, result = report.run_attacks(FLAGS.features, FLAGS.attacks, k=FLAGS.k, gamma=FLAGS.gamma, shots=FLAGS.shots,
-                                     folds=FLAGS.folds, n_boot=FLAGS.n_boot, seed=FLAGS.seed, out_dir=FLAGS.out_dir,
-                                     progress=FLAGS.progress)
+  attacks, settings, _ = attack_flags.chosen()
+  table, result = report.run_attacks(FLAGS.features, attacks or None, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
+                                     out_dir=FLAGS.out_dir, progress=FLAGS.progress, **settings)
   print(table)
   print(f"\n{result['seconds']:.1f} s.")
   out_dir = FLAGS.out_dir or FLAGS.features

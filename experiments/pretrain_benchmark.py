@@ -17,9 +17,10 @@ from absl import logging
 
 from attacks import benchmark_plots
 from attacks import report as attack_report
+from attacks.catalogue import ATTACKS
 from experiments import cli
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 from training import data as data_lib
 from training.pretraining import offline_benchmark
 from training import run_config
@@ -65,10 +66,10 @@ def evaluate(cfg, features_dir):
   names = a.names
   if names is None:  # every attack the folder supports; with one shot the shot sweep is ReCaLL's row again
     folder = feature_folder.load_features(features_dir)
-    names = [n for n in feature_folder.ATTACKS if not folder.available(n)
+    names = [n for n in ATTACKS.names("texts") if not folder.available(ATTACKS.attacks[n])
              and not (n == "recall_shots" and cfg.features.prefix_shots <= 1)]
-  table, result = report.run_attacks(features_dir, attacks=names, k=a.k, gamma=a.gamma, folds=a.folds,
-                                     n_boot=a.n_boot, seed=cfg.seed, out_dir=features_dir)
+  table, result = report.run_attacks(features_dir, attacks=names, skip_unfit=a.names is None, k=a.k, gamma=a.gamma,
+                                     folds=a.folds, n_boot=a.n_boot, seed=cfg.seed, out_dir=features_dir)
   return table, result
 
 
@@ -138,7 +139,7 @@ def main(argv):
   seconds["data"] = time.perf_counter() - t0
   seconds.update({f"pretrain_{k}": v for k, v in
                   offline_benchmark.pretrain_models(cfg, out, sets, tokenizer, progress=FLAGS.progress).items()})
-  tok_path, ref = os.path.join(out, "tokenizer.json"), offline_benchmark.reference_checkpoint(cfg, out)
+  tok_path, ref = os.path.join(out, run_folder.names.TOKENIZER), offline_benchmark.reference_checkpoint(cfg, out)
   jobs = {f"epoch_{e}": ("main", e) for e in cfg.pretrain.checkpoint_epochs}
   jobs[SHIFT] = (SHIFT, cfg.shift_epoch)
   aucs, intervals, evaluated, styles, tables, tuned, warnings = {}, {}, {}, {}, {}, {}, {}
@@ -153,7 +154,7 @@ def main(argv):
     tables[col], result = evaluate(cfg, folder)
     seconds[f"attacks_{col}"] = time.perf_counter() - t0
     rows = result["rows"]
-    blind_ran = blind_ran or any(r["attack"] == "blind" for r in rows)
+    blind_ran = blind_ran or any(ATTACKS.attacks[r["attack"]].baseline for r in rows)
     if result.get("blind_warning"):
       warnings[col] = result["blind_warning"]
     keys = [row_key(r) for r in rows]

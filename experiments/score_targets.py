@@ -5,18 +5,19 @@ LOSSES.npy holds the same canaries' per-token losses on the target model(s): [N,
 for K (the run's mask.npy applies to them too). Writes attack_scores_<variant>.npy ([K, N], higher = member) and
 attack.json; with the targets' membership KEEP.npy ([K, N] or [N] bool) also the table with bootstrap intervals
 (attack.md) and the log-log ROC (attack_roc.png), as `evaluate` does for leave-one-out.
---attacks=rmia[,rmia_offline,rmia_tokens,...] adds RMIA rows (every shadow a reference model): they need the run's
-population_losses.npy and --target_population, the same population's per-token losses on the targets ([K, Z, T]).
+--attacks adds rows of the registered attacks that score separate targets (attacks/catalogue.py; every shadow a
+reference model); those that read a population (RMIA) need the run's population_losses.npy and --target_population,
+the same population's per-token losses on the targets ([K, Z, T]).
 """
 
 from absl import app
 from absl import flags
 
-from attacks import rmia_rows
+from attacks import shadow
+from experiments import attack_flags
 from experiments import cli
 from experiments import scoring_flags
 from lira import metrics
-from lira import rmia
 from lira.reports import provenance
 from lira.reports import target_report
 
@@ -27,10 +28,9 @@ flags.DEFINE_string("target_keep", None, "Optional: the targets' true membership
 flags.DEFINE_string("out_dir", None, "Where the scores and reports go.")
 flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univariate-classwise (default all six).")
 scoring_flags.define(("reduction", "statistic", "offline", "offline_shift", "fix_variance"))
-flags.DEFINE_list("attacks", None, f"RMIA rows beside the variants: {','.join(rmia.ATTACKS)} (default none).")
+attack_flags.define("targets", "Attacks to add as rows beside the variants")
 flags.DEFINE_string("target_population", None, "RMIA: the run's population per-token losses on the targets: [Z, T] "
                     "or [K, Z, T] .npy.")
-scoring_flags.define_rmia()
 flags.DEFINE_integer("n_boot", metrics.N_BOOT, "Bootstrap replicates over canaries for the 95% intervals (with --target_keep; 0 = none).")
 cli.check_range("n_boot", 0)
 flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
@@ -42,14 +42,12 @@ flags.mark_flags_as_required(["run_dir", "target", "out_dir"])
 def main(argv):
   del argv
   scoring = scoring_flags.scoring()
-  reference_free, attacks = rmia_rows.split(FLAGS.attacks)
-  if reference_free:
-    raise app.UsageError(f"--attacks: {', '.join(reference_free)} is not an RMIA attack; choose from "
-                         f"{', '.join(rmia.ATTACKS)}")
-  options = {a: rmia_rows.options_for(a, FLAGS.rmia_gamma, FLAGS.rmia_a, scoring.reduction) for a in attacks}
+  attacks, settings, given = attack_flags.chosen()
+  chosen = shadow.choose(FLAGS.run_dir, attacks, settings, scoring, given, where="targets") \
+      if attacks or given else None
   text, result = target_report.attack_run(
       FLAGS.run_dir, FLAGS.target, FLAGS.out_dir, FLAGS.target_keep, scoring, variants=FLAGS.variants,
-      n_boot=FLAGS.n_boot, seed=FLAGS.seed, progress=FLAGS.progress, rmia_options=options,
+      n_boot=FLAGS.n_boot, seed=FLAGS.seed, progress=FLAGS.progress, attacks=chosen,
       target_population_path=FLAGS.target_population)
   print(text)
   print(f"\n{result['seconds']:.1f} s.")

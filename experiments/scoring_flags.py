@@ -1,16 +1,16 @@
 """The scoring flags, declared once and generated from lira.Scoring's fields: their defaults are Scoring's defaults.
 
-A command calls `define(...)` with the fields it exposes, then `scoring()` builds the Scoring its flags describe;
-`define_rmia()` adds RMIA's gamma and a.
+A command calls `define(...)` with the fields it exposes, then `scoring()` builds the Scoring its flags describe.
+The attacks' flags are generated from the attack registry by experiments/attack_flags.py.
 The flags are registered as the calling command's own, so its `--help` lists them.
 """
 
-import dataclasses
 import functools
 import sys
 
 from absl import flags
 
+from experiments import option_flags
 from lira.errors import InputError
 from lira.scoring import Scoring
 
@@ -18,7 +18,6 @@ FLAGS = flags.FLAGS
 # The fields a run-folder evaluation exposes; covariance and shared come from --variants (or a command's own axis).
 EVALUATION = ("reduction", "statistic", "offline", "offline_shift", "fix_variance", "balance_counts", "backend",
               "precision")
-_FIELDS = {f.name: f for f in dataclasses.fields(Scoring)}
 _DEFINED = {}  # command module -> the Scoring fields it has as flags
 
 
@@ -29,23 +28,12 @@ def _caller():
 
 
 def define(names=EVALUATION, flag_values=FLAGS):
-  """Define a flag per Scoring field in `names` (enum for fields with choices, bool, or string for reduction), as
-  flags of the calling module."""
+  """Define a flag per Scoring field in `names` (experiments/option_flags.py: its default, help, choices and range),
+  as flags of the calling module; reduction's syntax is checked by Scoring's own check when the flags are parsed."""
   module = _caller()
-  for name in names:
-    field = _FIELDS[name]
-    help_text, choices = field.metadata["help"], field.metadata["choices"]
-    common = dict(flag_values=flag_values, module_name=module)
-    if choices is not None:
-      flags.DEFINE_enum(name, field.default, list(choices), help_text, **common)
-    elif isinstance(field.default, bool):
-      flags.DEFINE_bool(name, field.default, help_text, **common)
-    elif name == "reduction":
-      flags.DEFINE_string(name, field.default, help_text, **common)
-    else:
-      flags.DEFINE_float(name, field.default, help_text, **common)
-    if name == "reduction" or isinstance(field.default, float):  # a value Scoring refuses, refused with the flags
-      flags.register_validator(name, functools.partial(_check_field, name), flag_values=flag_values)
+  option_flags.define(Scoring, names, module, flag_values)
+  if "reduction" in names:  # a value Scoring refuses, refused with the flags
+    flags.register_validator("reduction", functools.partial(_check_field, "reduction"), flag_values=flag_values)
   _DEFINED[module] = tuple(names)
 
 
@@ -62,18 +50,6 @@ def scoring(flag_values=FLAGS, **fields):
   """The Scoring the calling command's scoring flags describe, with `fields` set on top."""
   names = _DEFINED[_caller()]
   return Scoring.of(None, **{name: flag_values[name].value for name in names}, **fields)
-
-
-def define_rmia(flag_values=FLAGS):
-  """--rmia_gamma and --rmia_a (lira.rmia.RMIA's gamma and a, its defaults and help), as flags of the calling module."""
-  from experiments import cli
-  from lira import rmia
-  module = _caller()
-  fields = rmia.RMIA.__dataclass_fields__
-  for name, low, high, low_open in (("gamma", 0, None, True), ("a", 0, 1, False)):
-    flags.DEFINE_float(f"rmia_{name}", fields[name].default, fields[name].metadata["help"], flag_values=flag_values,
-                       module_name=module)
-    cli.check_range(f"rmia_{name}", low, high, low_open=low_open, flag_values=flag_values)
 
 
 # The jax backend compiles its OAS and balanced scorers once per distinct IN count (docs/statistics.md, "Backends").

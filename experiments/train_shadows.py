@@ -31,7 +31,7 @@ from absl import logging
 
 from experiments import cli
 from lira.reports import loo_report
-from lira.reports import run_folder
+import run_folder
 from lira.errors import InputError, UserError
 from training import pipeline
 from training import population

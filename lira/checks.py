@@ -7,6 +7,7 @@ import numpy as np
 
 from lira.errors import InputError
 from lira.transforms import check_reduction
+from run_folder import names
 
 
 def check_arrays(loss_MxNxT, keep_MxN, mask_NxT=None, reduction=None, model_ids=None):
@@ -29,7 +30,7 @@ def check_arrays(loss_MxNxT, keep_MxN, mask_NxT=None, reduction=None, model_ids=
 
 
 def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chunk_elements=2**22, item="canary",
-                 mask_file="mask.npy"):
+                 mask_file=names.MASK):
   """Raise InputError naming model, canary and position of the first loss not finite and >= 0 at a scored position.
 
   Every command checks its losses with this (through check_arrays, which checks the shapes first)

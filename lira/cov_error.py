@@ -9,6 +9,7 @@ from lira.evaluation import default_shadow_counts  # noqa: F401 (one definition;
 from lira.checks import check_arrays
 from lira.loo import columns
 from lira.errors import InputError
+from lira.scoring import Scoring
 
 ESTIMATORS = covariance.ESTIMATORS
 MODES = ("classwise", "shared")
@@ -88,7 +89,7 @@ def subset_errors(stat_SxNxT, keep_SxN, gold_in_NxTxT, gold_out_NxTxT):
   return out
 
 
-def canary_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic="logit", mask_NxT=None,
+def canary_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic=Scoring.statistic, mask_NxT=None,
                   max_canaries=1000, seed=0, progress=None):
   """Per-canary Frobenius error of each estimator/mode vs the all-M-models MLE: {(m, draw, class, estimator, mode): error_N}.
 
@@ -142,7 +143,7 @@ def error_rows(errors):
   return rows
 
 
-def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic="logit", mask_NxT=None,
+def covariance_errors(loss_MxNxT, keep_MxN, *, shadow_counts, draws=5, statistic=Scoring.statistic, mask_NxT=None,
                       max_canaries=1000, seed=0, progress=None):
   """Canary-averaged Frobenius error of each estimator/mode vs the all-M-models MLE, per m and draw (Figs. 2, 6a).
 
@@ -252,7 +253,7 @@ def _order(m, c, e, md="classwise"):
   return m, CLASSES.index(c), ESTIMATORS.index(e), MODES.index(md)
 
 
-def gold_covariance(loss_MxNxT, keep_MxN, canary, *, statistic="logit", mask_NxT=None):
+def gold_covariance(loss_MxNxT, keep_MxN, canary, *, statistic=Scoring.statistic, mask_NxT=None):
   """One canary's all-models MLE covariances (cov_in_TxT, cov_out_TxT), over its valid positions if a mask is given."""
   keep_M = np.asarray(keep_MxN, bool)[:, canary]
   if keep_M.sum() < 1 or (~keep_M).sum() < 1:

@@ -15,6 +15,7 @@ from tqdm.auto import tqdm
 
 from lira import transforms
 from lira.errors import InputError
+from lira.scoring import Scoring
 
 
 def mean_abs_offdiag_corr(x_SxT):
@@ -93,7 +94,7 @@ def independent_abs_corr(num_models):
 
 
 def run_test(loss_MxNxT, keep_MxN, mask_NxT=None, *, max_canaries=None, max_positions=64, member_class=False,
-             statistic="logit", num_permutations=199, seed=0, progress=False):
+             statistic=Scoring.statistic, num_permutations=199, seed=0, progress=False):
   """The test on the first max_canaries canaries (None: all) and max_positions positions of a run's losses.
 
   The per-position statistic is LiRA's (logit by default), so the question is whether the Gaussian LiRA fits needs
@@ -141,7 +142,7 @@ def _share(pvalue_N, alpha, num_permutations):
   return round(float((pvalue_N <= alpha).mean()), 4)
 
 
-def summarize(loss_MxNxT, keep_MxN, *, max_canaries=700, max_positions=64, member_class=False, statistic="logit",
+def summarize(loss_MxNxT, keep_MxN, *, max_canaries=700, max_positions=64, member_class=False, statistic=Scoring.statistic,
               num_permutations=199, seed=0):
   """run_test and summary_of in one call on arrays (experiments/cov_structure.py does it for a run folder)."""
   observed_N, pvalue_N, models_N = run_test(

@@ -20,71 +20,63 @@ OUT scores above it, TPR = TP / n_in and FPR = FP / n_out. With significance a =
 Thresholds (one_run, clopper_pearson): bonferroni tries each of the auditor's n thresholds at a / n and keeps the
 largest bound; split chooses the threshold on a random half of each class and bounds on the other half at a.
 
-one_run and clopper_pearson give the auditor's own number. The threshold it was taken at is read where the auditor
-picks it: jax-privacy 2.0.0 (pinned in pyproject.toml) returns it only from its private per-threshold methods, which
-this module calls through the same strategy code the public methods run. gdp is the auditor's epsilon_from_gdp on
-the auditor's thresholds and Clopper-Pearson bounds, one-sided: epsilon_from_gdp takes |mu|, counting a negative mu
-as evidence in the reverse direction, but upper bounds on FPR and FNR do not bound the reverse test's error rates
-(that needs lower bounds): on 100 IN and 100 OUT scores without any membership signal it returns epsilons of
-4 to 12. Where the largest |mu| is positive the two agree. tests/lira/test_dp_audit.py checks both against the
-public methods.
+one_run and clopper_pearson give the auditor's own number, from its public epsilon_one_run /
+epsilon_clopper_pearson with the Bonferroni or Split threshold strategy. The public API returns only that number,
+not the threshold it was taken at, the auditor's candidate thresholds or their counts; so this module rebuilds them
+as the auditor does (its convex frontier of (FN, TN) counts over the distinct scores and inf, and the same
+per-threshold search, Split's random halves included) and names the threshold the search picks. Each bound is
+checked against the auditor's: the rebuilt search must reach the auditor's epsilon (bonferroni), and the auditor's
+public Explicit strategy at the named threshold on the held-out half must give it again (split); otherwise a
+RuntimeError (a jax-privacy whose search differs from 2.0.0's, which this was written against). gdp is
+epsilon_from_gdp's computation on those rebuilt thresholds, one-sided: epsilon_from_gdp takes |mu|, counting a
+negative mu as evidence in the reverse direction, but upper bounds on FPR and FNR do not bound the reverse test's
+error rates (that needs lower bounds): on 100 IN and 100 OUT scores without any membership signal jax-privacy 2.0.0
+returns epsilons of 4 to 12. Where the largest |mu| is positive the two agree. tests/lira/test_dp_audit.py checks
+both against the public methods, and every number against values recorded from jax-privacy 2.0.0's private
+per-threshold methods, which this module called before.
 """
 
 import dataclasses
 
 import dp_accounting
+import jax_privacy
 import numpy as np
+import scipy.optimize
+import scipy.special
 import scipy.stats
 from jax_privacy import auditing
 
 from lira.errors import InputError
+from lira.options import Options, option
 
 METHODS = ("one_run", "clopper_pearson", "gdp")
 THRESHOLD_STRATEGIES = ("bonferroni", "split")
-_PER_THRESHOLD = {"one_run": auditing.CanaryScoreAuditor._epsilon_one_run_all_thresholds,
-                  "clopper_pearson": auditing.CanaryScoreAuditor._epsilon_clopper_pearson_all_thresholds}
-
-
-def _option(default, help, choices=None):
-  return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
 
 
 @dataclasses.dataclass(frozen=True)
-class AuditOptions:
+class AuditOptions(Options):
   """How scores become an epsilon lower bound; invalid values raise InputError naming the field."""
 
-  method: str = _option("one_run", "The bound: one_run (Steinke et al. 2023), clopper_pearson or gdp (Gaussian "
-                        "trade-off).", METHODS)
-  delta: float = _option(1e-5, "The DP delta the epsilon lower bound is for.")
-  confidence: float = _option(0.95, "Probability that the bound holds (1 - significance).")
-  threshold_strategy: str = _option("bonferroni", "How the threshold is chosen: bonferroni (every threshold, "
-                                    "significance / n) or split (chosen on half the scores, bounded on the other "
-                                    "half); gdp always takes bonferroni.", THRESHOLD_STRATEGIES)
-  seed: int = _option(0, "Seed of the split (threshold_strategy=split).")
+  PUBLIC_NAME = "lira.dp_audit.AuditOptions"
 
-  def __post_init__(self):
-    for field in dataclasses.fields(self):
-      choices = field.metadata["choices"]
-      if choices is not None and getattr(self, field.name) not in choices:
-        raise InputError(f"{field.name} must be one of {', '.join(choices)}, got {getattr(self, field.name)!r}")
-    if not 0.0 < float(self.delta) < 1.0:
-      raise InputError(f"delta must be in (0, 1), got {self.delta!r}")
+  method: str = option("one_run", "The bound: one_run (Steinke et al. 2023), clopper_pearson or gdp (Gaussian "
+                       "trade-off).", choices=METHODS)
+  delta: float = option(1e-5, "The DP delta the epsilon lower bound is for.", low=0, high=1, low_open=True,
+                        high_open=True)
+  confidence: float = option(0.95, "Probability that the bound holds (1 - significance).", low=0, high=1,
+                             low_open=True, high_open=True)
+  threshold_strategy: str = option("bonferroni", "How the threshold is chosen: bonferroni (every threshold, "
+                                   "significance / n) or split (chosen on half the scores, bounded on the other "
+                                   "half); gdp always takes bonferroni.", choices=THRESHOLD_STRATEGIES)
+  seed: int = option(0, "Seed of the split (threshold_strategy=split).", low=0, integer=True)
+
+  def check_fields(self):
     low = 0.0 if self.method == "one_run" else 0.5  # the auditor's Clopper-Pearson bounds need significance < 0.5
     if not low < float(self.confidence) < 1.0:
       raise InputError(f"confidence must be in ({low:g}, 1) for method {self.method}, got {self.confidence!r}")
     if self.method == "gdp" and self.threshold_strategy != "bonferroni":
       raise InputError(f"threshold_strategy {self.threshold_strategy} does not apply to method gdp, which takes "
                        "the Bonferroni correction over every threshold; use bonferroni")
-    if int(self.seed) != self.seed or self.seed < 0:
-      raise InputError(f"seed must be an integer >= 0, got {self.seed!r}")
-
-  @classmethod
-  def of(cls, options=None, **fields):
-    """`options` (default AuditOptions()) with `fields` replaced."""
-    base = cls() if options is None else options
-    if not isinstance(base, cls):
-      raise InputError(f"options must be a lira.dp_audit.AuditOptions, got {type(base).__name__}")
-    return dataclasses.replace(base, **fields) if fields else base
 
   @property
   def significance(self):
@@ -93,7 +85,7 @@ class AuditOptions:
 
 def defaults():
   """{field: default} of AuditOptions, in field order."""
-  return {f.name: f.default for f in dataclasses.fields(AuditOptions)}
+  return AuditOptions.defaults()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,49 +134,179 @@ def epsilon_bound(in_scores, out_scores, options=None, **fields):
   """The auditor's epsilon lower bound for IN and OUT scores (higher = member) under `options`, as a Bound."""
   options = AuditOptions.of(options, **fields)
   in_scores, out_scores = _scores("in_scores", in_scores), _scores("out_scores", out_scores)
-  auditor = auditing.CanaryScoreAuditor(in_scores, out_scores)
-  n_thresholds = len(auditor._thresholds)
+  frontier = _Frontier(in_scores, out_scores)
   mu = None
   if options.method == "gdp":
-    epsilon, threshold, mu = _gdp_bound(auditor, options.significance, options.delta)
+    epsilon, threshold, mu = _gdp_bound(frontier, options.significance, options.delta)
     used_in, used_out = in_scores, out_scores
   else:
-    epsilon, used_in, used_out, threshold = _strategy_bound(auditor, options)
+    epsilon, used_in, used_out, threshold = _strategy_bound(frontier, in_scores, out_scores, options)
   tp, fp = int(np.sum(used_in >= threshold)), int(np.sum(used_out >= threshold))
   return Bound(epsilon=float(epsilon), method=options.method, threshold_strategy=options.threshold_strategy,
                delta=float(options.delta), confidence=float(options.confidence), n_in=in_scores.size,
-               n_out=out_scores.size, bound_in=used_in.size, bound_out=used_out.size, n_thresholds=n_thresholds,
-               threshold=float(threshold), tp=tp, fp=fp, tpr=tp / used_in.size, fpr=fp / used_out.size, mu=mu)
+               n_out=out_scores.size, bound_in=used_in.size, bound_out=used_out.size,
+               n_thresholds=len(frontier.thresholds), threshold=float(threshold), tp=tp, fp=fp,
+               tpr=tp / used_in.size, fpr=fp / used_out.size, mu=mu)
 
 
-def _strategy_bound(auditor, options):
+# What jax-privacy's public API does not give, rebuilt here: CanaryScoreAuditor's public methods return an epsilon
+# alone, while a Bound also names the threshold it was taken at (and n_thresholds, gdp's mu). The code below follows
+# jax-privacy 2.0.0's auditing.py step for step (same numpy and scipy calls in the same order, so the same floats):
+# _get_tn_fn_counts and _pareto_frontier (the candidate thresholds), _clopper_pearson_upper, _one_run_p_value and
+# _epsilon_one_run (the one-run bound at one threshold, warm-started at the best so far),
+# CanaryScoreAuditor._epsilon_one_run_all_thresholds / _epsilon_clopper_pearson_all_thresholds (the search over
+# thresholds) and _random_partition (Split's halves). The epsilon reported is still the auditor's, from its public
+# method; _strategy_bound checks the rebuilt choice against it.
+
+
+def _pareto_frontier(points):
+  """Indices of the (N, 2) points, sorted by x, not weakly below the segment of any outer pair (jax-privacy's)."""
+  indices = np.arange(points.shape[0])
+  while len(indices) > 2:
+    diff = np.diff(points[indices], axis=0)
+    dominated_mask = diff[:-1, 1] * diff[1:, 0] - diff[1:, 1] * diff[:-1, 0] <= 0
+    if not np.any(dominated_mask):
+      break
+    indices = indices[np.r_[True, ~dominated_mask, True]]
+  return indices
+
+
+class _Frontier:
+  """The auditor's candidate thresholds of IN and OUT scores and the FN and TN counts below each (ascending).
+
+  Every distinct score and inf, kept where (FN, TN) lies on the convex frontier: CanaryScoreAuditor's
+  _thresholds, _fn_counts and _tn_counts, which its public API does not expose.
+  """
+
+  def __init__(self, in_scores, out_scores):
+    thresholds = np.concatenate((np.union1d(in_scores, out_scores), [np.inf]))
+    fn_counts = np.searchsorted(np.sort(in_scores), thresholds, side="left")
+    tn_counts = np.searchsorted(np.sort(out_scores), thresholds, side="left")
+    indices = _pareto_frontier(np.stack([fn_counts, tn_counts], axis=1))
+    self.thresholds, self.tn_counts, self.fn_counts = thresholds[indices], tn_counts[indices], fn_counts[indices]
+
+
+def _clopper_pearson_upper(k, n, significance):
+  """One-sided Clopper-Pearson upper bound on a rate from k of n at `significance` (1 where k = n)."""
+  return np.where(k < n, scipy.stats.beta.ppf(1 - significance, k + 1, n - k), 1.0)
+
+
+def _one_run_p_value(m, n_guess, n_correct, eps, delta):
+  """Steinke et al.'s p-value of n_correct right of n_guess guesses among m canaries under (eps, delta)-DP."""
+  q = scipy.special.expit(eps)
+  beta = scipy.stats.binom.sf(n_correct - 1, n_guess, q)
+  if delta == 0:
+    return beta
+  i_vals = np.arange(1, n_correct + 1)
+  cum_sums = scipy.stats.binom.sf(n_correct - i_vals - 1, n_guess, q) - beta
+  alpha = np.max(cum_sums / i_vals, initial=0)
+  return min(beta + alpha * delta * 2 * m, 1)
+
+
+def _epsilon_one_run(eps_lo, m, n_guess, n_correct, significance, delta):
+  """The largest epsilon >= eps_lo whose claim the counts reject at `significance` (eps_lo if none)."""
+  if _one_run_p_value(m, n_guess, n_correct, eps_lo, 0) > significance:
+    return eps_lo
+
+  def audit_objective(eps):
+    return significance - _one_run_p_value(m, n_guess, n_correct, eps, delta)
+
+  if audit_objective(eps_lo) <= 0:
+    return eps_lo
+  eps_hi = max(1.0, 2 * eps_lo)
+  while audit_objective(eps_hi) > 0:
+    eps_lo, eps_hi = eps_hi, eps_hi * 2
+  return scipy.optimize.brentq(audit_objective, eps_lo, eps_hi, xtol=1e-6)
+
+
+def _one_run_search(frontier, significance, delta):
+  """(epsilon, threshold) of the one-run bound over every candidate threshold, as the auditor searches them: by
+  decreasing lower bound on precision, skipping a threshold whose raw precision cannot beat the best so far."""
+  n_pos, n_neg = frontier.fn_counts[-1], frontier.tn_counts[-1]
+  m = n_pos + n_neg
+  tp_counts, fp_counts = n_pos - frontier.fn_counts, n_neg - frontier.tn_counts
+  total_counts = tp_counts + fp_counts
+  prec_lbs = 1.0 - _clopper_pearson_upper(fp_counts, total_counts, significance)
+  best_eps, best_idx, best_q = 0, -1, 0.5
+  for idx in np.argsort(-prec_lbs):
+    n_guess, n_correct = total_counts[idx], tp_counts[idx]
+    if n_guess == 0 or n_correct / n_guess <= best_q:
+      continue
+    new_eps = _epsilon_one_run(best_eps, m, n_guess, n_correct, significance, delta)
+    if new_eps > best_eps:
+      best_eps, best_idx, best_q = new_eps, idx, scipy.special.expit(new_eps)
+  return best_eps, frontier.thresholds[best_idx]
+
+
+def _clopper_pearson_search(frontier, significance, delta):
+  """(epsilon, threshold) of the largest one-sided Clopper-Pearson bound over the candidate thresholds (its
+  threshold even where the bound is clipped to 0; inf where no TPR bound exceeds delta)."""
+  n_pos, n_neg = frontier.fn_counts[-1], frontier.tn_counts[-1]
+  tpr_lbs = 1 - _clopper_pearson_upper(frontier.fn_counts, n_pos, significance / 2)
+  fpr_ubs = _clopper_pearson_upper(n_neg - frontier.tn_counts, n_neg, significance / 2)
+  valid = np.flatnonzero(tpr_lbs > delta)
+  if valid.size == 0:
+    return 0.0, frontier.thresholds[-1]
+  eps_vals = np.log(tpr_lbs[valid] - delta) - np.log(fpr_ubs[valid])
+  subidx = np.argmax(eps_vals)
+  return max(0.0, eps_vals[subidx]), frontier.thresholds[valid[subidx]]
+
+
+_SEARCH = {"one_run": _one_run_search, "clopper_pearson": _clopper_pearson_search}
+# How far the rebuilt search may land from the auditor's epsilon: the xtol of the auditor's brentq for one_run (the
+# two agree exactly with jax-privacy 2.0.0; this leaves room for a release that changes its root finding only).
+_AGREE_TOL = 1e-6
+
+
+def _public_epsilon(auditor, options, strategy):
+  """The auditor's own epsilon through its public API."""
+  method = auditor.epsilon_one_run if options.method == "one_run" else auditor.epsilon_clopper_pearson
+  return method(options.significance, options.delta, threshold_strategy=strategy)
+
+
+def _random_partition(scores, rng, frac):
+  """jax-privacy's Split halves: a permutation by `rng`, the first int(n * frac) of it, then the rest."""
+  perm = rng.permutation(len(scores))
+  split_idx = int(len(scores) * frac)
+  return scores[perm[:split_idx]], scores[perm[split_idx:]]
+
+
+def _strategy_bound(frontier, in_scores, out_scores, options):
   """(epsilon, IN and OUT scores it was computed on, threshold) of one_run or clopper_pearson.
 
-  The auditor's strategy code (as the public epsilon_one_run / epsilon_clopper_pearson run it) calls the
-  per-threshold method once (bonferroni), or twice (split: choose on one half, bound on the other); the last call
-  is the one whose epsilon is returned, and it names the threshold.
+  The epsilon is the auditor's public epsilon_one_run / epsilon_clopper_pearson. The threshold is the rebuilt
+  search's: over every candidate at significance / n (bonferroni), or over those of the first random half at the
+  significance, the bound then taken on the second half (split).
   """
-  per_threshold, calls = _PER_THRESHOLD[options.method], []
+  search, auditor = _SEARCH[options.method], auditing.CanaryScoreAuditor(in_scores, out_scores)
+  if options.threshold_strategy == "bonferroni":
+    epsilon = _public_epsilon(auditor, options, auditing.Bonferroni())
+    rebuilt, threshold = search(frontier, options.significance / len(frontier.thresholds), options.delta)
+    used_in, used_out = in_scores, out_scores
+  else:
+    split = auditing.Split(seed=int(options.seed))
+    epsilon = _public_epsilon(auditor, options, split)
+    rng = np.random.default_rng(split.seed)
+    choose_in, used_in = _random_partition(in_scores, rng, split.threshold_estimation_frac)
+    choose_out, used_out = _random_partition(out_scores, rng, split.threshold_estimation_frac)
+    _, threshold = search(_Frontier(choose_in, choose_out), options.significance, options.delta)
+    held_out = auditing.CanaryScoreAuditor(used_in, used_out)
+    rebuilt = _public_epsilon(held_out, options, auditing.Explicit(float(threshold)))
+  if not abs(rebuilt - epsilon) <= _AGREE_TOL:
+    raise RuntimeError(f"jax-privacy {getattr(jax_privacy, '__version__', '?')}'s {options.method} bound "
+                       f"({options.threshold_strategy}) is {epsilon!r}, but lira.dp_audit's rebuilt threshold search "
+                       f"gives {rebuilt!r}: the auditor chooses thresholds differently from jax-privacy 2.0.0, so the "
+                       "threshold the bound was taken at cannot be named")
+  return epsilon, used_in, used_out, threshold
 
-  def recorded(aud, significance, delta, one_sided, threshold):
-    epsilon, chosen = per_threshold(aud, significance, delta, one_sided, threshold)
-    calls.append((aud, chosen))
-    return epsilon, chosen
 
-  strategy = (auditing.Bonferroni() if options.threshold_strategy == "bonferroni"
-              else auditing.Split(seed=int(options.seed)))
-  epsilon = auditor._audit_with_threshold_strategy(strategy, recorded, options.significance, options.delta, True)
-  aud, threshold = calls[-1]
-  return epsilon, aud._in_canary_scores, aud._out_canary_scores, threshold
-
-
-def _gdp_bound(auditor, significance, delta):
+def _gdp_bound(frontier, significance, delta):
   """(epsilon, threshold, mu) of gdp: epsilon_from_gdp's Clopper-Pearson bounds at each of the auditor's thresholds,
   one-sided (the threshold with the largest mu; nan when no threshold has both bounds below 1 - delta)."""
-  fn_G, tn_G = auditor._fn_counts, auditor._tn_counts
+  fn_G, tn_G = frontier.fn_counts, frontier.tn_counts
   n_pos, n_neg, alpha = fn_G[-1], tn_G[-1], significance / (2 * len(fn_G))
-  fnr_hi_G = auditing._clopper_pearson_upper(fn_G, n_pos, alpha)
-  fpr_hi_G = auditing._clopper_pearson_upper(n_neg - tn_G, n_neg, alpha)
+  fnr_hi_G = _clopper_pearson_upper(fn_G, n_pos, alpha)
+  fpr_hi_G = _clopper_pearson_upper(n_neg - tn_G, n_neg, alpha)
   ok_G = np.maximum(fpr_hi_G, fnr_hi_G) < 1 - delta  # as epsilon_from_gdp: a rate bound near 1 says nothing
   if not ok_G.any():
     return 0.0, float("nan"), 0.0
@@ -192,7 +314,7 @@ def _gdp_bound(auditor, significance, delta):
   g = int(np.argmax(mu_G))
   mu = float(mu_G[g])
   epsilon = float(dp_accounting.get_epsilon_gaussian(1.0 / mu, delta)) if mu > 0 else 0.0
-  return epsilon, float(auditor._thresholds[g]), max(mu, 0.0)
+  return epsilon, float(frontier.thresholds[g]), max(mu, 0.0)
 
 
 def _check_pairs(llr_MxN, keep_MxN):

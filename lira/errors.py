@@ -1,20 +1,10 @@
 """Errors a user can fix (a bad file, flag, array or setting): the commands print their message alone.
 
-Everything else that escapes a command is a bug and keeps its traceback (experiments/cli.py).
+The classes live at the bottom of the house (run_folder/errors.py), so that every layer raises the same ones and
+isinstance checks agree; lira's modules import them from here. Everything else that escapes a command is a bug and
+keeps its traceback (experiments/cli.py).
 """
 
+from run_folder.errors import InputError, MissingFileError, MissingPackageError, UserError
 
-class UserError(Exception):
-  """Base of the errors whose message tells the user what to change; no traceback is shown for them."""
-
-
-class InputError(UserError, ValueError):
-  """Bad input: a file, flag, config field or array that cannot be used, named in the message."""
-
-
-class MissingPackageError(UserError, ImportError):
-  """An optional package a feature needs is not installed (the message says what to install)."""
-
-
-class MissingFileError(UserError, FileNotFoundError):
-  """A file or folder the user named (or a run folder should hold) does not exist."""
+__all__ = ["UserError", "InputError", "MissingPackageError", "MissingFileError"]

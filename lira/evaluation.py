@@ -9,7 +9,6 @@ from tqdm.auto import tqdm
 
 from lira import metrics
 from lira import metrics_jax
-from lira import rmia
 from lira.checks import check_arrays
 from lira.errors import InputError
 from lira.loo import leave_one_out, leave_one_out_variants
@@ -79,15 +78,14 @@ def sweep_counts(num_models, scoring, variants=VARIANTS):
 
 
 def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws=3, variants=VARIANTS, mask_NxT=None,
-                       fpr=1e-4, seed=0, progress=True, rmia_options=(), pop_MxZxT=None, pop_mask_ZxT=None,
-                       **fields):
+                       fpr=1e-4, seed=0, progress=True, attack_scorers=(), **fields):
   """LOO evaluation on random subsets of m models, several draws per m (paper Figure 5).
 
   Within a subset every model is the target in turn and the other m-1 are its shadow models. With few
   models some canaries have too few IN or OUT models for a fit; their pairs are left out and counted.
-  rmia_options (lira.rmia.RMIA) add RMIA rows on the same subsets, the population pop_MxZxT's rows of the subset's
-  models as their population. The full arrays are checked first (lira.checks.check_arrays), and errors name the
-  run's model ids.
+  attack_scorers [(name, scorer)] add other attacks' rows on the same subsets: scorer(model_ids, on_undefined) gives
+  the scores [m, N] of the subset's models (NaN where undefined). The full arrays are checked first
+  (lira.checks.check_arrays), and errors name the run's model ids.
   """
   scoring = Scoring.of(scoring, **fields)
   M = np.shape(keep_MxN)[0]
@@ -96,24 +94,18 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
     raise InputError(f"shadow counts must lie in [4, M={M}], got {counts}")
   # Checked once on the full run, so that errors name the run's model ids, before any subset is scored.
   check_arrays(loss_MxNxT, keep_MxN, mask_NxT, scoring.reduction)
-  if rmia_options:
-    if pop_MxZxT is None:
-      raise InputError("RMIA rows need the population's per-token losses pop_MxZxT")
-    for options in rmia_options:
-      rmia.check_population(loss_MxNxT, pop_MxZxT, pop_mask_ZxT, options)
   rng = np.random.default_rng(seed)
   jobs = [(m, d) for m in counts for d in range(1 if m == M else draws)]
   rows = []
   for m, d in tqdm(jobs, desc="shadow-count sweep", disable=not progress):
     models = np.sort(rng.choice(M, size=m, replace=False))
     loss, keep = ModelRows(loss_MxNxT, models), keep_MxN[models]
-    scorers = [(name, functools.partial(leave_one_out, scoring=scoring.variant(covariance, shared)))
+    scorers = [(name, functools.partial(leave_one_out, loss, keep, scoring.variant(covariance, shared),
+                                        mask_NxT=mask_NxT, model_ids=models))
                for name, covariance, shared in variants]
-    scorers += [(options.name, functools.partial(rmia.leave_one_out, pop_MxZxT=ModelRows(pop_MxZxT, models),
-                                                 options=options, pop_mask_ZxT=pop_mask_ZxT))
-                for options in rmia_options]
+    scorers += [(name, functools.partial(scorer, models)) for name, scorer in attack_scorers]
     for name, scorer in scorers:
-      llr = scorer(loss, keep, mask_NxT=mask_NxT, on_undefined="nan", model_ids=models)
+      llr = scorer(on_undefined="nan")
       valid = np.isfinite(llr)
       row = {"variant": name, "m": m, "draw": d, "statistic": scoring.statistic,
              "reduction": scoring.reduction or "none", "fpr": fpr,

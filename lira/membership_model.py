@@ -45,6 +45,7 @@ from scipy import special
 
 from lira import covariance
 from lira.errors import InputError
+from lira.scoring import Scoring
 from lira.transforms import to_statistic
 
 STRUCTURES = ("gaussian", "gaussian_diagonal", "gaussian_classwise", "shuffled", "shuffled_in_class")
@@ -132,7 +133,7 @@ def oracle_tpr(a_N, b_N, fpr, gap=1.0):
   return rate(a_N, tau)
 
 
-def measure(loss_MxNxT, keep_MxN, mask_NxT=None, statistic="logit", progress=None):
+def measure(loss_MxNxT, keep_MxN, mask_NxT=None, statistic=Scoring.statistic, progress=None):
   """Per-canary measures and fitted parameters: ({name: [N] array}, [(valid_T, mu_out_L, d_L, C_LxL, C_in, C_out,
   r_MxL)] per canary)."""
   M, N, T = np.shape(loss_MxNxT)
@@ -163,7 +164,7 @@ def measure(loss_MxNxT, keep_MxN, mask_NxT=None, statistic="logit", progress=Non
   return out, params
 
 
-def simulate(params, keep_MxN, T, gap=1.0, structure="gaussian", seed=0, statistic="logit"):
+def simulate(params, keep_MxN, T, gap=1.0, structure="gaussian", seed=0, statistic=Scoring.statistic):
   """Losses [M, N, T] float32 (NaN at unscored positions) drawn from the fitted parameters (module docstring); seed:
   anything numpy.random.default_rng takes."""
   if structure not in STRUCTURES:

@@ -23,48 +23,36 @@ import numpy as np
 
 from lira.checks import check_arrays, check_losses
 from lira.errors import InputError
+from lira.options import Options, option
 from lira.transforms import check_reduction, parse_reduction, reduce_length
+from run_folder import names
 
 # Attack names of the commands' --attacks: (online, tokens).
 ATTACKS = {"rmia": (True, False), "rmia_offline": (False, False), "rmia_tokens": (True, True),
            "rmia_tokens_offline": (False, True)}
 
 
-def _option(default, help):
-  return dataclasses.field(default=default, metadata={"help": help})
-
-
 @dataclasses.dataclass(frozen=True)
-class RMIA:
+class RMIA(Options):
   """RMIA's settings (defaults: ML Privacy Meter's gamma = 1 and a = 0.3); invalid values raise InputError at once."""
 
-  online: bool = _option(True, "Pr(x) from every reference model (else the OUT ones and the offline formula).")
-  gamma: float = _option(1.0, "RMIA: a population sample z counts when LR(x) / LR(z) >= gamma.")
-  a: float = _option(0.3, "RMIA offline: Pr(x) = ((1 + a) Pr_OUT(x) + (1 - a)) / 2.")
-  tokens: bool = _option(False, "Per-position marginals (sequence-aware RMIA) instead of the sequence's.")
-  reduction: str | None = _option(None, "Length reduction before Pr(x|theta): group:K, min:K or max:K.")
-  balance_counts: bool = _option(True, "Online: Pr(x) = (Pr_IN + Pr_OUT) / 2 (else the mean over all models).")
+  OWNER = "RMIA "
+  PUBLIC_NAME = "lira.rmia.RMIA"
 
-  def __post_init__(self):
-    if not (np.isfinite(self.gamma) and self.gamma > 0):
-      raise InputError(f"RMIA gamma must be > 0, got {self.gamma!r}")
-    if not 0 <= self.a <= 1:
-      raise InputError(f"RMIA a must lie in [0, 1], got {self.a!r}")
+  online: bool = option(True, "Pr(x) from every reference model (else the OUT ones and the offline formula).")
+  gamma: float = option(1.0, "RMIA: a population sample z counts when LR(x) / LR(z) >= gamma.", low=0,
+                        low_open=True)
+  a: float = option(0.3, "RMIA offline: Pr(x) = ((1 + a) Pr_OUT(x) + (1 - a)) / 2.", low=0, high=1)
+  tokens: bool = option(False, "Per-position marginals (sequence-aware RMIA) instead of the sequence's.")
+  reduction: str | None = option(None, "Length reduction before Pr(x|theta): group:K, min:K or max:K.")
+  balance_counts: bool = option(True, "Online: Pr(x) = (Pr_IN + Pr_OUT) / 2 (else the mean over all models).")
+
+  def check_fields(self):
     kind, k = parse_reduction(self.reduction)
     object.__setattr__(self, "reduction", None if kind is None else f"{kind}:{k}")
     if self.tokens and kind in ("min", "max"):
       raise InputError(f"token-wise RMIA compares each position across models, so it needs aligned positions: "
                        f"reduction group:K or none, got {self.reduction!r}")
-    for name in ("online", "tokens", "balance_counts"):
-      object.__setattr__(self, name, bool(getattr(self, name)))
-
-  @classmethod
-  def of(cls, options=None, **fields):
-    """`options` (default RMIA()) with `fields` replaced."""
-    base = cls() if options is None else options
-    if not isinstance(base, cls):
-      raise InputError(f"options must be a lira.rmia.RMIA, got {type(base).__name__}")
-    return dataclasses.replace(base, **fields) if fields else base
 
   @classmethod
   def named(cls, attack, **fields):
@@ -170,7 +158,7 @@ def check_population(loss_MxNxT, pop_MxZxT, pop_mask_ZxT=None, options=None, mod
   except InputError as e:
     raise InputError(str(e).replace("canary", "population sample")) from None
   check_losses(pop_MxZxT, pop_mask_ZxT, model_ids=model_ids, item="population sample",
-               mask_file="population_mask.npy")
+               mask_file=names.POPULATION_MASK)
 
 
 def undefined_canaries(keep_MxN, options, scorer="leave_one_out"):

@@ -9,6 +9,7 @@ import dataclasses
 
 from lira.covariance import ESTIMATORS, VAR_FLOOR
 from lira.errors import InputError
+from lira.options import Options, option
 from lira.transforms import STATISTICS, member_sign, parse_reduction
 
 COVARIANCES = ESTIMATORS
@@ -17,39 +18,30 @@ BACKENDS = ("numpy", "jax")
 PRECISIONS = ("float64", "float32")
 
 
-def _option(default, help, choices=None):
-  return dataclasses.field(default=default, metadata={"help": help, "choices": choices})
-
-
 @dataclasses.dataclass(frozen=True)
-class Scoring:
+class Scoring(Options):
   """Settings of the Gaussian fits and scores (docs/conventions.md); invalid values raise InputError at once."""
 
-  covariance: str = _option("oas", "Covariance model of the per-position vector (paper Sec. 2.4).", COVARIANCES)
-  shared: bool = _option(True, "One covariance from IN and OUT rows centred by their own means (else class-wise).")
-  reduction: str | None = _option(None, "Length reduction before fitting: group:K, min:K or max:K (default none).")
-  statistic: str = _option("logit", "Per-token statistic the Gaussians model.", STATISTICS)
-  offline: bool = _option(False, "Score with the OUT Gaussian only (one-sided; class-wise variants only).")
-  offline_shift: str = _option("std", "Offline test direction: the same shift at every position (uniform) or one "
-                               "OUT standard deviation per position (std: scale-free).", OFFLINE_SHIFTS)
-  fix_variance: bool = _option(False, "LiRA's global variance pooled over canaries (univariate/independent).")
-  balance_counts: bool = _option(True, "Fit both classes on the same number of models (balanced leave-one-out).")
-  var_floor: float = _option(VAR_FLOOR, "Variances below this are raised to it (squared statistic units).")
-  backend: str = _option("numpy", "Leave-one-out on the host (numpy, threads) or jitted on the local devices, "
-                         "sharded over them (jax).", BACKENDS)
-  precision: str = _option("float64", "jax backend: float64 (CPU, GPU) or float32 (TPUs).", PRECISIONS)
+  PUBLIC_NAME = "lira.Scoring"
 
-  def __post_init__(self):
-    for field in dataclasses.fields(self):
-      choices = field.metadata["choices"]
-      if choices is not None and getattr(self, field.name) not in choices:
-        raise InputError(f"{field.name} must be one of {choices}, got {getattr(self, field.name)!r}")
+  covariance: str = option("oas", "Covariance model of the per-position vector (paper Sec. 2.4).", choices=COVARIANCES)
+  shared: bool = option(True, "One covariance from IN and OUT rows centred by their own means (else class-wise).")
+  reduction: str | None = option(None, "Length reduction before fitting: group:K, min:K or max:K (default none).")
+  statistic: str = option("logit", "Per-token statistic the Gaussians model.", choices=STATISTICS)
+  offline: bool = option(False, "Score with the OUT Gaussian only (one-sided; class-wise variants only).")
+  offline_shift: str = option("std", "Offline test direction: the same shift at every position (uniform) or one "
+                              "OUT standard deviation per position (std: scale-free).", choices=OFFLINE_SHIFTS)
+  fix_variance: bool = option(False, "LiRA's global variance pooled over canaries (univariate/independent).")
+  balance_counts: bool = option(True, "Fit both classes on the same number of models (balanced leave-one-out).")
+  var_floor: float = option(VAR_FLOOR, "Variances below this are raised to it (squared statistic units).", low=0,
+                            low_open=True)
+  backend: str = option("numpy", "Leave-one-out on the host (numpy, threads) or jitted on the local devices, "
+                        "sharded over them (jax).", choices=BACKENDS)
+  precision: str = option("float64", "jax backend: float64 (CPU, GPU) or float32 (TPUs).", choices=PRECISIONS)
+
+  def check_fields(self):
     kind, k = parse_reduction(self.reduction)
     object.__setattr__(self, "reduction", None if kind is None else f"{kind}:{k}")
-    for name in ("shared", "offline", "fix_variance", "balance_counts"):
-      object.__setattr__(self, name, bool(getattr(self, name)))
-    if not self.var_floor > 0:
-      raise InputError(f"var_floor must be > 0, got {self.var_floor!r}")
     if self.precision != "float64" and self.backend != "jax":
       raise InputError(f"precision={self.precision!r} is the jax backend's (for TPUs); the numpy backend runs in "
                        "float64")
@@ -57,13 +49,7 @@ class Scoring:
   @classmethod
   def of(cls, scoring=None, **fields):
     """`scoring` (default Scoring()) with `fields` replaced: what every scorer does with its arguments."""
-    base = cls() if scoring is None else scoring
-    if not isinstance(base, cls):
-      raise InputError(f"scoring must be a lira.Scoring, got {type(base).__name__}")
-    unknown = sorted(set(fields) - {f.name for f in dataclasses.fields(cls)})
-    if unknown:
-      raise TypeError(f"unknown scoring option(s) {unknown}; Scoring has {[f.name for f in dataclasses.fields(cls)]}")
-    return dataclasses.replace(base, **fields) if fields else base
+    return super().of(scoring, **fields)
 
   def variant(self, covariance, shared):
     """This scoring with another (covariance, shared) pair: one row of Table II."""
@@ -98,16 +84,11 @@ class Scoring:
       raise InputError("; ".join(reasons))
     return self
 
-  def changed(self, names=None):
-    """{field: value} of the fields (of `names`, default all) that differ from Scoring()'s: what report names carry."""
-    default = Scoring()
-    names = [f.name for f in dataclasses.fields(self)] if names is None else names
-    return {n: getattr(self, n) for n in names if getattr(self, n) != getattr(default, n)}
 
 
 def defaults():
   """{field: default} of Scoring, in field order."""
-  return {f.name: f.default for f in dataclasses.fields(Scoring)}
+  return Scoring.defaults()
 
 
 # Table II's rows: (name, covariance, shared).

@@ -1,6 +1,6 @@
 """Synthetic per-token losses: correlated Gaussian per-token logits with a known membership shift.
 
-Stand in for trained shadow models when testing the LiRA stages (lira.reports.run_folder.write_synthetic_run
+Stand in for trained shadow models when testing the LiRA stages (lira.reports.synthetic_run.write_synthetic_run
 writes them as a run folder). For canary n and model m the
 per-token logit (ln p - ln(1-p)) is
   z[m, n] = mu[n] + sigma[n] * e[m, n] + keep[m, n] * shift * sigma[n] * b[n]    (shift_units="std"),

@@ -14,7 +14,7 @@ import numpy as np
 from flax import nnx
 from safetensors import numpy as safetensors_numpy
 
-from lira.reports import run_folder
+import run_folder
 from models import hub
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
 from lira.errors import InputError, MissingPackageError, MissingFileError
@@ -118,12 +118,12 @@ def params_to_hf(config, params):
 
 def _read_safetensors(folder):
   """{name: numpy array} from model.safetensors or the shards a model.safetensors.index.json lists."""
-  index = os.path.join(folder, "model.safetensors.index.json")
+  index = os.path.join(folder, run_folder.names.MODEL_WEIGHTS_INDEX)
   if os.path.exists(index):
     with open(index) as f:
       files = sorted(set(json.load(f)["weight_map"].values()))
-  elif os.path.exists(os.path.join(folder, "model.safetensors")):
-    files = ["model.safetensors"]
+  elif os.path.exists(os.path.join(folder, run_folder.names.MODEL_WEIGHTS)):
+    files = [run_folder.names.MODEL_WEIGHTS]
   elif any(n.endswith(".bin") for n in os.listdir(folder)):
     raise InputError(f"{folder} holds only pickled weights (.bin); {_PICKLE_REFUSAL}")
   else:
@@ -142,7 +142,7 @@ def check_source(path):
   a file, a folder without config.json, or a shadow run folder (whose models are picked by id)."""
   path = str(path)
   if os.path.isdir(path):
-    config_file = os.path.join(path, "config.json")
+    config_file = os.path.join(path, run_folder.names.MODEL_CONFIG)
     if not os.path.isfile(config_file):
       raise MissingFileError(f"{path} is not a Hugging Face model folder: it has no config.json")
     config = run_folder.load_json(config_file)
@@ -180,7 +180,7 @@ def load_hf_folder(path, revision=None, dtype="float32"):
                              "network and pass its folder") from e
     if not any(n.endswith(".safetensors") for n in os.listdir(path)):
       raise InputError(f"hub repo at revision {revision} has no safetensors weights; {_PICKLE_REFUSAL}")
-  with open(os.path.join(path, "config.json")) as f:
+  with open(os.path.join(path, run_folder.names.MODEL_CONFIG)) as f:
     config = GPTNeoXConfig.from_hf_dict(json.load(f), dtype=dtype)
   return config, params_from_hf(config, _read_safetensors(path))
 
@@ -194,19 +194,20 @@ def save_hf_folder(config, params, path, tokenizer_file=None):
   """
   path = os.path.abspath(path)
   tensors = params_to_hf(config, params)
-  run_folder.save_bytes(os.path.join(path, "model.safetensors"), safetensors_numpy.save(tensors, metadata={"format": "pt"}))
-  index = os.path.join(path, "model.safetensors.index.json")
+  run_folder.save_bytes(os.path.join(path, run_folder.names.MODEL_WEIGHTS),
+                        safetensors_numpy.save(tensors, metadata={"format": "pt"}))
+  index = os.path.join(path, run_folder.names.MODEL_WEIGHTS_INDEX)
   if os.path.exists(index):
     with open(index) as f:
-      shards = set(json.load(f)["weight_map"].values()) - {"model.safetensors"}
+      shards = set(json.load(f)["weight_map"].values()) - {run_folder.names.MODEL_WEIGHTS}
     os.remove(index)
     for shard in shards:
       if os.path.exists(os.path.join(path, shard)):
         os.remove(os.path.join(path, shard))
   if tokenizer_file is not None:
-    with open(tokenizer_file, "rb") as f:
-      run_folder.save_bytes(os.path.join(path, "tokenizer.json"), f.read())
-  run_folder.save_json(os.path.join(path, "config.json"), config.to_hf_dict())  # last: the folder is complete now
+    run_folder.copy_file(tokenizer_file, os.path.join(path, run_folder.names.TOKENIZER))
+  # config.json last: the folder is complete now
+  run_folder.save_json(os.path.join(path, run_folder.names.MODEL_CONFIG), config.to_hf_dict())
 
 
 def from_pretrained(path_or_hub_id, dtype=jnp.float32, revision=None):

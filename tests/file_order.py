@@ -37,7 +37,7 @@ def longest_first(nodeids, durations_s):
 
 
 def write_durations(durations_s, path=DURATIONS_PATH):
-  """Write {test file: seconds} (rounded to 0.1 s, sorted by name) to path atomically (lira.reports.run_folder)."""
-  from lira.reports import run_folder
+  """Write {test file: seconds} (rounded to 0.1 s, sorted by name) to path atomically (run_folder)."""
+  import run_folder
   data = {name: round(seconds, 1) for name, seconds in sorted(durations_s.items())}
   run_folder.save_text(path, json.dumps(data, indent=1) + "\n")

@@ -3,13 +3,14 @@
 import ast
 import collections
 import os
+import re
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-PACKAGES = ("lira", "models", "training", "attacks", "experiments")
+PACKAGES = ("run_folder", "lira", "models", "training", "attacks", "experiments")
 
 
 def modules():
-  """{dotted module name: path} of every module of the five packages."""
+  """{dotted module name: path} of every module of the six packages."""
   out = {}
   for package in PACKAGES:
     for folder, _, files in os.walk(os.path.join(ROOT, package)):
@@ -34,24 +35,72 @@ def imports(path, top_level_only=False):
   return names
 
 
+def run_folder_imports(path):
+  """The modules of run_folder a module imports by name: `import run_folder` gives run_folder, `from run_folder
+  import names` and `from run_folder.names import X` give run_folder.names."""
+  used = set()
+  for node in ast.walk(ast.parse(open(path).read())):
+    if isinstance(node, ast.Import):
+      used.update(a.name for a in node.names if a.name.split(".")[0] == "run_folder")
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "run_folder":
+      used.update(f"run_folder.{a.name}" for a in node.names)
+    elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("run_folder."):
+      used.add(node.module)
+  return used
+
+
 def test_the_statistics_of_lira_touch_no_files_and_draw_nothing():
   for name, path in modules().items():
     if name.startswith("lira.") and not name.startswith("lira.reports"):
       bad = {i for i in imports(path) if i.split(".")[0] == "matplotlib" or i.startswith("lira.reports")}
       assert not bad, f"{name} imports {sorted(bad)}: files, reports and plots belong in lira/reports"
+      # The errors come through lira.errors; the names of files (constants, for messages) are no file IO.
+      allowed = {"run_folder.names"} | ({"run_folder.errors"} if name == "lira.errors" else set())
+      io = run_folder_imports(path) - allowed
+      assert not io, f"{name} imports {sorted(io)}: files are read and written in lira/reports, through run_folder"
       source = open(path).read()
       for call in ("open(", "np.save(", "np.load(", "json.dump(", "json.load("):
-        assert call not in source, f"{name} calls {call}: files belong in lira/reports/run_folder.py"
+        assert call not in source, f"{name} calls {call}: files belong in run_folder/ (read through lira/reports)"
 
 
 def test_lower_packages_do_not_import_higher_ones():
-  allowed = {"lira": {"lira"}, "attacks": {"attacks", "lira"}, "models": {"models", "lira"},
-             "training": {"training", "models", "lira", "attacks"},
+  allowed = {"run_folder": {"run_folder"}, "lira": {"lira"}, "attacks": {"attacks", "lira"},
+             "models": {"models", "lira"}, "training": {"training", "models", "lira", "attacks"},
              "experiments": set(PACKAGES)}
   for name, path in modules().items():
     package = name.split(".")[0]
     used = {i.split(".")[0] for i in imports(path)} & set(PACKAGES)
-    assert used <= allowed[package], f"{name} imports {sorted(used - allowed[package])}"
+    allowed_here = allowed[package] | {"run_folder"}  # the bottom: every package may import it
+    assert used <= allowed_here, f"{name} imports {sorted(used - allowed_here)}"
+
+
+def test_the_run_folder_imports_nothing_of_the_project():
+  project = set(PACKAGES) | {"tests", "benchmarks"}
+  for name, path in modules().items():
+    if name.split(".")[0] == "run_folder":
+      used = {i.split(".")[0] for i in imports(path)} & project - {"run_folder"}
+      assert not used, f"{name} imports {sorted(used)}: run_folder is the bottom of the house (stdlib and numpy only)"
+
+
+def file_names():
+  """Every file name run_folder/names.py spells (losses.npy, features.json, model.safetensors, ...)."""
+  tree = ast.parse(open(os.path.join(ROOT, "run_folder", "names.py")).read())
+  return {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+          and re.fullmatch(r"[a-z_]+(\.[a-z]+)+", node.value)}
+
+
+def test_file_names_are_spelled_only_in_run_folder_names():
+  known = file_names()
+  assert {"losses.npy", "keep.npy", "config.json", "tokenizer.json", "features.json"} <= known
+  found = []
+  for name, path in modules().items():
+    if name.split(".")[0] == "run_folder":
+      continue
+    for node in ast.walk(ast.parse(open(path).read())):
+      if isinstance(node, ast.Constant) and node.value in known:
+        found.append(f"{os.path.relpath(path, ROOT)}:{node.lineno} {node.value!r}")
+  assert not found, ("file names belong in run_folder/names.py (use its constants or path helpers): "
+                     + "; ".join(found))
 
 
 def test_nothing_imports_experiments_but_experiments():
@@ -94,5 +143,6 @@ def test_no_two_modules_share_a_name():
     base = name.rpartition(".")[2]
     if base not in PACKAGES and name.rpartition(".")[0]:  # package __init__ files are named by their folder
       by_base[base].append(name)
+  by_base["errors"] = [n for n in by_base["errors"] if n != "lira.errors"]  # re-exports run_folder.errors
   shared = {b: n for b, n in by_base.items() if len(n) > 1 and b not in ("__init__",)}
   assert not shared, f"modules sharing a name: {shared}"

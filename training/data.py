@@ -6,7 +6,7 @@ import numpy as np
 import tokenizers
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-from lira.reports import run_folder
+import run_folder
 from lira.errors import InputError, MissingPackageError, MissingFileError
 
 BOS = "<|endoftext|>"  # id 0 in every tokenizer we train, as in Pythia's
@@ -96,7 +96,7 @@ def conversation_texts(conversations):
 def _tokenizer_file(path):
   """Where to save: `path` itself if it names a .json file, else `path/tokenizer.json` (a folder)."""
   path = os.fspath(path)
-  return path if path.endswith(".json") else os.path.join(path, "tokenizer.json")
+  return path if path.endswith(".json") else os.path.join(path, run_folder.names.TOKENIZER)
 
 
 def train_bpe_tokenizer(texts, vocab_size, path=None):
@@ -125,7 +125,7 @@ def load_tokenizer(name_or_path):
   if os.path.isfile(path):
     return tokenizers.Tokenizer.from_file(path)
   if os.path.isdir(path):
-    file = os.path.join(path, "tokenizer.json")
+    file = os.path.join(path, run_folder.names.TOKENIZER)
     if not os.path.isfile(file):
       raise MissingFileError(f"no tokenizer.json in the folder {path}")
     return tokenizers.Tokenizer.from_file(file)

@@ -19,6 +19,7 @@ from jax_privacy import accounting
 from jax_privacy import batch_selection
 
 from lira.errors import InputError
+from lira.options import Options, option
 
 SAMPLINGS = ("poisson", "shuffle")
 
@@ -34,17 +35,39 @@ class DPConfig:
   delta: float = 1e-5
 
 
+@dataclasses.dataclass(frozen=True)
+class DPSettings(Options):
+  """The `train.dp` block of a config: its fields, defaults, help and ranges, checked at once (InputError naming the
+  field as train.dp.<field>). DP-SGD is off unless `epsilon` or `noise_multiplier` is set."""
+
+  OWNER = "train.dp."
+
+  epsilon: float | None = option(None, "Target epsilon: the noise multiplier is calibrated to it.", low=0,
+                                 low_open=True)
+  noise_multiplier: float | None = option(None, "Or the noise multiplier itself (0: no noise).", low=0)
+  clip_norm: float = option(1.0, "Per-example gradient L2 norm bound (inf: no clipping).", low=0, low_open=True,
+                            finite=False)
+  delta: float = option(1e-5, "The delta of the accountant's epsilon.", low=0, high=1, low_open=True,
+                        high_open=True)
+  sampling: str = option("poisson", "poisson, or shuffle: fixed-size shuffled batches, accounted as Poisson (an "
+                         "approximation).", choices=SAMPLINGS)
+  max_batch_size: int = option(0, "Poisson batches are truncated to this size; 0: batch_size + 6 sqrt(batch_size).",
+                               low=0, integer=True)
+
+  def check_fields(self):
+    if self.epsilon is not None and self.noise_multiplier is not None:
+      raise InputError("train.dp.epsilon and train.dp.noise_multiplier are both set: give one (the other follows)")
+    if math.isinf(self.clip_norm) and (self.epsilon is not None or self.noise_multiplier):
+      raise InputError("train.dp.clip_norm is inf (no clipping): noise and epsilon need a finite clip norm")
+
+
 def config_defaults():
-  """The `train.dp` block of every config: off unless `epsilon` or `noise_multiplier` is set."""
+  """The `train.dp` block of every config (DPSettings' fields and defaults): off unless `epsilon` or
+  `noise_multiplier` is set."""
   from ml_collections import config_dict
-  return config_dict.ConfigDict(dict(
-    epsilon=config_dict.placeholder(float),  # target epsilon: the noise multiplier is calibrated to it
-    noise_multiplier=config_dict.placeholder(float),  # or the noise multiplier itself (0: no noise)
-    clip_norm=1.0,  # per-example gradient L2 norm bound (inf: no clipping)
-    delta=1e-5,
-    sampling="poisson",  # or "shuffle": fixed-size shuffled batches, accounted as Poisson (an approximation)
-    max_batch_size=0,  # Poisson batches are truncated to this size; 0: batch_size + 6 sqrt(batch_size)
-  ))
+  return config_dict.ConfigDict({
+      f.name: config_dict.placeholder(float) if f.default is None else f.default
+      for f in dataclasses.fields(DPSettings)})
 
 
 def enabled(dp_cfg):
@@ -53,25 +76,17 @@ def enabled(dp_cfg):
 
 
 def validate(dp_cfg, batch_size):
-  """One-line InputError naming the first bad `train.dp` field (before any data is loaded)."""
-  eps, sigma = dp_cfg.get("epsilon"), dp_cfg.get("noise_multiplier")
-  if eps is not None and sigma is not None:
-    raise InputError("train.dp.epsilon and train.dp.noise_multiplier are both set: give one (the other follows)")
-  if eps is not None and not (eps > 0 and math.isfinite(eps)):
-    raise InputError(f"train.dp.epsilon must be a finite number > 0, got {eps}")
-  if sigma is not None and not (sigma >= 0 and math.isfinite(sigma)):
-    raise InputError(f"train.dp.noise_multiplier must be a finite number >= 0, got {sigma}")
-  if not dp_cfg.clip_norm > 0:
-    raise InputError(f"train.dp.clip_norm must be > 0 (inf: no clipping), got {dp_cfg.clip_norm}")
-  if math.isinf(dp_cfg.clip_norm) and (eps is not None or sigma):
-    raise InputError("train.dp.clip_norm is inf (no clipping): noise and epsilon need a finite clip norm")
-  if not 0 < dp_cfg.delta < 1:
-    raise InputError(f"train.dp.delta must be in (0, 1), got {dp_cfg.delta}")
-  if dp_cfg.sampling not in SAMPLINGS:
-    raise InputError(f"train.dp.sampling must be one of {', '.join(SAMPLINGS)}, got {dp_cfg.sampling!r}")
-  if dp_cfg.max_batch_size and dp_cfg.max_batch_size < batch_size:
+  """DPSettings of a config's `train.dp` block: a one-line InputError naming the first bad field (before any data is
+  loaded)."""
+  names = [f.name for f in dataclasses.fields(DPSettings)]
+  unknown = sorted(set(dp_cfg) - set(names))
+  if unknown:
+    raise InputError(f"train.dp has no field {unknown[0]!r}; its fields: {', '.join(names)}")
+  settings = DPSettings(**{name: dp_cfg.get(name, DPSettings.defaults()[name]) for name in names})
+  if settings.max_batch_size and settings.max_batch_size < batch_size:
     raise InputError(f"train.dp.max_batch_size must be 0 or >= train.batch_size ({batch_size}), "
-                     f"got {dp_cfg.max_batch_size}")
+                     f"got {settings.max_batch_size}")
+  return settings
 
 
 def max_batch(dp, batch_size):

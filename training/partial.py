@@ -20,11 +20,11 @@ import os
 import numpy as np
 
 from lira.errors import InputError, MissingFileError
-from lira.reports import run_folder
+import run_folder
 from training import population
 
-COPIED = ("tokenizer.json", "population.npy")  # files that depend on neither the models nor the canaries
-PER_CANARY = ("canaries.npy", "mask.npy")  # [N, ...]: copied without the dropped canaries
+COPIED = (run_folder.names.TOKENIZER, run_folder.names.POPULATION)  # depend on neither the models nor the canaries
+PER_CANARY = (run_folder.names.CANARIES, run_folder.names.MASK)  # [N, ...]: copied without the dropped canaries
 MIN_MODELS = 6  # the balanced leave-one-out evaluation: every canary IN for 3 models and OUT for 3
 
 
@@ -90,7 +90,7 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
   if os.path.abspath(out_dir) == os.path.abspath(run_dir):
     raise InputError("--out_run_dir must differ from --run_dir (the partial run is a new folder)")
   stacked = (not os.path.exists(_losses_path(run_dir, 0))
-             and os.path.exists(os.path.join(run_dir, "losses.npy")))  # a folder with losses.npy only (a partial run)
+             and os.path.exists(os.path.join(run_dir, run_folder.names.LOSSES)))  # losses.npy only (a partial run)
   done = M if stacked else finished_models(run_dir, config)
   K = done if num_models is None else int(num_models)
   if K < MIN_MODELS:
@@ -99,12 +99,12 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
                      "canary IN for 3 and OUT for 3, as train_shadows and make_synthetic require)")
   if K > M:
     raise InputError(f"--num_models={K} exceeds the run's {M} models")
-  keep_path = os.path.join(run_dir, "keep.npy")
+  keep_path = os.path.join(run_dir, run_folder.names.KEEP)
   if stacked:  # the first K rows of the stacked arrays
-    parts = [os.path.join(run_dir, "losses.npy")]
+    parts = [os.path.join(run_dir, run_folder.names.LOSSES)]
     expected = [M]
-    stat_files = {stat: [os.path.join(run_dir, f"{stat}.npy")] for stat in stored_statistics(config)}
-    population_parts = [os.path.join(run_dir, "population_losses.npy")]
+    stat_files = {stat: [os.path.join(run_dir, run_folder.names.stat_file(stat))] for stat in stored_statistics(config)}
+    population_parts = [os.path.join(run_dir, run_folder.names.POPULATION_LOSSES)]
   else:
     groups = [ids for _, ids in run_folder.groups(M, G) if ids[0] < K]
     if groups[-1][-1] + 1 != K:
@@ -142,13 +142,13 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
     run_folder.save_npy(path, array if canary_axis is None else np.delete(array, dropped, axis=canary_axis))
     written.append(path)
 
-  save("losses.npy", stack(parts), canary_axis=1)
-  save("keep.npy", keep_MxN[:K], canary_axis=1)
+  save(run_folder.names.LOSSES, stack(parts), canary_axis=1)
+  save(run_folder.names.KEEP, keep_MxN[:K], canary_axis=1)
   for stat, stat_parts in stat_files.items():  # the family's extras, as assemble() writes them
     if all(os.path.exists(p) for p in stat_parts):
-      save(f"{stat}.npy", stack(stat_parts), canary_axis=1)
+      save(run_folder.names.stat_file(stat), stack(stat_parts), canary_axis=1)
   if all(os.path.exists(p) for p in population_parts):
-    save("population_losses.npy", stack(population_parts))
+    save(run_folder.names.POPULATION_LOSSES, stack(population_parts))
   for name in PER_CANARY:
     if os.path.exists(os.path.join(run_dir, name)):
       save(name, run_folder.load_npy(os.path.join(run_dir, name)), canary_axis=0)

@@ -16,7 +16,7 @@ import orbax.checkpoint as ocp
 from flax import nnx
 
 import models
-from lira.reports import run_folder
+import run_folder
 from training import canaries as canaries_lib
 from training import dp as dp_lib
 from training import images as images_lib
@@ -86,9 +86,9 @@ def build_model(cfg, data, run_dir, progress=True):
   from models import hf_convert
   base = cfg.model.base
   if base == "pretrain":
-    base = os.path.join(run_dir, "base_model")
-    if not os.path.exists(os.path.join(base, "config.json")):  # written last: the folder is complete
-      pretrain_base(cfg, data, base, os.path.join(run_dir, "tokenizer.json"), progress)
+    base = os.path.join(run_dir, run_folder.names.BASE_MODEL_DIR)
+    if not os.path.exists(os.path.join(base, run_folder.names.MODEL_CONFIG)):  # written last: the folder is complete
+      pretrain_base(cfg, data, base, os.path.join(run_dir, run_folder.names.TOKENIZER), progress)
   module = hf_convert.from_pretrained(base, dtype=cfg.model.dtype)
   if module.config.vocab_size < data.vocab_size:
     raise InputError(f"model.base {cfg.model.base!r} embeds {module.config.vocab_size} token ids but the tokenizer "
@@ -220,12 +220,13 @@ def group_done(cfg, run_dir, g):
 
 
 def _stack(run_dir, name, parts):
-  """Write RUN_DIR/name.npy, the group files `parts` stacked on the model axis, unless it already holds them.
+  """Write RUN_DIR/name (losses.npy, ...), the group files `parts` stacked on the model axis, unless it already
+  holds them.
 
   A run folder whose stacked file has the shape the group files make was assembled before: left untouched, so
   re-running a finished run writes nothing (and works on a read-only folder).
   """
-  path = os.path.join(run_dir, f"{name}.npy")
+  path = os.path.join(run_dir, name)
   shapes = [run_folder.load_npy(p, mmap=True).shape for p in parts]
   want = (sum(s[0] for s in shapes),) + shapes[0][1:]
   if os.path.exists(path) and run_folder.load_npy(path, mmap=True).shape == want:
@@ -249,13 +250,13 @@ def assemble(cfg, run_dir):
       warnings.warn(f"{stat}.npy not written: {len(missing)} group(s) have no {stat} file ({', '.join(missing)}); "
                     f"delete those groups' losses files to re-extract them from their checkpoints", stacklevel=2)
     else:
-      _stack(run_dir, stat, stat_parts)
-  _stack(run_dir, "losses", parts)
+      _stack(run_dir, run_folder.names.stat_file(stat), stat_parts)
+  _stack(run_dir, run_folder.names.LOSSES, parts)
   if population_lib.settings(cfg)[0]:
     population_parts = [population_lib.group_path(p) for p in parts]
     if not all(os.path.exists(p) for p in population_parts):
       return False
-    _stack(run_dir, "population_losses", population_parts)
+    _stack(run_dir, run_folder.names.POPULATION_LOSSES, population_parts)
   return True
 
 
@@ -265,7 +266,8 @@ def is_finished(cfg, run_dir):
   run_config.effective_config gives it."""
   population = population_lib.settings(cfg)[0] == 0 or os.path.exists(
     os.path.join(run_dir, population_lib.LOSSES_FILE))
-  return (os.path.exists(run_folder.config_path(run_dir)) and os.path.exists(os.path.join(run_dir, "losses.npy"))
+  return (os.path.exists(run_folder.config_path(run_dir))
+          and os.path.exists(os.path.join(run_dir, run_folder.names.LOSSES))
           and population and all(group_done(cfg, run_dir, g) for g, _ in groups_of(cfg)))
 
 

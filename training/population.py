@@ -18,13 +18,14 @@ RUN_DIR/population.npy holds the Z rows; each group's per-token losses of them s
 import numpy as np
 
 from lira.errors import InputError
+from run_folder import names
 from training import canaries as canaries_lib
 
 SOURCES = ("auto", "heldout")
 DEFAULT_SIZE = 1000
 STREAM = 2  # the population's random rows come from default_rng([seed, STREAM]); canaries use default_rng(seed)
-FILE = "population.npy"
-LOSSES_FILE = "population_losses.npy"
+FILE = names.POPULATION
+LOSSES_FILE = names.POPULATION_LOSSES
 
 
 def config_defaults(size=DEFAULT_SIZE):
@@ -52,7 +53,7 @@ def validate(cfg):
 
 def group_path(losses_path):
   """A group's population losses, beside its canary losses file."""
-  return losses_path[:-len(".npy")] + "_population.npy"
+  return names.population_group_path(losses_path)
 
 
 def _flat(array):

@@ -14,7 +14,7 @@ from tqdm.auto import tqdm
 
 import models
 from lira.errors import InputError, MissingFileError
-from lira.reports import run_folder
+import run_folder
 from training import pipeline
 from training import population as population_lib
 from training import run_config
@@ -45,12 +45,10 @@ def _recorded(config):
 
 def _remove_population(run_dir, config):
   """Delete a run's population files and its config.json block (--overwrite)."""
-  paths = [os.path.join(run_dir, name) for name in (population_lib.FILE, population_lib.LOSSES_FILE)]
+  files = [population_lib.FILE, population_lib.LOSSES_FILE]
   for g, _ in run_folder.groups(config["shadow"]["num_models"], config["shadow"]["group_size"]):
-    paths.append(population_lib.group_path(run_folder.group_paths(run_dir, g)[1]))
-  for path in paths:
-    if os.path.exists(path):
-      os.remove(path)
+    files.append(population_lib.group_path(run_folder.names.group_losses_file(g)))
+  run_folder.remove_files(run_dir, files)
   config = {k: v for k, v in config.items() if k != "population"}
   run_folder.save_config(run_dir, config)
   return config
@@ -95,7 +93,7 @@ def add_population(run_dir, size=None, source=None, overwrite=False, progress=Tr
                      f"finish it with train_shadows --run_dir={run_dir} --config.population.size={size}, which "
                      "scores the population too")
   fam = models.family(cfg.model.name)
-  base = os.path.join(run_dir, "base_model", "config.json")
+  base = os.path.join(run_dir, run_folder.names.BASE_MODEL_DIR, run_folder.names.MODEL_CONFIG)
   if fam.fine_tunes and cfg.model.base == "pretrain" and not os.path.exists(base):  # build_model would pretrain one
     raise MissingFileError(f"{base} does not exist: the run's base model was never saved")
   run_config.check_config(cfg, run_dir)

@@ -12,7 +12,7 @@ import os
 import ml_collections
 
 from lira.errors import InputError
-from lira.reports import run_folder
+import run_folder
 from training import dp as dp_lib
 
 

@@ -9,7 +9,7 @@ import numpy as np
 
 import models
 from lira.errors import InputError
-from lira.reports import run_folder
+import run_folder
 from training import canaries as canaries_lib
 from training import data as data_lib
 from training import images as images_lib
@@ -37,7 +37,7 @@ def _corpus(cfg):
 
 def _tokenizer(cfg, train_texts, run_dir):
   """The run's tokenizer, saved as RUN_DIR/tokenizer.json; a resumed run must keep the same vocabulary."""
-  path = os.path.join(run_dir, "tokenizer.json")
+  path = os.path.join(run_dir, run_folder.names.TOKENIZER)
   if cfg.tokenizer.name == "bpe":
     fresh = None if os.path.exists(path) else data_lib.train_bpe_tokenizer(train_texts, cfg.tokenizer.vocab_size, path)
   else:
@@ -64,7 +64,7 @@ def _save_once(run_dir, arrays):
   for name, array in arrays:
     if array is None:
       continue
-    path = os.path.join(run_dir, f"{name}.npy")
+    path = os.path.join(run_dir, name)
     if not os.path.exists(path):
       run_folder.save_npy(path, array)
     elif not np.array_equal(run_folder.load_npy(path), array):
@@ -95,7 +95,8 @@ def prepare_images(cfg, run_dir, progress=True):
     canaries = canaries_lib.worst_case_images(N, shape, L, cfg.shadow.seed)
   keep_MxN = canaries_lib.keep_matrix(M, N, cfg.shadow.seed)
   population = population_lib.images(cfg, canaries, whole_train, heldout)
-  _save_once(run_dir, (("canaries", canaries), ("keep", keep_MxN), ("population", population)))
+  _save_once(run_dir, ((run_folder.names.CANARIES, canaries), (run_folder.names.KEEP, keep_MxN),
+                       (run_folder.names.POPULATION, population)))
   if progress:
     print(f"data: {len(train)} training images {shape} with {L} levels ({cfg.data.source}), {N} "
           f"{cfg.canaries.kind}-case canaries{_population_note(population)} ({time.perf_counter() - t0:.1f} s)")
@@ -145,7 +146,8 @@ def prepare_data(cfg, run_dir, progress=True):
     canaries_NxT = canaries_lib.worst_case_canaries(N, T, vocab, cfg.shadow.seed, exclude_ids=(bos,))
   keep_MxN = canaries_lib.keep_matrix(M, N, cfg.shadow.seed)
   population_ZxT = population_lib.sequences(cfg, canaries_NxT, whole_train_SxT, heldout_SxT, vocab, bos)
-  _save_once(run_dir, (("canaries", canaries_NxT), ("keep", keep_MxN), ("population", population_ZxT)))
+  _save_once(run_dir, ((run_folder.names.CANARIES, canaries_NxT), (run_folder.names.KEEP, keep_MxN),
+                       (run_folder.names.POPULATION, population_ZxT)))
   if progress:
     print(f"data: {len(train_SxT)} training sequences of {T} tokens, {N} {cfg.canaries.kind}-case canaries"
           f"{_population_note(population_ZxT)}, vocabulary {vocab} ({time.perf_counter() - t0:.1f} s)")

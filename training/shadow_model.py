@@ -10,7 +10,7 @@ from flax import nnx
 
 import models
 from lira.errors import InputError, MissingFileError
-from lira.reports import run_folder
+import run_folder
 from training import data as data_lib
 from training import pipeline
 from training import trainer
@@ -24,7 +24,7 @@ def load_shadow_model(run_dir, model_id):
   M = cfg.shadow.num_models
   if not 0 <= model_id < M:
     raise InputError(f"model_id {model_id} outside the run's {M} models")
-  tokenizer_path = os.path.join(run_dir, "tokenizer.json")
+  tokenizer_path = os.path.join(run_dir, run_folder.names.TOKENIZER)
   if not os.path.exists(tokenizer_path):
     raise MissingFileError(f"{tokenizer_path} does not exist")
   tokenizer = data_lib.load_tokenizer(tokenizer_path)
@@ -34,7 +34,7 @@ def load_shadow_model(run_dir, model_id):
   if not os.path.exists(checkpoint):
     raise MissingFileError(f"{checkpoint} does not exist: group {group} (model {model_id}) is not trained yet")
   if models.family(cfg.model.name).fine_tunes and cfg.model.base == "pretrain":
-    base = os.path.join(run_dir, "base_model", "config.json")
+    base = os.path.join(run_dir, run_folder.names.BASE_MODEL_DIR, run_folder.names.MODEL_CONFIG)
     if not os.path.exists(base):  # build_model would pretrain one; a loader never trains
       raise MissingFileError(f"{base} does not exist: the run's base model was never saved")
   data = types.SimpleNamespace(vocab_size=data_lib.vocab_size(tokenizer), bos_id=bos_id)

@@ -26,7 +26,7 @@ from lira.loo import leave_one_out_variants
 from lira.reports import audit_plots
 from lira.reports import loo_report
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 from lira.scoring import Scoring
 
 METHOD_WORDS = {"one_run": "one run (Steinke, Nasr and Jagielski 2023)", "clopper_pearson": "Clopper-Pearson",
@@ -232,7 +232,7 @@ def _score_settings(requested, scoring, drop=()):
 
 def audit_runs(run_dirs, out_dir=None, scoring=None, options=None, *, variants=None, attack_rows_of=None,
                progress=True):
-  """Audit run folders: each variant's leave-one-out scores (and the reference-free rows attack_rows_of(run_dir)
+  """Audit run folders: each variant's leave-one-out scores (and the attacks' rows attack_rows_of(run_dir)
   gives, an attacks.shadow.AttackRows) bounded per model and pooled; writes the reports into out_dir (default the
   first run folder) and returns (text, result). Every run's files, accountant, losses and classes are checked, and
   its attack rows made, before any LiRA scoring."""
@@ -249,7 +249,7 @@ def audit_runs(run_dirs, out_dir=None, scoring=None, options=None, *, variants=N
     run = run_folder.load_run(run_dir, mmap=True)
     M, N, T = run.loss_MxNxT.shape
     accountant = accountant_of(run_folder.config_path(run_dir), run.config, M)
-    check_keep_rows(os.path.join(run_dir, "keep.npy"), run.keep_MxN)
+    check_keep_rows(os.path.join(run_dir, run_folder.names.KEEP), run.keep_MxN)
     check_arrays(run.loss_MxNxT, run.keep_MxN, run.mask_NxT, scoring.reduction)
     for s in scorings:
       gaussian.check_counts(run.keep_MxN, s, "leave_one_out")
@@ -271,8 +271,7 @@ def audit_runs(run_dirs, out_dir=None, scoring=None, options=None, *, variants=N
   attack_settings, attack_defaults, styles = {}, {}, {}
   if attack_rows:
     attack_settings, attack_defaults, styles = attack_rows[0].settings, attack_rows[0].defaults, attack_rows[0].styles
-    notes.append(f"{', '.join(r['name'] for r in attack_rows[0].rows)}: reference-free, each model scored from its "
-                 "own losses alone")
+    notes += list(attack_rows[0].notes)
   settings = report_settings(options, score_settings, attack_settings)
   words = f"leave-one-out LiRA scores ({loo_report.scoring_words(settings)})"
   return write(out_dir, sources, options, settings, names_default(attack_defaults), words, dropped, notes, seconds,

@@ -16,7 +16,7 @@ import numpy as np
 from lira.errors import InputError
 from lira.reports import paper_table_report
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 from lira.reports import tables
 
 DEFAULTS = {"n_boot": 1000, "seed": 0}
@@ -30,8 +30,8 @@ def check(run_dirs, labels=None):
   if len(labels) != len(run_dirs):
     raise InputError(f"--labels has {len(labels)} names for {len(run_dirs)} runs")
   for d in run_dirs:
-    if not os.path.exists(os.path.join(d, "results.json")):
-      raise InputError(f"{os.path.join(d, 'results.json')}: not found (run python -m experiments.evaluate "
+    if not os.path.exists(os.path.join(d, run_folder.names.RESULTS)):
+      raise InputError(f"{os.path.join(d, run_folder.names.RESULTS)}: not found (run python -m experiments.evaluate "
                        f"--run_dir={d} first)")
   return labels
 

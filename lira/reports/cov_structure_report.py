@@ -15,7 +15,7 @@ import numpy as np
 from lira import cov_permutation
 from lira import checks
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 from lira import transforms
 from lira.errors import InputError
 

@@ -17,13 +17,14 @@ from lira.errors import InputError
 from lira.reports import loo_report
 from lira.reports import paper_table_report
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 
 DEFAULTS = {"top": None, "fpr": 1e-4, "show": 10}
 TEXT_CHARS = 60  # a canary's text is cut to this many characters in the tables
 
 
-def build(run_dir, top=DEFAULTS["top"], fpr=DEFAULTS["fpr"], show=DEFAULTS["show"], results_name="results.json"):
+def build(run_dir, top=DEFAULTS["top"], fpr=DEFAULTS["fpr"], show=DEFAULTS["show"],
+          results_name=run_folder.names.RESULTS):
   """The report as a dict (each listed canary's "text" None: the command fills it in for a text run); InputError
   names a missing report or scores file before any work."""
   results_path = os.path.join(run_dir, results_name)
@@ -31,7 +32,7 @@ def build(run_dir, top=DEFAULTS["top"], fpr=DEFAULTS["fpr"], show=DEFAULTS["show
     raise InputError(f"{results_path}: not found (run python -m experiments.evaluate --run_dir={run_dir} first)")
   results = run_folder.load_json(results_path)
   scores = paper_table_report.load_scores(run_dir, results, required=())
-  keep_MxN = run_folder.load_npy(os.path.join(run_dir, "keep.npy")).astype(bool)
+  keep_MxN = run_folder.load_npy(os.path.join(run_dir, run_folder.names.KEEP)).astype(bool)
   config = run_folder.load_config(run_dir) if os.path.exists(run_folder.config_path(run_dir)) else {}
   source = (config.get("partial_of") or {})
   source_N = None  # a partial run without some canaries: each canary's index in the source run too

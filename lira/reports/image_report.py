@@ -14,7 +14,7 @@ from lira import canary_maps
 from lira.reports import image_plots
 from lira import checks
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 from lira.errors import InputError, MissingFileError
 
 DEFAULTS = {"canary": None, "pixel": None, "cov_class": "out", "statistic": "loss", "max_positions": 64}
@@ -25,7 +25,7 @@ def load_image_run(run_dir):
   run = run_folder.load_run(run_dir, mmap=True)
   shape = canary_maps.image_shape_of(run.config)
   canary_maps.check_positions(run.loss_MxNxT.shape[2], shape)
-  path = os.path.join(run_dir, "canaries.npy")
+  path = os.path.join(run_dir, run_folder.names.CANARIES)
   if not os.path.exists(path):
     raise MissingFileError(f"run folder {run_dir!r} has no canaries.npy (the canary images)")
   images = canary_maps.canary_images(run_folder.load_npy(path), shape)

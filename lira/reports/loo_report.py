@@ -7,9 +7,9 @@ fix_variance, n_boot, seed, level) and as one readable line `setting`; dropped_v
 variants [{name, covariance, shared, summary}] where summary is lira.metrics.summarize's dict (auc, auc_ci,
 n_pos, n_neg, n_excluded, n_boot, ci_level, tpr {"0.01": {fpr, tpr, ci, resolved, min_negatives}, ...},
 roc {fpr, tpr}); seconds; files (the report's file names); run_config (the run's config.json). Missing values
-(an interval without replicates) are null. With attack rows (evaluate --attacks: the reference-free attacks of
-attacks/shadow.py, RMIA of attacks/rmia_rows.py): attacks [{name, attack, params, summary, scores_file}], pooled over
-the same pairs, and settings.attacks, settings.k (and settings.rmia_gamma, settings.rmia_a).
+(an interval without replicates) are null. With attack rows (evaluate --attacks: the registry's attacks that score
+leave-one-out, attacks/shadow.py): attacks [{name, attack, params, summary, scores_file}], pooled over the same pairs,
+and settings.attacks with the attack settings that acted (settings.k, settings.rmia_gamma, ...).
 """
 
 import dataclasses
@@ -22,7 +22,7 @@ from lira import scoring as scoring_lib
 from lira.errors import InputError
 from lira.reports import plots
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 from lira.reports import tables
 from lira.scoring import Scoring
 
@@ -76,12 +76,12 @@ def scoring_words(settings):
   return ", ".join(words)
 
 
-def title(run, shape, settings):
-  """The ROC's title: the run (provenance.run_description), its shape and every setting that changes the curves."""
+def title(run, shape, settings, attack_rows=None):
+  """The ROC's title: the run (provenance.run_description), its shape and every setting that changes the curves
+  (the attacks' settings that acted, from attack_rows)."""
   what = "LiRA and attacks" if settings.get("attacks") else "LiRA"
-  words = scoring_words(settings) + ("" if "rmia_gamma" not in settings or not any(
-      a.startswith("rmia") for a in settings["attacks"]) else f", RMIA gamma={settings['rmia_gamma']:g}, "
-      f"a={settings['rmia_a']:g}")
+  words = scoring_words(settings) + ("" if attack_rows is None or not attack_rows.words else
+                                     f", {attack_rows.words}")
   return f"{run}\n{what} leave-one-out, {provenance.shape_line(shape)}\n{words}"
 
 
@@ -167,7 +167,7 @@ def evaluate_run(run_dir, out_dir=None, scoring=None, *, variants=None, n_boot=m
   run_folder.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{tables.format_markdown(table_rows)}\n"
                                 f"{md_notes}\n")
   curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows + extra]
-  figure_title = title(provenance.run_description(run_dir, run.config), shape, settings)
+  figure_title = title(provenance.run_description(run_dir, run.config), shape, settings, attack_rows)
   run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=figure_title,
                                                     styles=None if attack_rows is None else attack_rows.styles))
   text = "\n".join([setting, "", tables.format_table(table_rows)] + notes)

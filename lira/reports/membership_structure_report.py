@@ -26,7 +26,7 @@ from lira import membership_model as ms
 from lira import metrics
 from lira.errors import InputError
 from lira.reports import provenance
-from lira.reports import run_folder
+import run_folder
 from lira.scoring import VARIANTS
 
 DEFAULTS = {"gaps": [1.0, 1.25, 1.5, 2.0, 4.0], "draws": 3, "max_canaries": None, "n_boot": metrics.N_BOOT, "seed": 0}

@@ -17,7 +17,7 @@ from lira import scoring as scoring_lib
 from lira import metrics
 from lira.reports import provenance
 from lira.reports import loo_report
-from lira.reports import run_folder
+import run_folder
 from lira.errors import InputError
 from lira.reports import tables
 
@@ -89,12 +89,13 @@ def load_scores(run_dir, results, required=VARIANTS):
   return out
 
 
-def build(run_dir, results_name="results.json", setting="none", n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"]):
+def build(run_dir, results_name=run_folder.names.RESULTS, setting="none", n_boot=DEFAULTS["n_boot"],
+          seed=DEFAULTS["seed"]):
   results_path = os.path.join(run_dir, results_name)
   if not os.path.exists(results_path):
     raise InputError(f"{results_path}: not found (run python -m experiments.evaluate --run_dir={run_dir} first)")
   results = run_folder.load_json(results_path)
-  keep_MxN = run_folder.load_npy(os.path.join(run_dir, "keep.npy")).astype(bool)
+  keep_MxN = run_folder.load_npy(os.path.join(run_dir, run_folder.names.KEEP)).astype(bool)
   scores = load_scores(run_dir, results)
   rows = []
   paper = dict(zip(VARIANTS, PAPER_TABLE_II[setting])) if setting in PAPER_TABLE_II else None

@@ -36,16 +36,6 @@ VARIANT_MARKERS = {"Univariate Class-Wise": "v", "Univariate Shared": "^", "Inde
                    "Independent Shared": "D", "OAS Class-Wise": "o", "OAS Shared": "P"}
 _MORE_MARKERS = ("X", "*", "h", "<", ">", "p", "d", "H")
 DODGE = 0.014
-# RMIA's attacks (lira/rmia.py): dashed, in colours neither the variants nor the reference-free attacks use.
-RMIA_COLORS = {"rmia": "darkviolet", "rmia_offline": "plum", "rmia_tokens": "sienna",
-               "rmia_tokens_offline": "burlywood"}
-
-
-def rmia_style(attack):
-  """Colour and line style of an RMIA attack's curve ("rmia", "rmia_offline", ...)."""
-  return {"color": RMIA_COLORS.get(attack, "black"), "ls": "--"}
-
-
 def style_of(name):
   """Colour and line style of a variant by its Table II name (black dotted for any other label)."""
   return VARIANT_STYLES.get(str(name), _UNKNOWN)

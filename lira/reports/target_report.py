@@ -10,8 +10,7 @@ from lira import metrics
 from lira.reports import plots
 from lira.reports import provenance
 from lira.reports import loo_report
-from lira.reports import run_folder
-from lira import rmia
+import run_folder
 from lira import targets
 from lira import scoring as scoring_lib
 from lira.errors import InputError
@@ -62,32 +61,36 @@ def load_target_population(path, num_targets, pop_shape):
 
 
 def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=None, *, variants=None,
-               n_boot=metrics.N_BOOT, seed=0, progress=True, rmia_options=(), target_population_path=None, **fields):
+               n_boot=metrics.N_BOOT, seed=0, progress=True, attacks=None, target_population_path=None, **fields):
   """Score target models' canary losses with Gaussians fitted on all shadows of run_dir; write and return reports.
 
   Writes attack_scores_<variant>[_settings].npy ([K, N] float64, higher = member) and attack[_settings].json; with
   the targets' membership also attack[_settings].md (the evaluate table) and attack_roc[_settings].png.
-  rmia_options (lira.rmia.RMIA, with the attack names as rmia_options' keys when a dict) add RMIA rows, every shadow
-  a reference model: they need the run's population_losses.npy and the targets' (target_population_path).
+  attacks (attacks.shadow.Chosen: registered attacks that score targets, checked on this run) add their rows, every
+  shadow a reference model; those that read the population need the targets' (target_population_path).
   Returns (text to print, result dict).
   """
   scoring = Scoring.of(scoring, **fields)
-  requested, chosen, dropped = loo_report.choose_variants(variants, scoring, scorer="targets")
+  requested, chosen_variants, dropped = loo_report.choose_variants(variants, scoring, scorer="targets")
   run = run_folder.load_run(run_dir, mmap=True)
   target_loss, target_keep = load_targets(target_path, target_keep_path, *run.loss_MxNxT.shape[1:])
-  rmia_options = dict(rmia_options) if isinstance(rmia_options, dict) else {o.name: o for o in rmia_options}
-  if rmia_options:
+  chosen = [] if attacks is None else attacks.attacks
+  target_pop = None
+  readers = [a.name for a in chosen if "population" in a.needs]
+  if readers:
     if not target_population_path:
-      raise InputError("RMIA on target models needs the population's per-token losses on the targets: "
-                       "--target_population=POP.npy ([K, Z, T])")
-    pop_MxZxT, pop_mask_ZxT = run_folder.load_population(run_dir, mmap=True)
-    target_pop = load_target_population(target_population_path, target_loss.shape[0], pop_MxZxT.shape[1:])
+      raise InputError(f"{', '.join(readers)} on target models need(s) the population's per-token losses on the "
+                       "targets: --target_population=POP.npy ([K, Z, T])")
+    target_pop = load_target_population(target_population_path, target_loss.shape[0],
+                                        attacks.run.population()[0].shape[1:])
+  elif target_population_path:
+    raise InputError("--target_population is read by the attacks that use a population, and none is in --attacks")
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   settings = loo_report.report_settings(requested, scoring, n_boot, seed)
   del settings["balance_counts"]  # every target is scored from all M shadows: nothing to balance
   start = time.perf_counter()
   scores, rows = {}, []
-  for variant in chosen:
+  for variant in chosen_variants:
     name, covariance, shared = variant
     scores[name] = targets.score_targets(run.loss_MxNxT, run.keep_MxN, target_loss, scoring.variant(covariance, shared),
                                          mask_NxT=run.mask_NxT, progress=progress)
@@ -95,11 +98,10 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
     if target_keep is not None:
       row["summary"] = metrics.summarize(scores[name], target_keep, n_boot=n_boot, seed=seed)
     rows.append(row)
-  for attack, options in rmia_options.items():
-    name = options.name
-    scores[name] = rmia.score_targets(run.loss_MxNxT, run.keep_MxN, pop_MxZxT, target_loss, target_pop, options,
-                                      mask_NxT=run.mask_NxT, pop_mask_ZxT=pop_mask_ZxT)
-    row = {"name": name, "attack": attack, "params": {"rmia_gamma": options.gamma, "rmia_a": options.a}}
+  for attack in chosen:
+    name = attack.label(attacks.settings)
+    scores[name] = attack.targets(attacks.run, target_loss, target_pop, attacks.settings)
+    row = {"name": name, "attack": attack.name, "params": attack.params(attacks.settings)}
     if target_keep is not None:
       row["summary"] = metrics.summarize(scores[name], target_keep, n_boot=n_boot, seed=seed)
     rows.append(row)
@@ -109,23 +111,24 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
   setting = (f"{K} target model(s) scored with Gaussians from {M} shadow models, N={N} canaries, T={T} positions; "
              f"{loo_report.scoring_words(settings)}")
   paths = {}
-  for variant in chosen:
+  for variant in chosen_variants:
     score_settings = {k: settings[k] for k in loo_report.SCORE_SETTINGS if k in settings}
     paths[variant[0]] = provenance.report_path(out_dir, f"attack_scores_{scoring_lib.variant_key(variant)}", "npy",
                                                score_settings, loo_report.defaults())
     run_folder.save_npy(paths[variant[0]], scores[variant[0]])
-  for attack, options in rmia_options.items():
-    params = {"reduction": options.reduction, "balance_counts": options.balance_counts, "rmia_gamma": options.gamma,
-              "rmia_a": options.a}
-    defaults = {"reduction": None, "balance_counts": True, "rmia_gamma": rmia.RMIA().gamma, "rmia_a": rmia.RMIA().a}
-    paths[options.name] = provenance.report_path(out_dir, f"attack_scores_{attack}", "npy", params, defaults)
-    run_folder.save_npy(paths[options.name], scores[options.name])
+  for attack in chosen:
+    name = attack.label(attacks.settings)
+    params = {"reduction": scoring.reduction, "balance_counts": scoring.balance_counts,
+              **attack.params(attacks.settings)}
+    defaults = {"reduction": None, "balance_counts": True, **attacks.defaults}
+    paths[name] = provenance.report_path(out_dir, f"attack_scores_{attack.name}", "npy", params, defaults)
+    run_folder.save_npy(paths[name], scores[name])
   for stem, ext in (("attack", "json"),) + ((("attack", "md"), ("attack_roc", "png")) if target_keep is not None
                                             else ()):
     paths[ext] = provenance.report_path(out_dir, stem, ext, settings, loo_report.defaults())
   notes = loo_report.dropped_notes(dropped)
   if target_keep is None:
-    text = "\n".join([setting, "", _score_table(scores)] + notes)
+    text = "\n".join([setting, "", _score_table(scores, {v[0] for v in chosen_variants})] + notes)
   else:
     table_rows = [(r["name"], r["summary"]) for r in rows]
     text = "\n".join([setting, "", tables.format_table(table_rows)] + notes)
@@ -134,11 +137,13 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
                                   f"{md_notes}\n")
     curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows]
     title = (f"shadow run {provenance.run_description(run_dir, run.config)}\nLiRA on {K} target model(s), {M} shadow "
-             f"models, N={N}, T={T}\n{loo_report.scoring_words(settings)}")
-    styles = {o.name: plots.rmia_style(a) for a, o in rmia_options.items()}
+             f"models, N={N}, T={T}\n{loo_report.scoring_words(settings)}"
+             f"{', ' + attacks.words if chosen and attacks.words else ''}")
+    styles = attacks.styles() if chosen else {}
     run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=title, styles=styles or None))
   result = provenance.header("score_targets", run_dir, run,
-                             {**settings, "variants": [scoring_lib.variant_key(v) for v in chosen]}, "seqlira.attack")
+                             {**settings, "variants": [scoring_lib.variant_key(v) for v in chosen_variants],
+                              **({"attacks": [a.name for a in chosen], **attacks.acted} if chosen else {})}, "seqlira.attack")
   result.update({"target": os.path.abspath(target_path), "target_keep": target_keep_path and os.path.abspath(
       target_keep_path), "num_targets": K, "setting": setting, "dropped_variants": dropped, "seconds": seconds,
       "variants": [{**r, "scores_file": os.path.basename(paths[r["name"]])} for r in rows],
@@ -147,13 +152,14 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
   return text, result
 
 
-def _score_table(scores):
-  """Without known membership: per variant, the spread of the scores and how many favour membership."""
+def _score_table(scores, variant_names):
+  """Without known membership: per row, the spread of the scores and, for the LiRA variants, how many favour
+  membership."""
   lines = [f"{'variant':<24} {'min':>9} {'median':>9} {'max':>9} {'score > 0':>10}"]
   for name, llr_KxN in scores.items():
     q = np.quantile(llr_KxN, [0.0, 0.5, 1.0])
-    above = "-" if name.startswith("RMIA") else f"{np.mean(llr_KxN > 0):.1%}"
+    above = f"{np.mean(llr_KxN > 0):.1%}" if name in variant_names else "-"
     lines.append(f"{name:<24} {q[0]:>9.3g} {q[1]:>9.3g} {q[2]:>9.3g} {above:>10}")
   lines.append("score > 0: the IN Gaussian is the likelier (online) or the target sits above the OUT mean (offline); "
-               "RMIA scores are fractions of the population in [0, 1].")
+               "the attacks' scores are on their own scales (RMIA's: fractions of the population in [0, 1]).")
   return "\n".join(lines)

@@ -17,9 +17,11 @@ from sklearn import metrics as skm
 import attacks as A
 from attacks import blind
 from attacks import feature_folder
+from attacks.catalogue import ATTACKS
 from lira import metrics
 from lira.errors import InputError, MissingFileError
-from lira.reports import run_folder
+import run_folder
+from lira.reports import synthetic_run
 
 N, T, S, G, J = 40, 7, 3, 2, 2  # 20 non-members: TPR at 5% FPR is resolved
 
@@ -135,9 +137,12 @@ def test_pretrain_attacks_rows_match_sklearn(tmp_path, pretrain_cli, capsys):
   result = strict_json(tmp_path / "results.json")
   written = set(feature_folder.FILES.values()) - {"prefix.json"}
   assert sorted(os.listdir(tmp_path)) == sorted(written | {"results.json", "results.md", "roc.png"})
-  assert result["schema"]["name"] == "seqlira.pretrain_attacks" and result["skipped"] == []
-  assert result["settings"]["attacks"] == list(feature_folder.ATTACKS)
-  assert {r["attack"] for r in result["rows"]} == set(feature_folder.ATTACKS)
+  # the fixture's reference model has a tokenizer of its own, so WBC (token by token) is skipped, with its reason
+  assert result["schema"]["name"] == "seqlira.pretrain_attacks"
+  assert [(s["attack"], "same tokenizer" in s["reason"]) for s in result["skipped"]] == [("wbc", True)]
+  every = [name for name in ATTACKS.names("texts") if name != "wbc"]
+  assert result["settings"]["attacks"] == every
+  assert {r["attack"] for r in result["rows"]} == set(every)
   labels = arrays["labels"] == 1
   expected = expected_scores(arrays, texts)
   for row in result["rows"]:
@@ -233,7 +238,8 @@ def test_missing_array_names_attack_and_file(tmp_path, pretrain_cli, capsys):
   pretrain_cli.FLAGS.unparse_flags()
   run_cli(pretrain_cli, f"--features={tmp_path}", "--n_boot=0")  # default: every attack that can run
   result = strict_json(tmp_path / "results_nboot-0.json")
-  assert result["skipped"] == [{"attack": "em_mia", "reason": "the folder has no pair_lp.npy"}]
+  assert result["skipped"][0] == {"attack": "em_mia", "reason": "the folder has no pair_lp.npy"}
+  assert [s["attack"] for s in result["skipped"]] == ["em_mia", "wbc"]  # the fixture's reference: its own tokenizer
   assert "skipped em_mia: the folder has no pair_lp.npy" in capsys.readouterr().out
 
 
@@ -320,7 +326,7 @@ def test_writer_helpers_and_reader(tmp_path):
   assert meta["schema"] == feature_folder.SCHEMA and meta["arrays"]["pair_lp"] == [N, N, T]
   features = feature_folder.load_features(str(tmp_path))
   assert (features.N, features.T) == (N, T) and features["texts"] == texts
-  np.testing.assert_array_equal(features.arrays_for("min_k_pp")["sigma"], arrays["sigma"])
+  np.testing.assert_array_equal(features.arrays_for(ATTACKS.attacks["min_k_pp"])["sigma"], arrays["sigma"])
   with pytest.raises(InputError, match="unknown features array"):
     feature_folder.write_array(tmp_path, "lp_typo", arrays["lp"])
   with pytest.raises(MissingFileError, match="does not exist"):
@@ -343,7 +349,7 @@ def tiny_tokenizer(path, vocab_size):
 def shadow_run(tmp_path):
   """A ragged synthetic run (mask.npy) with fake mu / sigma, canary ids and a word-level tokenizer."""
   run = tmp_path / "run"
-  run_folder.write_synthetic_run(str(run), num_models=8, num_canaries=16, seq_len=5, ragged=True, seed=3)
+  synthetic_run.write_synthetic_run(str(run), num_models=8, num_canaries=16, seq_len=5, ragged=True, seed=3)
   rng = np.random.default_rng(0)
   loss = np.load(run / "losses.npy")
   np.save(run / "mu.npy", (-loss + rng.normal(0.3, 0.2, loss.shape)).astype(np.float32))
@@ -393,7 +399,8 @@ def test_evaluate_attacks_bad_input(shadow_run, evaluate_cli):
   with pytest.raises(MissingFileError, match=r"zlib.*tokenizer\.json"):
     run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=zlib", "--noprogress")
   evaluate_cli.FLAGS.unparse_flags()
-  with pytest.raises(InputError, match=r"recall cannot run on a shadow run"):
+  with pytest.raises(InputError, match=r"'recall' is an attack that cannot score a shadow run's leave-one-out pairs; "
+                     r"choose from loss, zlib"):
     run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=recall", "--noprogress")
   evaluate_cli.FLAGS.unparse_flags()
   with pytest.raises(flags.IllegalFlagValueError, match=r"--k=2: must be in \(0, 1\]"):

@@ -30,14 +30,17 @@ COMMANDS = sorted(os.path.basename(path)[:-3] for path in glob.glob(os.path.join
 
 
 def defined_flags(command):
-  """The flags the command's module defines: its DEFINE_* calls and the scoring (and RMIA) flags it takes."""
+  """The flags the command's module defines: its DEFINE_* calls and the scoring and attack flags it takes."""
   source = _source(command)
   names = set(re.findall(r"DEFINE_\w+\(\s*\"(\w+)\"", source))
   for chosen in re.findall(r"scoring_flags\.define\((.*?)\)\n", source):
     from experiments import scoring_flags
     names |= set(ast.literal_eval(chosen) if chosen else scoring_flags.EVALUATION)
-  if "scoring_flags.define_rmia()" in source:
-    names |= {"rmia_gamma", "rmia_a"}
+  for chosen in re.findall(r"option_flags\.define\(\w[\w.]*, (\(.*?\))\)\n", source):
+    names |= set(ast.literal_eval(chosen))
+  for where in re.findall(r"attack_flags\.define\(\s*\"(\w+)\"", source):
+    from attacks.catalogue import ATTACKS
+    names |= {"attacks"} | {s.name for s in ATTACKS.settings_for(where)}
   return names
 
 

@@ -12,7 +12,7 @@ from lira.errors import InputError
 from lira.reports import compare_runs_report
 from lira.reports import loo_report
 from lira.reports import paper_table_report
-from lira.reports import run_folder
+from lira.reports import synthetic_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -23,7 +23,7 @@ def two_runs(tmp_path_factory):
   dirs = []
   for i, shift in enumerate((0.5, 1.5)):
     d = str(base / f"run{i}")
-    run_folder.write_synthetic_run(d, num_models=8, num_canaries=150, seq_len=6, shift=shift, seed=i)
+    synthetic_run.write_synthetic_run(d, num_models=8, num_canaries=150, seq_len=6, shift=shift, seed=i)
     loo_report.evaluate_run(d, progress=False)  # results.json
     dirs.append(d)
   return dirs

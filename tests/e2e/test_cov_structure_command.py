@@ -13,13 +13,13 @@ import pytest
 from lira import cov_permutation
 from lira.reports import cov_structure_report
 from lira import transforms
-from lira.reports import run_folder
+from lira.reports import synthetic_run
 
 
 @pytest.mark.slow
 def test_the_command_writes_per_canary_results_that_match_the_library(tmp_path):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=10, num_canaries=40, seq_len=9, ragged=True, seed=2)
+  synthetic_run.write_synthetic_run(run, num_models=10, num_canaries=40, seq_len=9, ragged=True, seed=2)
   loss, keep = np.load(f"{run}/losses.npy"), np.load(f"{run}/keep.npy")
   mask = np.load(f"{run}/mask.npy")
   paths, line = cov_structure_report.write_cov_structure(run, max_canaries=30, max_positions=8, permutations=19,

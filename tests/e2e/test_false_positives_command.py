@@ -9,7 +9,7 @@ import sys
 import numpy as np
 
 from lira.reports import loo_report
-from lira.reports import run_folder
+from lira.reports import synthetic_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "attacks"))
@@ -25,7 +25,7 @@ def test_names_the_canaries_of_the_top_pairs_with_their_texts(tmp_path):
   from test_attack_report import tiny_tokenizer
   from test_nonmember_pairs import brute_force
   run = tmp_path / "run"
-  run_folder.write_synthetic_run(str(run), num_models=8, num_canaries=40, seq_len=4, seed=3, shift=1.0)
+  synthetic_run.write_synthetic_run(str(run), num_models=8, num_canaries=40, seq_len=4, seed=3, shift=1.0)
   rng = np.random.default_rng(0)
   np.save(run / "canaries.npy", rng.integers(1, 9, size=(40, 4)).astype(np.int32))
   tiny_tokenizer(run / "tokenizer.json", 9)
@@ -48,7 +48,7 @@ def test_names_the_canaries_of_the_top_pairs_with_their_texts(tmp_path):
 
 
 def test_a_run_without_a_report_is_one_error_line(tmp_path):
-  run_folder.write_synthetic_run(str(tmp_path / "run"), num_models=8, num_canaries=10, seq_len=3, seed=0)
+  synthetic_run.write_synthetic_run(str(tmp_path / "run"), num_models=8, num_canaries=10, seq_len=3, seed=0)
   proc = command(f"--run_dir={tmp_path}/run")
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines() == [f"error: {tmp_path}/run/results.json: not found (run python -m "

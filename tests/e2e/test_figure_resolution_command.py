@@ -18,7 +18,7 @@ NOTE = "n/r = not resolved: TPR@0.1% FPR needs >= 1,000 negatives; available 48"
 # the figure's suptitle ("" if none) then every axes' title.
 RECORDER = """
 import json, os, runpy, sys
-from lira.reports import run_folder
+import run_folder
 save = run_folder.save_figure
 def record(path, fig):
   save(path, fig)

@@ -46,12 +46,17 @@ def test_scoring_flags_are_the_scoring_defaults(module):
 @pytest.mark.slow
 def test_report_option_flags_are_their_reports_defaults():
   from attacks import report as attack_report
-  from attacks import shadow
+  from attacks.catalogue import ATTACKS
   from lira.reports import cov_structure_report, image_report
   for module, defaults in (("image_maps", image_report.DEFAULTS), ("cov_structure", cov_structure_report.DEFAULTS),
                            ("pretrain_attacks", attack_report.DEFAULTS)):
     got = flag_defaults(module)
     for name, value in defaults.items():
-      if name in got:
-        assert got[name] == value, (module, name)
-  assert flag_defaults("evaluate")["k"] == shadow.DEFAULTS["k"]
+      if name in got:  # a list flag's default holds strings: "2,3,4" is (2, 3, 4)
+        flag = tuple(int(v) for v in got[name]) if isinstance(value, tuple) else got[name]
+        assert flag == value, (module, name)
+  for module, where in (("evaluate", "leave_one_out"), ("score_targets", "targets"), ("pretrain_attacks", "texts")):
+    got = flag_defaults(module)
+    for setting in ATTACKS.settings_for(where):  # every attack setting a command has is the registry's default
+      flag = got[setting.name]
+      assert (tuple(int(v) for v in flag) if setting.kind == "ints" else flag) == setting.default, (module, setting)

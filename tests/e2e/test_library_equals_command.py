@@ -28,7 +28,7 @@ def test_library_defaults_give_the_scores_and_table_evaluate_writes(tmp_path):
   _run(["-m", "experiments.evaluate", f"--run_dir={run}", "--noprogress"])
   code = f"""
     import json, lira, numpy as np
-    from lira.reports import run_folder
+    import run_folder
     run = run_folder.load_run({str(run)!r})
     np.save({str(tmp_path / "default.npy")!r}, lira.leave_one_out(run.loss_MxNxT, run.keep_MxN, mask_NxT=run.mask_NxT))
     for name, covariance, shared in lira.VARIANTS:

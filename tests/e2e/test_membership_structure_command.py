@@ -12,14 +12,15 @@ import pytest
 from lira import evaluation
 from lira.errors import InputError
 from lira.reports import membership_structure_report as report
-from lira.reports import run_folder
+import run_folder
+from lira.reports import synthetic_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_report_cells_resume_and_equal_the_evaluation(tmp_path, monkeypatch):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=8, num_canaries=60, seq_len=5, ragged=True, seed=1)
+  synthetic_run.write_synthetic_run(run, num_models=8, num_canaries=60, seq_len=5, ragged=True, seed=1)
   paths, lines = report.write_membership_structure(run, gaps=[1, 2], n_boot=0)
   assert [os.path.basename(p) for p in paths] == [
       "membership_structure_gaps-1+2_nboot-0." + e for e in ("json", "csv", "md", "png")]
@@ -58,7 +59,7 @@ def test_report_cells_resume_and_equal_the_evaluation(tmp_path, monkeypatch):
 
 def test_command_errors_are_one_line_before_any_work(tmp_path):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=6, num_canaries=20, seq_len=4, seed=0)
+  synthetic_run.write_synthetic_run(run, num_models=6, num_canaries=20, seq_len=4, seed=0)
   keep = np.load(f"{run}/keep.npy")
   keep[:, 3] = [True, True, True, True, True, False]
   np.save(f"{run}/keep.npy", keep)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from lira.reports import loo_report
-from lira.reports import run_folder
+import run_folder
 from training import canaries
 from training import data as data_lib
 

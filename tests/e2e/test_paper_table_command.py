@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from lira.reports import loo_report
-from lira.reports import run_folder
+from lira.reports import synthetic_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -24,7 +24,7 @@ def paper_table(run_dir, *args):
 @pytest.mark.slow
 def test_two_results_files_give_two_tables(tmp_path):
   run_dir = tmp_path / "run"
-  run_folder.write_synthetic_run(str(run_dir), num_models=8, num_canaries=60, seq_len=4, seed=3, shift=1.5)
+  synthetic_run.write_synthetic_run(str(run_dir), num_models=8, num_canaries=60, seq_len=4, seed=3, shift=1.5)
   loo_report.evaluate_run(str(run_dir), n_boot=50, progress=False)  # results_nboot-50.json
   loo_report.evaluate_run(str(run_dir), n_boot=50, statistic="loss", progress=False)
   before = set(os.listdir(run_dir))

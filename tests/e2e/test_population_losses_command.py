@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from experiments import cli
-from lira.reports import run_folder
+import run_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ENV = {**os.environ, "PYTHONPATH": ROOT, "JAX_PLATFORMS": "cpu"}

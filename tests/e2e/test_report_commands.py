@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import lira
-from lira.reports import run_folder
+import run_folder
 from lira import scoring as scoring_lib
 from test_reports import run_dir, strict_load  # noqa: F401  (run_dir: a fixture, a synthetic run of 8 models)
 

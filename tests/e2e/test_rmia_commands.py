@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from lira import rmia
-from lira.reports import run_folder
+import run_folder
+from lira.reports import synthetic_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -22,7 +23,7 @@ def _run(*args):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("rmia_run"))
-  run_folder.write_synthetic_run(path, num_models=8, num_canaries=120, seq_len=5, seed=2, population_size=40)
+  synthetic_run.write_synthetic_run(path, num_models=8, num_canaries=120, seq_len=5, seed=2, population_size=40)
   return path
 
 
@@ -55,7 +56,7 @@ def test_shadow_sweep_scores_rmia_on_the_same_subsets(run_dir, tmp_path):
 
 def test_score_targets_scores_rmia_with_every_shadow_a_reference(tmp_path):
   full = str(tmp_path / "full")
-  run_folder.write_synthetic_run(full, num_models=10, num_canaries=60, seq_len=4, seed=5, population_size=30)
+  synthetic_run.write_synthetic_run(full, num_models=10, num_canaries=60, seq_len=4, seed=5, population_size=30)
   run = run_folder.load_run(full)
   pop, _ = run_folder.load_population(full)
   shadows = str(tmp_path / "shadows")
@@ -82,7 +83,7 @@ def test_score_targets_scores_rmia_with_every_shadow_a_reference(tmp_path):
 
 def test_a_run_without_population_is_one_line_before_any_work(tmp_path):
   path = str(tmp_path / "run")
-  run_folder.write_synthetic_run(path, num_models=6, num_canaries=20, seq_len=3, seed=1, population_size=0)
+  synthetic_run.write_synthetic_run(path, num_models=6, num_canaries=20, seq_len=3, seed=1, population_size=0)
   proc = _run("experiments.evaluate", f"--run_dir={path}", f"--out_dir={tmp_path / 'out'}", "--attacks=rmia")
   assert proc.returncode == 2
   lines = proc.stderr.strip().splitlines()

@@ -7,7 +7,7 @@ import sys
 import numpy as np
 import pytest
 
-from lira.reports import run_folder
+import run_folder
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

@@ -11,7 +11,9 @@ import sys
 import numpy as np
 import pytest
 
-from lira.reports import run_folder
+import run_folder
+
+from lira.reports import synthetic_run
 from test_feature_extraction import _labelled, model_dir  # noqa: F401  (model_dir: a fixture, a tiny GPT-NeoX folder)
 from test_user_errors_command import assert_user_error
 
@@ -95,7 +97,7 @@ def test_every_reader_of_an_unfinished_shadow_run_says_to_resume_it(tmp_path):
 
 def test_partial_run_on_a_synthetic_run_says_it_needs_a_shadow_run(tmp_path):
   run = str(tmp_path / "syn")
-  run_folder.write_synthetic_run(run, num_models=8, num_canaries=10, seq_len=4)
+  synthetic_run.write_synthetic_run(run, num_models=8, num_canaries=10, seq_len=4)
   proc = command("partial_run", f"--run_dir={run}", f"--out_run_dir={tmp_path}/out")
   assert_user_error(proc, f"{run} is not a shadow run of experiments.train_shadows",
                     "synthetic run of experiments.make_synthetic")
@@ -107,7 +109,7 @@ def test_partial_run_on_a_synthetic_run_says_it_needs_a_shadow_run(tmp_path):
 @pytest.mark.slow
 def test_score_targets_refuses_bool_integer_and_empty_targets_before_writing(tmp_path):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=8, num_canaries=30, seq_len=5)
+  synthetic_run.write_synthetic_run(run, num_models=8, num_canaries=30, seq_len=5)
   loss = np.load(f"{run}/losses.npy")
   cases = {"bool": (np.load(f"{run}/keep.npy")[:2, :, None] & (loss[:2] > 0), "got dtype bool"),
            "int": (np.ones((30, 5), np.int64), "got dtype int64"),
@@ -145,7 +147,7 @@ def test_extract_features_names_bad_shots_and_models(model_dir, tmp_path):
 
 def test_cov_structure_says_when_a_level_cannot_be_reached(tmp_path):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=8, num_canaries=20, seq_len=5)
+  synthetic_run.write_synthetic_run(run, num_models=8, num_canaries=20, seq_len=5)
   proc = command("cov_structure", f"--run_dir={run}", "--permutations=19")
   assert proc.returncode == 0, proc.stderr
   assert ("p <= 0.01 is not attainable with 19 permutations (the smallest p is 1 / 20 = 0.05; --permutations=99 or "
@@ -157,7 +159,7 @@ def test_cov_structure_says_when_a_level_cannot_be_reached(tmp_path):
 
 def test_shadow_sweep_default_counts_leave_out_subsets_that_cannot_be_scored(tmp_path):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=16, num_canaries=20, seq_len=4)
+  synthetic_run.write_synthetic_run(run, num_models=16, num_canaries=20, seq_len=4)
   proc = command("shadow_sweep", f"--run_dir={run}", "--draws=1", "--variants=univariate-shared")
   assert proc.returncode == 0, proc.stderr
   report = json.loads(open(f"{run}/shadow_sweep_draws-1_variants-univariate-shared.json").read())

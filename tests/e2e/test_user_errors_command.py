@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments import cli
-from lira.reports import run_folder
+from lira.reports import synthetic_run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -41,7 +41,7 @@ def test_every_command_reports_a_missing_run_folder_in_one_line(tmp_path):
 @pytest.mark.slow
 def test_bad_losses_are_named_through_the_command_line(tmp_path):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=8, num_canaries=30, seq_len=5)
+  synthetic_run.write_synthetic_run(run, num_models=8, num_canaries=30, seq_len=5)
   loss = np.load(f"{run}/losses.npy")
   loss[3, 7, 2] = np.nan
   np.save(f"{run}/losses.npy", loss)
@@ -55,7 +55,7 @@ def test_bad_losses_are_named_through_the_command_line(tmp_path):
 @pytest.mark.slow
 def test_make_synthetic_keeps_an_existing_run(tmp_path):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=8, num_canaries=30, seq_len=5)
+  synthetic_run.write_synthetic_run(run, num_models=8, num_canaries=30, seq_len=5)
   before = np.load(f"{run}/losses.npy")
   assert_user_error(command("make_synthetic", f"--run_dir={run}", "--num_models=6"), run, "--overwrite")
   np.testing.assert_array_equal(np.load(f"{run}/losses.npy"), before)
@@ -67,7 +67,7 @@ def test_make_synthetic_keeps_an_existing_run(tmp_path):
 @pytest.mark.slow
 def test_unwritable_report_folder_is_refused_before_the_work(tmp_path):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=8, num_canaries=30, seq_len=5)
+  synthetic_run.write_synthetic_run(run, num_models=8, num_canaries=30, seq_len=5)
   (tmp_path / "file").write_text("not a folder")
   out = str(tmp_path / "file" / "reports")
   assert_user_error(command("evaluate", f"--run_dir={run}", f"--out_dir={out}"), "--out_dir")

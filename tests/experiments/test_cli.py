@@ -44,8 +44,9 @@ def test_check_range_refuses_a_value_outside_its_range_naming_flag_value_and_ran
   from absl import flags
   for arg, says in (("--n=-1", "--n=-1: must be >= 0"), ("--m=7", "--m=7: must be an even number >= 6"),
                     ("--m=4", "--m=4: must be an even number >= 6"), ("--p=1", "--p=1: must be in (0, 1)"),
-                    ("--p=0", "--p=0: must be in (0, 1)"), ("--p=nan", "--p=nan: must be in (0, 1)"),
+                    ("--p=0", "--p=0: must be in (0, 1)"), ("--p=nan", "--p=nan: must be a finite number in (0, 1)"),
                     ("--shift=inf", "--shift=inf: must be a finite number"),
+                    ("--p=inf", "--p=inf: must be a finite number in (0, 1)"),
                     ("--counts=4,1", "--counts=4,1: must be comma-separated integers, each >= 2"),
                     ("--counts=4,x", "--counts=4,x: must be comma-separated integers, each >= 2"),
                     ("--optional=0", "--optional=0: must be >= 1")):

@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 from experiments import scoring_flags
-from lira.reports import run_folder
+from lira.reports import synthetic_run
 from lira.scoring import Scoring
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -25,7 +25,7 @@ def test_note_only_for_the_jax_backend_with_many_in_counts():
 
 def test_shadow_sweep_prints_the_note_with_the_jax_backend(tmp_path):
   run = tmp_path / "run"
-  run_folder.write_synthetic_run(str(run), num_models=8, num_canaries=6, seq_len=2, seed=0)
+  synthetic_run.write_synthetic_run(str(run), num_models=8, num_canaries=6, seq_len=2, seed=0)
   proc = subprocess.run([sys.executable, "-m", "experiments.shadow_sweep", f"--run_dir={run}", "--backend=jax",
                          "--counts=6,8", "--draws=1", "--fpr=0.1", "--variants=univariate-shared", "--noprogress"],
                         cwd=ROOT, capture_output=True, text=True, timeout=300)

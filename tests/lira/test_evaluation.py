@@ -11,14 +11,15 @@ import lira
 import lira.errors
 from lira import evaluation, synthetic
 from lira.reports import loo_report
-from lira.reports import run_folder
+import run_folder
+from lira.reports import synthetic_run
 from lira import scoring as scoring_lib
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("run"))
-  run_folder.write_synthetic_run(path, num_models=8, num_canaries=150, seq_len=6, seed=3)
+  synthetic_run.write_synthetic_run(path, num_models=8, num_canaries=150, seq_len=6, seed=3)
   return path
 
 

@@ -9,7 +9,7 @@ import pytest
 
 import lira
 from lira import metrics, synthetic
-from lira.reports import run_folder
+import run_folder
 from lira.reports import target_report
 from lira.errors import InputError
 from lira import scoring as scoring_lib

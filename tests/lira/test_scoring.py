@@ -39,7 +39,7 @@ def test_of_overrides_fields_and_refuses_unknown_ones():
   base = lira.Scoring(statistic="loss")
   assert lira.Scoring.of(base, covariance="independent") == lira.Scoring(statistic="loss", covariance="independent")
   assert lira.Scoring.of(None) == lira.Scoring() and lira.Scoring.of(base) is base
-  with pytest.raises(TypeError, match="unknown scoring option"):
+  with pytest.raises(InputError, match="unknown Scoring option"):
     lira.Scoring.of(None, balanced=True)
   with pytest.raises(InputError, match="must be a lira.Scoring"):
     lira.Scoring.of({"covariance": "oas"})

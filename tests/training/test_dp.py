@@ -154,13 +154,15 @@ def test_dp_models_trained_together_equal_models_trained_alone():
 
 
 @pytest.mark.parametrize("field, value, words", [
-  ("epsilon", 0.0, "train.dp.epsilon must be a finite number > 0"),
-  ("epsilon", -1.0, "train.dp.epsilon must be a finite number > 0"),
+  ("epsilon", 0.0, "train.dp.epsilon must be > 0"),
+  ("epsilon", -1.0, "train.dp.epsilon must be > 0"),
+  ("epsilon", float("inf"), "train.dp.epsilon must be a finite number"),
   ("delta", 1.0, "train.dp.delta must be in (0, 1)"),
   ("delta", 0.0, "train.dp.delta must be in (0, 1)"),
   ("clip_norm", 0.0, "train.dp.clip_norm must be > 0"),
   ("clip_norm", -2.0, "train.dp.clip_norm must be > 0"),
-  ("noise_multiplier", -0.5, "train.dp.noise_multiplier must be a finite number >= 0"),
+  ("noise_multiplier", -0.5, "train.dp.noise_multiplier must be >= 0"),
+  ("noise_multiplier", float("nan"), "train.dp.noise_multiplier must be a finite number"),
   ("sampling", "uniform", "train.dp.sampling must be one of poisson, shuffle"),
   ("max_batch_size", 3, "train.dp.max_batch_size must be 0 or >= train.batch_size"),
 ])

@@ -7,7 +7,9 @@ import os
 import numpy as np
 import pytest
 
-from lira.reports import run_folder
+import run_folder
+
+from lira.reports import synthetic_run
 from lira.errors import InputError, MissingFileError
 from training import partial
 
@@ -72,7 +74,7 @@ def test_refusals_name_the_problem_and_write_nothing(tmp_path):
 
 
 def test_a_synthetic_run_is_named_as_not_a_shadow_run(tmp_path):
-  run_folder.write_synthetic_run(str(tmp_path / "syn"), num_models=8, num_canaries=5, seq_len=3)
+  synthetic_run.write_synthetic_run(str(tmp_path / "syn"), num_models=8, num_canaries=5, seq_len=3)
   with pytest.raises(InputError, match="is not a shadow run of experiments.train_shadows.*synthetic run of "
                                        "experiments.make_synthetic"):
     partial.write_partial_run(str(tmp_path / "syn"), str(tmp_path / "out"))

@@ -14,7 +14,7 @@ import pytest
 
 import models
 from experiments.configs import pixelcnn as pixelcnn_configs
-from lira.reports import run_folder
+import run_folder
 from resume_check import assert_killed_run_resumes
 from test_trainer import assert_trained_alike
 from training import canaries as canaries_lib

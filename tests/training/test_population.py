@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 from lira.errors import InputError
-from lira.reports import run_folder
+import run_folder
+from lira.reports import synthetic_run
 from resume_check import Killed
 from test_pipeline import _finished, tiny_cfg
 from training import pipeline
@@ -250,7 +251,7 @@ def test_adding_a_population_to_a_finished_run_equals_training_with_it(tmp_path,
 
 def test_runs_without_models_are_refused(tmp_path):
   syn = str(tmp_path / "syn")
-  run_folder.write_synthetic_run(syn, num_models=6, num_canaries=8, seq_len=3)
+  synthetic_run.write_synthetic_run(syn, num_models=6, num_canaries=8, seq_len=3)
   with pytest.raises(InputError, match="synthetic run .*make_synthetic --population_size"):
     population_run.add_population(syn, progress=False)
   unfinished = str(tmp_path / "unfinished")

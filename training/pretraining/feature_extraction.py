@@ -19,7 +19,7 @@ import os
 import numpy as np
 
 from attacks import feature_folder as folder_io  # the folder's one reader and writer: file names, schema
-from lira.reports import run_folder
+import run_folder
 from lira.errors import InputError
 
 PAIR_CHUNK = 32  # prefix rows per pairs/ chunk: what a kill loses at most
@@ -78,11 +78,9 @@ def _check_fits(module, prefix_len, T, what):
 
 def _settings_check(out_dir, settings, overwrite):
   """A folder started with other settings is refused (no mixing of two builds); the same settings resume."""
-  path = _path(out_dir, "build.json")
+  path = _path(out_dir, run_folder.names.FEATURES_BUILD)
   if os.path.exists(path) and overwrite:  # start afresh: no stale array may be taken for a finished stage
-    for name in os.listdir(out_dir):
-      if name in folder_io.FILES.values():
-        os.remove(_path(out_dir, name))
+    run_folder.remove_files(out_dir, folder_io.FILES.values())
     remove_pair_chunks(out_dir)
   elif os.path.exists(path):
     old = run_folder.load_json(path)
@@ -264,7 +262,7 @@ def _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress, bos_id=None
   from training.pretraining import prefix_lp
   from tqdm import tqdm
   N = len(ids_NxT)
-  folder = _path(out_dir, "pairs")
+  folder = _path(out_dir, run_folder.names.PAIRS_DIR)
   os.makedirs(folder, exist_ok=True)
   chunks = [(s, min(N, s + PAIR_CHUNK)) for s in range(0, N, PAIR_CHUNK)]
   parts = []
@@ -282,7 +280,7 @@ def _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress, bos_id=None
 def remove_pair_chunks(out_dir):
   """Drop pairs/ once pair_lp.npy holds every row."""
   import shutil
-  shutil.rmtree(_path(out_dir, "pairs"), ignore_errors=True)
+  shutil.rmtree(_path(out_dir, run_folder.names.PAIRS_DIR), ignore_errors=True)
 
 
 def summary(out_dir):

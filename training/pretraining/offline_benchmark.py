@@ -28,7 +28,7 @@ from flax import nnx
 from tqdm import tqdm
 
 import models
-from lira.reports import run_folder
+import run_folder
 from lira.errors import InputError
 from training import data as data_lib
 from training import trainer
@@ -179,7 +179,7 @@ def prepare_data(cfg, out_dir, conversations=None, progress=True):
   conversations = data_lib.load_chitchat() if conversations is None else conversations
   docs = chitchat_documents(conversations, d.min_words, d.max_words)
   target, nonmembers, reference = split_documents(docs, d.num_eval, d.num_reference, d.max_target, cfg.seed)
-  tok_path = os.path.join(out_dir, "tokenizer.json")
+  tok_path = os.path.join(out_dir, run_folder.names.TOKENIZER)
   if not os.path.exists(tok_path):
     data_lib.train_bpe_tokenizer(target, cfg.tokenizer.vocab_size, tok_path)  # the target corpus only
   tokenizer = data_lib.load_tokenizer(tok_path)
@@ -223,7 +223,7 @@ def checkpoint_dir(folder, epoch):
 
 
 def _complete(hf_dir):
-  return os.path.exists(os.path.join(hf_dir, "config.json"))  # save_hf_folder writes it last
+  return os.path.exists(os.path.join(hf_dir, run_folder.names.MODEL_CONFIG))  # save_hf_folder writes it last
 
 
 def _state_path(folder, epoch):
@@ -302,7 +302,7 @@ def pretrain(sequences_SxT, folder, *, arch, vocab_size, bos_id, epochs, batch_s
 
 def pretrain_models(cfg, out_dir, sets, tokenizer, progress=True):
   """The target (checkpoints at cfg.pretrain.checkpoint_epochs) and the reference model; {name: seconds}."""
-  tok_path = os.path.join(out_dir, "tokenizer.json")
+  tok_path = os.path.join(out_dir, run_folder.names.TOKENIZER)
   common = dict(arch=dict(cfg.model.arch), vocab_size=data_lib.vocab_size(tokenizer), bos_id=data_lib.bos_id(tokenizer),
                 batch_size=cfg.pretrain.batch_size, learning_rate=cfg.pretrain.learning_rate,
                 weight_decay=cfg.pretrain.weight_decay, seed=cfg.seed, tokenizer_file=tok_path, dtype=cfg.model.dtype,

@@ -8,12 +8,13 @@ import numpy as np
 from lira import nonmember_pairs
 from lira.reports import false_positives_report
 from lira.reports import loo_report
-from lira.reports import run_folder
+import run_folder
+from lira.reports import synthetic_run
 
 
 def test_report_counts_and_source_indices(tmp_path):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=8, num_canaries=20, seq_len=3, seed=1, shift=1.0)
+  synthetic_run.write_synthetic_run(run, num_models=8, num_canaries=20, seq_len=3, seed=1, shift=1.0)
   loo_report.evaluate_run(run, variants=["univariate-shared"], progress=False)
   config = run_folder.load_config(run)
   config["partial_of"] = {"num_canaries": 22, "dropped_canaries": [3, 10]}  # as partial_run --drop_canaries=3,10
@@ -37,7 +38,7 @@ def test_report_counts_and_source_indices(tmp_path):
 
 def test_texts_with_control_characters_stay_printable_in_the_table(tmp_path):
   run = str(tmp_path / "run")
-  run_folder.write_synthetic_run(run, num_models=8, num_canaries=20, seq_len=3, seed=1, shift=1.0)
+  synthetic_run.write_synthetic_run(run, num_models=8, num_canaries=20, seq_len=3, seed=1, shift=1.0)
   loo_report.evaluate_run(run, variants=["univariate-shared"], progress=False)
   (results,) = [f for f in os.listdir(run) if f.startswith("results") and f.endswith(".json")]
   report = false_positives_report.build(run, top=5, show=1, results_name=results)

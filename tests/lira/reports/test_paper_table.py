@@ -10,13 +10,14 @@ from lira import metrics
 from lira.reports import paper_table_report
 from lira.reports import loo_report
 from lira.errors import InputError
-from lira.reports import run_folder
+import run_folder
+from lira.reports import synthetic_run
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("run"))
-  run_folder.write_synthetic_run(path, num_models=8, num_canaries=300, seq_len=5, seed=2, shift=1.5)
+  synthetic_run.write_synthetic_run(path, num_models=8, num_canaries=300, seq_len=5, seed=2, shift=1.5)
   loo_report.evaluate_run(path, progress=False)  # default settings: results.json
   return path
 
@@ -55,7 +56,7 @@ def test_verdict_reads_the_interval():
 
 
 def test_a_run_without_a_report_is_a_one_line_error(tmp_path):
-  run_folder.write_synthetic_run(str(tmp_path), num_models=4, num_canaries=10, seq_len=3)
+  synthetic_run.write_synthetic_run(str(tmp_path), num_models=4, num_canaries=10, seq_len=3)
   with pytest.raises(InputError, match="results.json: not found"):
     paper_table_report.build(str(tmp_path))
 

@@ -1,5 +1,6 @@
-"""RMIA's population files: run_folder.load_population's checks against losses.npy, and the synthetic population
-(lira.synthetic.synthetic_population) drawn from every model's OUT distribution."""
+"""RMIA's population files: lira.reports.population_files.load_population's checks against losses.npy and of every
+scored loss, and the synthetic population (lira.synthetic.synthetic_population) drawn from every model's OUT
+distribution."""
 
 import os
 
@@ -9,23 +10,25 @@ import pytest
 import lira
 from lira import synthetic
 from lira.errors import InputError, MissingFileError
-from lira.reports import run_folder
+import run_folder
+from lira.reports import population_files
+from lira.reports import synthetic_run
 
 
 @pytest.fixture
 def run(tmp_path):
   """A synthetic run of M = 6 models, N = 40 canaries, T = 5 positions and its default population (Z = N // 4)."""
   path = str(tmp_path / "run")
-  run_folder.write_synthetic_run(path, num_models=6, num_canaries=40, seq_len=5)
+  synthetic_run.write_synthetic_run(path, num_models=6, num_canaries=40, seq_len=5)
   return path
 
 
 def test_make_synthetic_writes_a_population_of_n_over_4_beside_unchanged_canary_losses(run, tmp_path):
-  pop_MxZxT, mask_ZxT = run_folder.load_population(run)
+  pop_MxZxT, mask_ZxT = population_files.load_population(run)
   assert pop_MxZxT.shape == (6, 10, 5) and pop_MxZxT.dtype == np.float32 and mask_ZxT is None
   assert run_folder.load_json(os.path.join(run, "config.json"))["population_size"] == 10
   none = str(tmp_path / "none")
-  run_folder.write_synthetic_run(none, num_models=6, num_canaries=40, seq_len=5, population_size=0)
+  synthetic_run.write_synthetic_run(none, num_models=6, num_canaries=40, seq_len=5, population_size=0)
   assert not os.path.exists(os.path.join(none, "population_losses.npy"))
   for name in ("losses", "keep"):  # a population of its own seed stream: the canaries' arrays are unchanged
     np.testing.assert_array_equal(np.load(os.path.join(run, f"{name}.npy")), np.load(os.path.join(none, f"{name}.npy")))
@@ -33,12 +36,12 @@ def test_make_synthetic_writes_a_population_of_n_over_4_beside_unchanged_canary_
 
 def test_a_ragged_synthetic_run_masks_its_population_and_overwrite_removes_stale_files(tmp_path):
   path = str(tmp_path / "run")
-  run_folder.write_synthetic_run(path, num_models=6, num_canaries=40, seq_len=6, ragged=True, population_size=12)
-  pop_MxZxT, mask_ZxT = run_folder.load_population(path)
+  synthetic_run.write_synthetic_run(path, num_models=6, num_canaries=40, seq_len=6, ragged=True, population_size=12)
+  pop_MxZxT, mask_ZxT = population_files.load_population(path)
   assert pop_MxZxT.shape == (6, 12, 6) and mask_ZxT.shape == (12, 6) and mask_ZxT.dtype == bool
   assert np.isnan(pop_MxZxT[:, ~mask_ZxT]).all() and np.isfinite(pop_MxZxT[:, mask_ZxT]).all()
   assert (mask_ZxT.sum(axis=1) >= 3).all()  # lengths T // 2 .. T, as the canaries'
-  run_folder.write_synthetic_run(path, overwrite=True, num_models=6, num_canaries=40, seq_len=6, population_size=0)
+  synthetic_run.write_synthetic_run(path, overwrite=True, num_models=6, num_canaries=40, seq_len=6, population_size=0)
   assert not [f for f in os.listdir(path) if f.startswith("population")]
 
 
@@ -57,10 +60,10 @@ def test_the_synthetic_population_is_out_for_every_model():
 
 def test_a_missing_population_names_the_file_and_the_command(tmp_path):
   path = str(tmp_path / "run")
-  run_folder.write_synthetic_run(path, num_models=6, num_canaries=8, seq_len=3, population_size=0)
+  synthetic_run.write_synthetic_run(path, num_models=6, num_canaries=8, seq_len=3, population_size=0)
   with pytest.raises(MissingFileError, match=r"population_losses.npy does not exist: make it with python -m "
                                              r"experiments.population_losses --run_dir=.*run"):
-    run_folder.load_population(path)
+    population_files.load_population(path)
 
 
 @pytest.mark.parametrize("array, message", [
@@ -73,7 +76,7 @@ def test_a_missing_population_names_the_file_and_the_command(tmp_path):
 def test_a_population_unlike_the_losses_is_named(run, array, message):
   np.save(os.path.join(run, "population_losses.npy"), array)
   with pytest.raises(InputError, match=r"population_losses.npy: " + message):
-    run_folder.load_population(run)
+    population_files.load_population(run)
 
 
 def test_a_bad_mask_or_loss_is_named(run):
@@ -82,17 +85,17 @@ def test_a_bad_mask_or_loss_is_named(run):
   np.save(os.path.join(run, "population_losses.npy"), pop)
   with pytest.raises(InputError, match=r"loss of model 1 on population sequence 2 at position 3 is nan; .*mask them "
                                        r"out with population_mask.npy"):
-    run_folder.load_population(run, mmap=True)
+    population_files.load_population(run, mmap=True)
   mask = np.ones((10, 5), bool)
   mask[2, 3] = False
   np.save(os.path.join(run, "population_mask.npy"), mask)
-  loaded, loaded_mask = run_folder.load_population(run)  # unscored: any value
+  loaded, loaded_mask = population_files.load_population(run)  # unscored: any value
   np.testing.assert_array_equal(loaded_mask, mask)
   pop[0, 9, 0] = -1.0
   np.save(os.path.join(run, "population_losses.npy"), pop)
   with pytest.raises(InputError, match=r"model 0 on population sequence 9 at position 0 is -1.0"):
-    run_folder.load_population(run)
+    population_files.load_population(run)
   for bad in (np.ones((10, 4), bool), np.ones((10, 5), np.int8)):
     np.save(os.path.join(run, "population_mask.npy"), bad)
     with pytest.raises(InputError, match=r"population_mask.npy: expected bool \[Z, T\] = \(10, 5\)"):
-      run_folder.load_population(run)
+      population_files.load_population(run)

@@ -9,7 +9,8 @@ import pytest
 
 from lira.reports import provenance
 from lira.reports import loo_report
-from lira.reports import run_folder
+import run_folder
+from lira.reports import synthetic_run
 from lira.errors import InputError
 
 
@@ -26,7 +27,7 @@ def strict_load(path):
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
   path = str(tmp_path_factory.mktemp("run"))
-  run_folder.write_synthetic_run(path, num_models=8, num_canaries=120, seq_len=6, seed=5)
+  synthetic_run.write_synthetic_run(path, num_models=8, num_canaries=120, seq_len=6, seed=5)
   return path
 
 

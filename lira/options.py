@@ -1,0 +1,105 @@
+"""One base under every options class (lira.Scoring, lira.rmia.RMIA, lira.dp_audit.AuditOptions): a field is
+declared once with its default, help, choices and range, and the base validates it, builds an object from another
+with fields replaced (`of`), and lists the defaults and the fields that differ from them.
+
+The commands' flags are generated from the same fields (experiments/option_flags.py), ranges included, so a range is
+written once. A class adds the checks that tie fields together in `check_fields`.
+"""
+
+import dataclasses
+import math
+
+from lira.errors import InputError
+
+
+def option(default, help, *, choices=None, low=None, high=None, low_open=False, high_open=False, integer=False,
+           finite=True):
+  """A field of an options class: its default, its help (the flag's help too), its choices or its numeric range
+  (None: unbounded on that side); integer: a whole number; finite=False lets inf through (a clip norm's "none").
+  A field whose default is None may be None (not set)."""
+  return dataclasses.field(default=default, metadata={
+      "help": help, "choices": choices, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
+      "integer": integer, "finite": finite})
+
+
+def rule(field):
+  """The range of a numeric field in words: 'in (0, 1]', '> 0', '>= 0'."""
+  m = field.metadata
+  low, high = m.get("low"), m.get("high")
+  if low is not None and high is not None:
+    return f"in {'(' if m['low_open'] else '['}{low:g}, {high:g}{')' if m['high_open'] else ']'}"
+  if low is not None:
+    return f"{'>' if m['low_open'] else '>='} {low:g}"
+  if high is not None:
+    return f"{'<' if m['high_open'] else '<='} {high:g}"
+  return None
+
+
+def check_value(owner, field, value):
+  """The field's value checked against its choices and range: InputError naming `owner` and the field."""
+  m = field.metadata
+  if value is None and field.default is None:
+    return None
+  if m.get("choices") is not None:
+    if value not in m["choices"]:
+      raise InputError(f"{owner}{field.name} must be one of {', '.join(map(str, m['choices']))}, got {value!r}")
+    return value
+  if isinstance(field.default, bool):
+    return bool(value)
+  if m.get("low") is None and m.get("high") is None and not m.get("integer"):
+    return value
+  if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+    raise InputError(f"{owner}{field.name} must be a number, got {value!r}")
+  x = float(value)
+  if math.isnan(x) or (m.get("finite", True) and math.isinf(x)):
+    raise InputError(f"{owner}{field.name} must be a finite number, got {value!r}")
+  if m.get("integer") and x != int(x):
+    raise InputError(f"{owner}{field.name} must be an integer, got {value!r}")
+  low, high = m.get("low"), m.get("high")
+  if ((low is not None and (x <= low if m["low_open"] else x < low)) or
+      (high is not None and (x >= high if m["high_open"] else x > high))):
+    raise InputError(f"{owner}{field.name} must be {rule(field)}, got {value!r}")
+  return int(x) if m.get("integer") else value
+
+
+class Options:
+  """Base of the frozen options dataclasses: every field checked when the object is made (InputError naming it)."""
+
+  # How messages name the class's fields ("RMIA " gives "RMIA gamma must be > 0") and the class itself.
+  OWNER = ""
+  PUBLIC_NAME = None  # "lira.Scoring": default module.Class
+
+  def __post_init__(self):
+    for field in dataclasses.fields(self):
+      object.__setattr__(self, field.name, check_value(self.OWNER, field, getattr(self, field.name)))
+    self.check_fields()
+
+  def check_fields(self):
+    """Checks that tie fields together (a subclass's); the fields one by one are checked already."""
+
+  @classmethod
+  def of(cls, options=None, **fields):
+    """`options` (default cls()) with `fields` replaced: what every function taking these options does with its
+    arguments. An unknown field is refused with the fields the class has."""
+    base = cls() if options is None else options
+    if not isinstance(base, cls):
+      raise InputError(f"options must be a {cls.PUBLIC_NAME or cls.__module__ + '.' + cls.__name__}, got "
+                       f"{type(base).__name__}")
+    names = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(set(fields) - set(names))
+    if unknown:
+      raise InputError(f"unknown {cls.__name__} option(s) {', '.join(unknown)}; {cls.__name__} has "
+                       f"{', '.join(names)}")
+    return dataclasses.replace(base, **fields) if fields else base
+
+  @classmethod
+  def defaults(cls):
+    """{field: default}, in field order."""
+    return {f.name: f.default for f in dataclasses.fields(cls)}
+
+  def changed(self, names=None):
+    """{field: value} of the fields (of `names`, default all) that differ from the defaults: what report names
+    carry."""
+    default = self.defaults()
+    names = list(default) if names is None else names
+    return {n: getattr(self, n) for n in names if getattr(self, n) != default[n]}

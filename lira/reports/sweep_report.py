@@ -1,0 +1,69 @@
+"""The shadow-model sweep written out (experiments/shadow_sweep.py; docs/outputs.md): TPR at one FPR against m.
+
+shadow_sweep.json (schema "seqlira.shadow_sweep"): the block every report opens with (lira.reports.provenance.header),
+then `fpr` and `rows` (lira.evaluation.shadow_count_sweep's rows: one per variant or attack, m and draw);
+shadow_sweep.csv holds the rows; shadow_sweep.png draws TPR against m with a min-max band over the draws. Settings
+other than their defaults are appended to the names (shadow_sweep_reduction-group4.json).
+"""
+
+import numpy as np
+
+from lira import metrics
+from lira.reports import plots
+from lira.reports import provenance
+import run_folder
+
+
+def _cell(rows):
+  """One table cell: mean TPR (%) over the draws with a value, n/r if a draw's FPR is unresolved, n/a if none."""
+  defined = [r for r in rows if r["tpr"] is not None and np.isfinite(r["tpr"])]
+  if not defined:
+    return "n/a"
+  if not all(r["resolved"] for r in defined):
+    return "n/r"
+  return f"{100 * np.mean([r['tpr'] for r in defined]):.2f}"
+
+
+def table(rows, names, counts, fpr):
+  """The sweep as printed: one line per row name (variant or attack), one column per m, with evaluate's n/r mark and
+  notes."""
+  width = max([24] + [len(n) + 2 for n in names])
+  lines = [f"{'variant':<{width}}" + "".join(f"{'m=' + str(m):>10}" for m in counts)]
+  cells = {}
+  for name in names:
+    cells[name] = [_cell([r for r in rows if r["variant"] == name and r["m"] == m]) for m in counts]
+    lines.append(f"{name:<{width}}" + "".join(f"{c:>10}" for c in cells[name]))
+  lines.append(f"TPR@{100 * fpr:g}% FPR in %, mean over draws.")
+  if any("n/a" in c for c in cells.values()):
+    lines.append("n/a = too few models of a class for every canary at that m.")
+  open_m = [m for i, m in enumerate(counts) if any(c[i] == "n/r" for c in cells.values())]
+  if open_m:
+    have = ", ".join(f"m={m}: {int(np.mean([r['n_neg'] for r in rows if r['m'] == m and r['n_neg']])):,}"
+                     for m in open_m)
+    lines.append(f"n/r = not resolved: TPR@{100 * fpr:g}% FPR needs >= {metrics.min_negatives(fpr):,} negatives; "
+                 f"available (mean over draws) {have}. A larger --fpr (e.g. --fpr=0.01) is resolved with fewer.")
+  return "\n".join(lines)
+
+
+def write(out_dir, run_dir, run, rows, names, settings, defaults, recorded, styles=None):
+  """shadow_sweep[_settings].{json,csv,png} in out_dir; returns (text to print, paths written).
+
+  names: the table's rows in order (variants, then attacks); settings name the files where they differ from
+  defaults (counts and variants None at their defaults); recorded: the JSON's settings block (the counts and
+  variants used); styles: {attack name: plot style} of the attack rows.
+  """
+  paths = [provenance.report_path(out_dir, "shadow_sweep", ext, settings, defaults) for ext in ("json", "csv", "png")]
+  run_folder.save_json(paths[0], {**provenance.header("shadow_sweep", run_dir, run, recorded, "seqlira.shadow_sweep"),
+                                  "fpr": settings["fpr"], "rows": rows})
+  run_folder.save_csv(paths[1], rows)
+  M, N, T = run.loss_MxNxT.shape
+  shape = provenance.shape_line({"M": M, "N": N, "T": T})
+  line = (f"statistic={settings['statistic']}, reduction={settings['reduction'] or 'none'}"
+          f"{', balanced counts' if settings['balance_counts'] else ''}, {settings['draws']} draws per m "
+          f"(seed {settings['seed']})")
+  title = (f"{provenance.run_description(run_dir, run.config)}\n"
+           f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}")
+  figure = plots.sweep_figure(rows, ylabel=f"TPR @ {100 * settings['fpr']:g}% FPR", title=title,
+                              styles={} if styles is None else styles)
+  run_folder.save_figure(paths[2], figure)
+  return f"{shape}; {line}\n\n{table(rows, names, recorded['counts'], settings['fpr'])}", paths
