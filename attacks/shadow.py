@@ -77,6 +77,10 @@ class ShadowRun:
     return self._cache[key]
 
   def target_lp(self, m):
+    """Model m's lp = -loss [N, T] (NaN where unscored)."""
+    if self._parent is not None:
+      parent, models = self._parent
+      return parent.target_lp(int(models[m]))
     return target_lp(self.loss_MxNxT[m], self.mask_NxT)
 
   def texts(self):
