@@ -9,9 +9,9 @@ docs/conventions.md says where that differs. An AUC below 0.5 is reported as is,
 its AUC on the evaluated texts (the best ReCaLL shot count, Con-ReCall's gamma when not given) is labelled "tuned on
 the evaluated set" in its row's name and in `tuned`.
 
-The blind baseline (attacks.blind) scores the same texts from their words alone; when its AUC reaches the bootstrap
-interval of the best model-based row (or, without a bootstrap, that row's AUC), a warning line says the split is
-distribution-shifted.
+The blind baseline (attacks.blind) scores the same texts from their words alone; when its AUC interval excludes 0.5
+and its AUC reaches the bootstrap interval of the best model-based row (or, without a bootstrap, that row's AUC), a
+warning line gives both AUCs and intervals.
 
 results.json (schema "seqlira.pretrain_attacks", docs/outputs.md): schema, command, argv, features_dir, shape
 {N, T}, n_members, n_nonmembers, settings {attacks, requested_attacks, k, gamma, shots, folds, n_boot, seed,
@@ -100,14 +100,20 @@ def summarize_row(row, labels_N, n_boot, seed):
 
 
 def blind_warning(rows):
-  """The warning line when the blind row's AUC reaches the bootstrap interval of the best model-based row (that row's
-  AUC when there is no interval) or lies above it; None otherwise, or when either kind of row is missing."""
+  """The warning line when the blind baseline, which never looks at the model, separates members from non-members
+  (its AUC interval excludes 0.5; without a bootstrap, its AUC is above 0.5) and reaches the best model-based row's
+  interval (that row's AUC without one); None otherwise, or when either kind of row is missing. It says what the
+  numbers show, not why."""
   baselines = {name for name, attack in ATTACKS.attacks.items() if attack.baseline}
   blind_rows = [r for r in rows if r["attack"] in baselines]
   others = [r for r in rows if r["attack"] not in baselines]
   if not blind_rows or not others:
     return None
   auc = blind_rows[0]["summary"]["auc"]
+  b_low, b_high = blind_rows[0]["summary"].get("auc_ci") or (None, None)
+  b_interval = b_low is not None and b_high is not None
+  if (b_low <= 0.5 <= b_high) if b_interval else auc <= 0.5:
+    return None
   best = max(others, key=lambda r: r["summary"]["auc"])
   best_auc = best["summary"]["auc"]
   low, high = best["summary"].get("auc_ci") or (None, None)
@@ -115,11 +121,14 @@ def blind_warning(rows):
   low, high = (low, high) if interval else (best_auc, best_auc)
   if auc < low:
     return None
+  own = (f"{auc:.4f} [{b_low:.4f}, {b_high:.4f}] (its {LEVEL:.0%} interval excludes 0.5)" if b_interval
+         else f"{auc:.4f} (no bootstrap interval)")
   where = (f"{'above' if auc > high else 'within'} the {LEVEL:.0%} interval [{low:.4f}, {high:.4f}] of" if interval
            else "at or above the AUC of")
-  return (f"WARNING: the blind baseline, which never looks at the model, reaches AUC {auc:.4f}, {where} the best "
-          f"attack ({best['name']}, AUC {best_auc:.4f}): members and non-members differ in distribution, so the "
-          "attacks' numbers say little about what the model memorised.")
+  return (f"WARNING: the blind baseline, a text classifier that never looks at the model, reaches AUC {own}, "
+          f"{where} the best attack ({best['name']}, AUC {best_auc:.4f}): the texts alone separate these members "
+          "from these non-members about as well as the attacks do, so the attacks' numbers need not come from what "
+          "the model memorised.")
 
 
 def notes_for(rows, skipped):

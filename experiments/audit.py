@@ -78,8 +78,7 @@ def main(argv):
                                            attack_rows_of=attack_rows_of, progress=FLAGS.progress)
     out_dir = FLAGS.out_dir or FLAGS.run_dir[0]
   print(text)
-  print(f"\n{result['seconds']:.1f} s.")
-  print(provenance.wrote([f"{out_dir}/{name}" for name in result["files"]]))
+  print("\n" + provenance.wrote([f"{out_dir}/{name}" for name in result["files"]], result["seconds"]))
 
 
 if __name__ == "__main__":

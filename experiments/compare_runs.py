@@ -11,9 +11,11 @@ from absl import app
 from absl import flags
 
 from experiments import cli
+from experiments import option_flags
 from lira.reports import compare_runs_report
 from lira.reports import paper_table_report
 from lira.reports import provenance
+from lira.reports.compare_runs_report import CompareRunsOptions
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("run_dirs", None, "Evaluated run folders, in the order they are drawn.")
@@ -22,10 +24,7 @@ flags.DEFINE_string("title", None, "The figure's and tables' title; default the 
 flags.DEFINE_string("out_dir", None, "Output folder.")
 flags.DEFINE_enum("setting", "none", ["none"] + list(paper_table_report.PAPER_TABLE_II),
                   "A Table II column whose differences are drawn and tabled beside the runs'.")
-flags.DEFINE_integer("n_boot", compare_runs_report.DEFAULTS["n_boot"], "Paired bootstrap replicates over canaries.")
-cli.check_range("n_boot", 1)
-flags.DEFINE_integer("seed", compare_runs_report.DEFAULTS["seed"], "Bootstrap seed.")
-cli.check_range("seed", 0)
+option_flags.define(CompareRunsOptions, ("n_boot", "seed"))
 flags.DEFINE_bool("progress", True, "Accepted, as by every command (nothing to show).")
 
 
@@ -35,8 +34,9 @@ def main(argv):
     raise app.UsageError("--run_dirs is required")
   if not FLAGS.out_dir:
     raise app.UsageError("--out_dir is required")
-  paths = compare_runs_report.write(FLAGS.run_dirs, FLAGS.out_dir, FLAGS.labels, FLAGS.title, FLAGS.n_boot,
-                                    FLAGS.seed, FLAGS.setting)
+  options = CompareRunsOptions(**option_flags.values(CompareRunsOptions, CompareRunsOptions.defaults()))
+  paths = compare_runs_report.write(FLAGS.run_dirs, FLAGS.out_dir, FLAGS.labels, FLAGS.title, options.n_boot,
+                                    options.seed, FLAGS.setting)
   print(provenance.wrote(paths))
 
 

@@ -75,8 +75,7 @@ def main(argv):
     return
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   print(table)
-  print(f"\n{result['seconds']:.1f} s.")
-  print(provenance.wrote([os.path.join(out_dir, name) for name in result["files"]]))
+  print("\n" + provenance.wrote([os.path.join(out_dir, name) for name in result["files"]], result["seconds"]))
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ decoded with tokenizer.json). When a few canaries hold most of the pairs, evalua
 (partial_run --drop_canaries) to see what they do to the ranking.
 """
 
+import dataclasses
 import os
 
 from absl import app
@@ -15,21 +16,17 @@ from absl import flags
 
 from attacks import shadow
 from experiments import cli
+from experiments import option_flags
 from lira.errors import MissingFileError
 from lira.reports import false_positives_report
 from lira.reports import provenance
+from lira.reports.false_positives_report import FalsePositivesOptions
 import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "An evaluated run folder (results.json, scores_<variant>.npy, keep.npy).")
 flags.DEFINE_string("results", run_folder.names.RESULTS, "The evaluate report to read, in the run folder.")
-flags.DEFINE_integer("top", None, "Count the K highest-scoring non-member pairs; default those above --fpr's threshold.")
-cli.check_range("top", 1)
-flags.DEFINE_float("fpr", false_positives_report.DEFAULTS["fpr"],
-                   "Without --top: the pairs above this FPR's threshold, floor(FPR x non-member pairs), at least 1.")
-cli.check_range("fpr", 0.0, 1.0, low_open=True, high_open=True)
-flags.DEFINE_integer("show", false_positives_report.DEFAULTS["show"], "Canaries listed per variant.")
-cli.check_range("show", 1)
+option_flags.define(FalsePositivesOptions, ("top", "fpr", "show"))
 flags.DEFINE_string("out_dir", None, "Where false_positives[_settings].{json,md} go; default the run folder.")
 flags.DEFINE_bool("progress", True, "Accepted, as by every command (nothing to show).")
 
@@ -48,7 +45,8 @@ def main(argv):
   del argv
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
-  report = false_positives_report.build(FLAGS.run_dir, FLAGS.top, FLAGS.fpr, FLAGS.show, FLAGS.results)
+  options = FalsePositivesOptions(**option_flags.values(FalsePositivesOptions, FalsePositivesOptions.defaults()))
+  report = false_positives_report.build(FLAGS.run_dir, **dataclasses.asdict(options), results_name=FLAGS.results)
   texts = _texts(FLAGS.run_dir, report["shape"]["N"])
   for variant in report["variants"]:
     for row in variant["canaries"]:

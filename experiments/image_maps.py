@@ -12,25 +12,20 @@ gaps), so it takes seconds where experiments.covariance_error's analysis of the 
 about 2 x N x T x T float64 of memory.
 """
 
+import dataclasses
+
 from absl import app
 from absl import flags
 
 from experiments import cli
-from lira import canary_maps
+from experiments import option_flags
 from lira.reports import image_report
 from lira.reports import provenance
-from lira import transforms
+from lira.reports.image_report import ImageMapsOptions
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Image run folder: losses.npy [M, N, H*W], keep.npy, canaries.npy, config.json.")
-flags.DEFINE_integer("canary", image_report.DEFAULTS["canary"], "Canary to draw; default the one with the largest IN-vs-OUT mean loss gap.")
-cli.check_range("canary", 0)  # and below the run's N, checked once the run is read
-flags.DEFINE_string("pixel", image_report.DEFAULTS["pixel"], "Pixel whose covariance row is drawn: raster index t = row * W + column, or "
-                    "'row,column'; default the image centre.")
-flags.DEFINE_enum("cov_class", image_report.DEFAULTS["cov_class"], list(canary_maps.COV_CLASSES), "Models the covariance row is estimated from.")
-flags.DEFINE_enum("statistic", image_report.DEFAULTS["statistic"], list(transforms.STATISTICS), "Per-pixel statistic drawn (loss: nats).")
-flags.DEFINE_integer("max_positions", image_report.DEFAULTS["max_positions"], "Positions shown in the covariance heatmap (the paper's Fig. 8: 64).")
-cli.check_range("max_positions", 2)
+option_flags.define(ImageMapsOptions, ("canary", "pixel", "cov_class", "statistic", "max_positions"))
 flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/image_maps.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
@@ -39,9 +34,9 @@ def main(argv):
   del argv
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
-  paths, line = image_report.write_image_maps(
-      FLAGS.run_dir, FLAGS.out_dir, canary=FLAGS.canary, pixel=FLAGS.pixel, cov_class=FLAGS.cov_class,
-      statistic=FLAGS.statistic, max_positions=FLAGS.max_positions, progress=FLAGS.progress)
+  options = ImageMapsOptions(**option_flags.values(ImageMapsOptions, ImageMapsOptions.defaults()))
+  paths, line = image_report.write_image_maps(FLAGS.run_dir, FLAGS.out_dir, **dataclasses.asdict(options),
+                                              progress=FLAGS.progress)
   print(line)
   print(provenance.wrote(paths))
 

@@ -12,19 +12,22 @@ says how to read them. Writes membership_structure.{json,csv,md,png}; finished c
 membership_structure_cells/ and a stopped analysis resumes there.
 """
 
+import dataclasses
 import math
 
 from absl import app
 from absl import flags
 
 from experiments import cli
+from experiments import option_flags
 from lira.reports import membership_structure_report as report
 from lira.reports import provenance
+from lira.reports.membership_structure_report import MembershipStructureOptions
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "Run folder: losses.npy [M, N, T], keep.npy [M, N], optional mask.npy.")
-flags.DEFINE_list("gaps", [f"{g:g}" for g in report.DEFAULTS["gaps"]],
-                  "Factors the IN-OUT gap of the simulated runs is scaled by.")
+flags.DEFINE_list("gaps", [f"{g:g}" for g in MembershipStructureOptions.gaps],
+                  {f.name: f for f in dataclasses.fields(MembershipStructureOptions)}["gaps"].metadata["help"])
 
 
 def _positive_numbers(values):
@@ -38,15 +41,7 @@ def _positive_numbers(values):
 
 
 flags.register_validator("gaps", _positive_numbers)
-flags.DEFINE_integer("draws", report.DEFAULTS["draws"], "Simulated runs per cell (their TPRs and differences are "
-                     "averaged; the report gives their range).")
-cli.check_range("draws", 1)
-flags.DEFINE_integer("max_canaries", None, "Analyse the first N canaries only; default all.")
-cli.check_range("max_canaries", 1)
-flags.DEFINE_integer("n_boot", report.DEFAULTS["n_boot"], "Bootstrap replicates over canaries (0 = none).")
-cli.check_range("n_boot", 0)
-flags.DEFINE_integer("seed", report.DEFAULTS["seed"], "Seed of the simulations and the bootstrap.")
-cli.check_range("seed", 0)
+option_flags.define(MembershipStructureOptions, ("draws", "max_canaries", "n_boot", "seed"))
 flags.DEFINE_string("out_dir", None, "Output folder; default RUN_DIR/membership_structure.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 
@@ -55,10 +50,11 @@ def main(argv):
   del argv
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
+  options = MembershipStructureOptions(gaps=tuple(float(g) for g in FLAGS.gaps), **option_flags.values(
+      MembershipStructureOptions, ("draws", "max_canaries", "n_boot", "seed")))
   paths, lines = report.write_membership_structure(
-      FLAGS.run_dir, FLAGS.out_dir, gaps=[float(g) for g in FLAGS.gaps], draws_per_cell=FLAGS.draws,
-      max_canaries=FLAGS.max_canaries,
-      n_boot=FLAGS.n_boot, seed=FLAGS.seed, progress=FLAGS.progress)
+      FLAGS.run_dir, FLAGS.out_dir, gaps=list(options.gaps), draws_per_cell=options.draws,
+      max_canaries=options.max_canaries, n_boot=options.n_boot, seed=options.seed, progress=FLAGS.progress)
   print("\n".join(lines))
   print(provenance.wrote(paths))
 

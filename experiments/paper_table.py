@@ -18,18 +18,17 @@ paper's columns out.
 from absl import flags
 
 from experiments import cli
+from experiments import option_flags
 from lira.reports import paper_table_report
 from lira.reports import provenance
+from lira.reports.paper_table_report import PaperTableOptions
 import run_folder
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("run_dir", None, "An evaluated run folder (results.json, scores_<variant>.npy, keep.npy).")
 flags.DEFINE_enum("setting", "none", ["none", *paper_table_report.PAPER_TABLE_II], "The paper's column to print beside the run's.")
 flags.DEFINE_string("results", run_folder.names.RESULTS, "The report to read, in the run folder (e.g. one with attack rows).")
-flags.DEFINE_integer("n_boot", 1000, "Paired bootstrap replicates over canaries for the differences.")
-cli.check_range("n_boot", 1)  # the verdicts are read off the bootstrap intervals
-flags.DEFINE_integer("seed", 0, "Bootstrap seed.")
-cli.check_range("seed", 0)
+option_flags.define(PaperTableOptions, ("n_boot", "seed"))
 flags.DEFINE_string("out_dir", None, "Where paper_table_<setting>.{md,json} go; default the run folder.")
 flags.DEFINE_bool("progress", True, "Show progress bars (this command draws none; accepted as by every command).")
 flags.mark_flags_as_required(["run_dir"])
@@ -39,9 +38,9 @@ def main(argv):
   del argv
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   run_folder.check_writable(out_dir)
-  table = paper_table_report.build(FLAGS.run_dir, FLAGS.results, FLAGS.setting, FLAGS.n_boot, FLAGS.seed)
-  paths = paper_table_report.report_paths(out_dir, FLAGS.results, FLAGS.setting, FLAGS.n_boot, FLAGS.seed,
-                                         cli.flag_defaults(("n_boot", "seed")))
+  options = PaperTableOptions(**option_flags.values(PaperTableOptions, PaperTableOptions.defaults()))
+  table = paper_table_report.build(FLAGS.run_dir, FLAGS.results, FLAGS.setting, options.n_boot, options.seed)
+  paths = paper_table_report.report_paths(out_dir, FLAGS.results, FLAGS.setting, options.n_boot, options.seed)
   text = paper_table_report.markdown(table)
   run_folder.save_json(paths["json"], table)
   run_folder.save_text(paths["md"], text)

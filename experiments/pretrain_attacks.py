@@ -38,9 +38,8 @@ def main(argv):
   table, result = report.run_attacks(FLAGS.features, attacks or None, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
                                      out_dir=FLAGS.out_dir, progress=FLAGS.progress, **settings)
   print(table)
-  print(f"\n{result['seconds']:.1f} s.")
   out_dir = FLAGS.out_dir or FLAGS.features
-  print(provenance.wrote([os.path.join(out_dir, name) for name in result["files"]]))
+  print("\n" + provenance.wrote([os.path.join(out_dir, name) for name in result["files"]], result["seconds"]))
 
 
 if __name__ == "__main__":

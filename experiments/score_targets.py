@@ -50,8 +50,7 @@ def main(argv):
       n_boot=FLAGS.n_boot, seed=FLAGS.seed, progress=FLAGS.progress, attacks=chosen,
       target_population_path=FLAGS.target_population)
   print(text)
-  print(f"\n{result['seconds']:.1f} s.")
-  print(provenance.wrote([f"{FLAGS.out_dir}/{name}" for name in result["files"]]))
+  print("\n" + provenance.wrote([f"{FLAGS.out_dir}/{name}" for name in result["files"]], result["seconds"]))
 
 
 if __name__ == "__main__":

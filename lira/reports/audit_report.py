@@ -140,7 +140,8 @@ def _cells(rows, method):
   body = []
   for row in rows:
     p, s = row["pooled"], row["per_model_summary"]
-    rates = "-" if p.tp + p.fp == 0 else f"{100 * p.tpr:.2f}% at {100 * p.fpr:.2f}%"
+    # '-' where no threshold gives a bound above 0, whichever the method (the rates of a 0 bound say nothing)
+    rates = "-" if p.tp + p.fp == 0 or not p.epsilon > 0 else f"{100 * p.tpr:.2f}% at {100 * p.fpr:.2f}%"
     top = f"{s['max']:.3f}" + (f" ({s['argmax']})" if s["max"] > 0 else "")
     cells = [row["name"], f"{p.epsilon:.3f}", rates, f"{s['median']:.3f}", top]
     body.append(cells + ([f"{p.mu:.3f}"] if method == "gdp" else []))

@@ -8,18 +8,30 @@ for the same pairs, drawn beside the runs'), `runs` (per run:
 tables; compare_runs.png: TPR at 0.1% FPR per variant and the differences at 0.1% and 0.01% FPR, run by run.
 """
 
+import dataclasses
 import os
 import sys
 
 import numpy as np
 
 from lira.errors import InputError
+from lira.options import Options, option
 from lira.reports import paper_table_report
 from lira.reports import provenance
 import run_folder
 from lira.reports import tables
 
-DEFAULTS = {"n_boot": 1000, "seed": 0}
+
+@dataclasses.dataclass(frozen=True)
+class CompareRunsOptions(Options):
+  """The paired bootstrap's settings of experiments.compare_runs: its flags (experiments/option_flags.py)."""
+
+  PUBLIC_NAME = "lira.reports.compare_runs_report.CompareRunsOptions"
+
+  n_boot: int = option(1000, "Paired bootstrap replicates over canaries.", low=1, integer=True)
+  seed: int = option(0, "Bootstrap seed.", low=0, integer=True)
+
+
 DIFFERENCES = (("independent-shared", "univariate-shared"), ("oas-shared", "univariate-shared"))
 FPRS = paper_table_report.FPRS
 
@@ -36,7 +48,7 @@ def check(run_dirs, labels=None):
   return labels
 
 
-def build(run_dirs, labels=None, n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"]):
+def build(run_dirs, labels=None, n_boot=CompareRunsOptions.n_boot, seed=CompareRunsOptions.seed):
   """Every run's table, checked first: each run folder must hold an evaluate report of all six variants."""
   labels = check(run_dirs, labels)
   runs = []
@@ -135,7 +147,7 @@ def figure(report, title):
   return fig
 
 
-def write(run_dirs, out_dir, labels=None, title=None, n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"],
+def write(run_dirs, out_dir, labels=None, title=None, n_boot=CompareRunsOptions.n_boot, seed=CompareRunsOptions.seed,
           setting="none"):
   """Build, then write compare_runs.{json,md,png} into out_dir; returns the paths. setting: a Table II column whose
   differences the figure and tables show beside the runs' (lira.reports.paper_table_report.PAPER_TABLE_II)."""

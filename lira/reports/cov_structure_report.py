@@ -7,6 +7,7 @@ with fewer than 2 varying positions); cov_structure.csv holds per_canary; cov_st
 histogram and their distribution function on log-log axes against the uniform law of independent positions.
 """
 
+import dataclasses
 import os
 
 import numpy as np
@@ -18,10 +19,27 @@ from lira.reports import provenance
 import run_folder
 from lira import transforms
 from lira.errors import InputError
+from lira.options import Options, option
 
-DEFAULTS = {"cov_class": "out", "statistic": "logit", "max_canaries": None, "max_positions": 64,
-            "permutations": 199, "seed": 0}
 COV_CLASSES = ("out", "in")
+
+
+@dataclasses.dataclass(frozen=True)
+class CovStructureOptions(Options):
+  """The settings of experiments.cov_structure: its flags (experiments/option_flags.py) and the defaults its file
+  names leave out."""
+
+  PUBLIC_NAME = "lira.reports.cov_structure_report.CovStructureOptions"
+
+  cov_class: str = option("out", "Models of each canary tested: OUT (default; the IN models of a memorised canary "
+                          "predict it almost exactly) or IN.", choices=COV_CLASSES)
+  statistic: str = option("logit", "Per-position statistic (LiRA's: logit).", choices=transforms.STATISTICS)
+  max_canaries: int | None = option(None, "Test the first N canaries only; default all.", low=1, integer=True)
+  max_positions: int = option(64, "Test the first T positions (the paper's Fig. 8: 64).", low=2,
+                              integer=True)  # a correlation between positions needs two
+  permutations: int = option(199, "Permutations per canary; the smallest p-value is 1 / (permutations + 1).", low=1,
+                             integer=True)
+  seed: int = option(0, "Seed of the permutations.", low=0, integer=True)  # numpy's generators take non-negative seeds
 
 
 def levels_of(pvalue_N, num_permutations):
@@ -71,10 +89,11 @@ def plot_pvalues(pvalue_N, levels, summary, subtitle):
   return fig
 
 
-def write_cov_structure(run_dir, out_dir=None, *, cov_class=DEFAULTS["cov_class"], statistic=DEFAULTS["statistic"],
-                        max_canaries=DEFAULTS["max_canaries"], max_positions=DEFAULTS["max_positions"],
-                        permutations=DEFAULTS["permutations"], seed=DEFAULTS["seed"], command="cov_structure",
-                        progress=False):
+def write_cov_structure(run_dir, out_dir=None, *, cov_class=CovStructureOptions.cov_class,
+                        statistic=CovStructureOptions.statistic, max_canaries=CovStructureOptions.max_canaries,
+                        max_positions=CovStructureOptions.max_positions,
+                        permutations=CovStructureOptions.permutations, seed=CovStructureOptions.seed,
+                        command="cov_structure", progress=False):
   """Check everything, run the test on the run folder, write the three files; returns (paths, summary line)."""
   if cov_class not in COV_CLASSES:
     raise InputError(f"--cov_class must be one of {COV_CLASSES}, got {cov_class!r}")
@@ -102,7 +121,7 @@ def write_cov_structure(run_dir, out_dir=None, *, cov_class=DEFAULTS["cov_class"
   levels = levels_of(pvalue_N, permutations)
   settings = {"cov_class": cov_class, "statistic": statistic, "max_canaries": max_canaries,
               "max_positions": max_positions, "permutations": permutations, "seed": seed}
-  paths = {ext: provenance.report_path(out_dir, "cov_structure", ext, settings, DEFAULTS)
+  paths = {ext: provenance.report_path(out_dir, "cov_structure", ext, settings, CovStructureOptions.defaults())
            for ext in ("json", "csv", "png")}
   rows = [{"canary": i, "models": int(models_N[i]), "statistic": observed_N[i], "p_value": pvalue_N[i]}
           for i in range(n)]

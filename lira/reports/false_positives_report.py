@@ -7,6 +7,7 @@ the canary's scored non-member pairs, its text when the run has one, and its ind
 a partial_run without some canaries); .md: the same as tables.
 """
 
+import dataclasses
 import os
 import sys
 
@@ -14,16 +15,31 @@ import numpy as np
 
 from lira import nonmember_pairs
 from lira.errors import InputError
+from lira.options import Options, option
 from lira.reports import loo_report
 from lira.reports import paper_table_report
 from lira.reports import provenance
 import run_folder
 
-DEFAULTS = {"top": None, "fpr": 1e-4, "show": 10}
+
+@dataclasses.dataclass(frozen=True)
+class FalsePositivesOptions(Options):
+  """The settings of experiments.false_positives: its flags (experiments/option_flags.py) and the defaults its file
+  names leave out."""
+
+  PUBLIC_NAME = "lira.reports.false_positives_report.FalsePositivesOptions"
+
+  top: int | None = option(None, "Count the K highest-scoring non-member pairs; default those above --fpr's "
+                           "threshold.", low=1, integer=True)
+  fpr: float = option(1e-4, "Without --top: the pairs above this FPR's threshold, floor(FPR x non-member pairs), at "
+                      "least 1.", low=0.0, high=1.0, low_open=True, high_open=True)
+  show: int = option(10, "Canaries listed per variant.", low=1, integer=True)
+
+
 TEXT_CHARS = 60  # a canary's text is cut to this many characters in the tables
 
 
-def build(run_dir, top=DEFAULTS["top"], fpr=DEFAULTS["fpr"], show=DEFAULTS["show"],
+def build(run_dir, top=FalsePositivesOptions.top, fpr=FalsePositivesOptions.fpr, show=FalsePositivesOptions.show,
           results_name=run_folder.names.RESULTS):
   """The report as a dict (each listed canary's "text" None: the command fills it in for a text run); InputError
   names a missing report or scores file before any work."""
@@ -94,7 +110,8 @@ def markdown(report):
 def write(report, out_dir):
   """false_positives[_settings].{json,md} in out_dir; the paths written."""
   run_folder.check_writable(out_dir, "choose another --out_dir")
-  paths = [provenance.report_path(out_dir, "false_positives", ext, report["settings"], DEFAULTS)
+  defaults = FalsePositivesOptions.defaults()
+  paths = [provenance.report_path(out_dir, "false_positives", ext, report["settings"], defaults)
            for ext in ("json", "md")]
   run_folder.save_json(paths[0], report)
   run_folder.save_text(paths[1], markdown(report))

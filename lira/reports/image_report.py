@@ -5,6 +5,7 @@ image_shape, num_levels, canary, canary_gap (mean OUT - mean IN loss, nats) and 
 pixel_row_column, n_in, n_out, pixel_variance, largest_gaps (the ten canaries with the largest gaps) and files.
 """
 
+import dataclasses
 import os
 
 import numpy as np
@@ -16,8 +17,25 @@ from lira import checks
 from lira.reports import provenance
 import run_folder
 from lira.errors import InputError, MissingFileError
+from lira.options import Options, option
+from lira import transforms
 
-DEFAULTS = {"canary": None, "pixel": None, "cov_class": "out", "statistic": "loss", "max_positions": 64}
+
+@dataclasses.dataclass(frozen=True)
+class ImageMapsOptions(Options):
+  """The settings of experiments.image_maps: its flags (experiments/option_flags.py) and the defaults its file names
+  leave out."""
+
+  PUBLIC_NAME = "lira.reports.image_report.ImageMapsOptions"
+
+  canary: int | None = option(None, "Canary to draw; default the one with the largest IN-vs-OUT mean loss gap.",
+                              low=0, integer=True)  # and below the run's N, checked once the run is read
+  pixel: str | None = option(None, "Pixel whose covariance row is drawn: raster index t = row * W + column, or "
+                             "'row,column'; default the image centre.")
+  cov_class: str = option("out", "Models the covariance row is estimated from.", choices=canary_maps.COV_CLASSES)
+  statistic: str = option("loss", "Per-pixel statistic drawn (loss: nats).", choices=transforms.STATISTICS)
+  max_positions: int = option(64, "Positions shown in the covariance heatmap (the paper's Fig. 8: 64).", low=2,
+                              integer=True)
 
 
 def load_image_run(run_dir):
@@ -45,19 +63,20 @@ def gap_words(gap):
 def output_paths(out_dir, settings):
   """Each file's path, named by the settings that change it."""
   pick = lambda *keys: {k: settings[k] for k in keys}  # noqa: E731
+  defaults = ImageMapsOptions.defaults()
   return {
-      "canary_maps.png": provenance.report_path(out_dir, "canary_maps", "png", pick("canary", "statistic"), DEFAULTS),
+      "canary_maps.png": provenance.report_path(out_dir, "canary_maps", "png", pick("canary", "statistic"), defaults),
       "pixel_covariance.png": provenance.report_path(
-          out_dir, "pixel_covariance", "png", pick("canary", "pixel", "cov_class", "statistic"), DEFAULTS),
+          out_dir, "pixel_covariance", "png", pick("canary", "pixel", "cov_class", "statistic"), defaults),
       "covariance_heatmap.png": provenance.report_path(
-          out_dir, "covariance_heatmap", "png", pick("canary", "statistic", "max_positions"), DEFAULTS),
-      "image_maps.json": provenance.report_path(out_dir, "image_maps", "json", settings, DEFAULTS),
+          out_dir, "covariance_heatmap", "png", pick("canary", "statistic", "max_positions"), defaults),
+      "image_maps.json": provenance.report_path(out_dir, "image_maps", "json", settings, defaults),
   }
 
 
-def write_image_maps(run_dir, out_dir=None, *, canary=DEFAULTS["canary"], pixel=DEFAULTS["pixel"],
-                     cov_class=DEFAULTS["cov_class"], statistic=DEFAULTS["statistic"],
-                     max_positions=DEFAULTS["max_positions"], command="image_maps", progress=False):
+def write_image_maps(run_dir, out_dir=None, *, canary=ImageMapsOptions.canary, pixel=ImageMapsOptions.pixel,
+                     cov_class=ImageMapsOptions.cov_class, statistic=ImageMapsOptions.statistic,
+                     max_positions=ImageMapsOptions.max_positions, command="image_maps", progress=False):
   """Check everything, then draw one canary's maps into out_dir (default RUN_DIR/image_maps); returns (paths, line).
 
   canary None: the one with the largest IN-vs-OUT mean loss gap; pixel: a raster index, 'row,column' or None

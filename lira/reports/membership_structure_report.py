@@ -14,6 +14,8 @@ shared against univariate shared) and `oracle` ({structure: {gap: {variant: {fpr
 membership_structure.md the tables; membership_structure.png the measures' distributions and TPR against the gap.
 """
 
+import dataclasses
+import math
 import os
 
 import numpy as np
@@ -25,11 +27,36 @@ from lira import evaluation
 from lira import membership_model as ms
 from lira import metrics
 from lira.errors import InputError
+from lira.options import Options, option
 from lira.reports import provenance
 import run_folder
 from lira.scoring import VARIANTS
 
-DEFAULTS = {"gaps": [1.0, 1.25, 1.5, 2.0, 4.0], "draws": 3, "max_canaries": None, "n_boot": metrics.N_BOOT, "seed": 0}
+
+
+@dataclasses.dataclass(frozen=True)
+class MembershipStructureOptions(Options):
+  """The settings of experiments.membership_structure: its flags (experiments/option_flags.py; --gaps, a list, is
+  defined by the command from this field) and the defaults its file names leave out."""
+
+  PUBLIC_NAME = "lira.reports.membership_structure_report.MembershipStructureOptions"
+
+  gaps: tuple = option((1.0, 1.25, 1.5, 2.0, 4.0), "Factors the IN-OUT gap of the simulated runs is scaled by.")
+  draws: int = option(3, "Simulated runs per cell (their TPRs and differences are averaged; the report gives their "
+                      "range).", low=1, integer=True)
+  max_canaries: int | None = option(None, "Analyse the first N canaries only; default all.", low=1, integer=True)
+  n_boot: int = option(metrics.N_BOOT, "Bootstrap replicates over canaries (0 = none).", low=0, integer=True)
+  seed: int = option(0, "Seed of the simulations and the bootstrap.", low=0, integer=True)
+
+  def check_fields(self):
+    try:
+      ok = len(self.gaps) > 0 and all(math.isfinite(float(g)) and float(g) > 0 for g in self.gaps)
+    except (TypeError, ValueError):
+      ok = False
+    if not ok:
+      raise InputError(f"gaps must be positive finite numbers, got {self.gaps!r}")
+
+
 FPRS = (0.001, 0.0001)
 MEASURES = ("co_movement", "co_movement_x_length", "kappa", "uniformity", "signal_over_noise", "mean_effect",
             "variance_ratio", "excess_kurtosis")
@@ -234,10 +261,11 @@ def _run_title(run_dir, run, n):
           f"canaries, T={T}; logit statistic")
 
 
-def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], draws_per_cell=DEFAULTS["draws"],
-                               max_canaries=DEFAULTS["max_canaries"],
-                               n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"], command="membership_structure",
-                               progress=False):
+def write_membership_structure(run_dir, out_dir=None, *, gaps=MembershipStructureOptions.gaps,
+                               draws_per_cell=MembershipStructureOptions.draws,
+                               max_canaries=MembershipStructureOptions.max_canaries,
+                               n_boot=MembershipStructureOptions.n_boot, seed=MembershipStructureOptions.seed,
+                               command="membership_structure", progress=False):
   """Check everything, compute (resuming finished cells), write the four files; returns (paths, summary lines)."""
   gaps = [float(g) for g in gaps]
   if not gaps or min(gaps) <= 0:
@@ -262,8 +290,9 @@ def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], 
   out_dir = out_dir or os.path.join(run_dir, "membership_structure")
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   settings = {"gaps": gaps, "draws": draws_per_cell, "max_canaries": max_canaries, "n_boot": n_boot, "seed": seed}
+  defaults = {**MembershipStructureOptions.defaults(), "gaps": list(MembershipStructureOptions.gaps)}  # a list, as gaps
   cell_settings = {k: v for k, v in settings.items() if k not in ("gaps", "draws")}
-  cell_dir = os.path.join(out_dir, "membership_structure_cells" + provenance.suffix(cell_settings, DEFAULTS))
+  cell_dir = os.path.join(out_dir, "membership_structure_cells" + provenance.suffix(cell_settings, defaults))
   os.makedirs(cell_dir, exist_ok=True)
   per_canary, params = ms.measure(loss, keep, mask, progress=lambda it: tqdm(
       it, desc="fitting canaries", disable=not progress))
@@ -295,7 +324,7 @@ def write_membership_structure(run_dir, out_dir=None, *, gaps=DEFAULTS["gaps"], 
                                                                    f, gap=g) for f in FPRS}
                            for v in ms.ORACLE_VARIANTS} for g in gaps} for s in ms.ORACLE_STRUCTURES}
   structure = {name: _quantiles(per_canary[name]) for name in MEASURES}
-  paths = {ext: provenance.report_path(out_dir, "membership_structure", ext, settings, DEFAULTS)
+  paths = {ext: provenance.report_path(out_dir, "membership_structure", ext, settings, defaults)
            for ext in ("json", "csv", "md", "png")}
   title = _run_title(run_dir, run, n)
   header = provenance.header(command, run_dir, run, settings, "seqlira.membership_model")

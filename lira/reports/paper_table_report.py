@@ -7,6 +7,7 @@ interval lies on the expected side of 0, "opposite" when on the other side, and 
 the FPR needs more non-members than the run has.
 """
 
+import dataclasses
 import os
 import re
 
@@ -19,6 +20,7 @@ from lira.reports import provenance
 from lira.reports import loo_report
 import run_folder
 from lira.errors import InputError
+from lira.options import Options, option
 from lira.reports import tables
 
 VARIANTS = ("univariate-classwise", "univariate-shared", "independent-classwise", "independent-shared",
@@ -42,7 +44,16 @@ COMPARISONS = (  # (A, B, what the paper says about A - B)
 )
 
 
-DEFAULTS = {"n_boot": 1000, "seed": 0}  # the paired bootstrap's; report names leave them out
+@dataclasses.dataclass(frozen=True)
+class PaperTableOptions(Options):
+  """The paired bootstrap's settings of experiments.paper_table: its flags (experiments/option_flags.py) and the
+  defaults its report names leave out."""
+
+  PUBLIC_NAME = "lira.reports.paper_table_report.PaperTableOptions"
+
+  n_boot: int = option(1000, "Paired bootstrap replicates over canaries for the differences.", low=1,
+                       integer=True)  # the verdicts are read off the bootstrap intervals
+  seed: int = option(0, "Bootstrap seed.", low=0, integer=True)
 
 
 def results_suffix(results_name):
@@ -54,11 +65,13 @@ def results_suffix(results_name):
   return stem[len("results"):] if stem.startswith("results_") else f"_{stem}"
 
 
-def report_paths(out_dir, results_name, setting="none", n_boot=DEFAULTS["n_boot"], seed=DEFAULTS["seed"],
-                 defaults=DEFAULTS):
+def report_paths(out_dir, results_name, setting="none", n_boot=PaperTableOptions.n_boot, seed=PaperTableOptions.seed,
+                 defaults=None):
   """{"json": path, "md": path} of the table built from results_name: paper_table_<setting>, then the results
   file's settings (results_suffix), then this table's own non-default bootstrap settings as _pairednboot-B and
-  _pairedseed-S (lira.reports.provenance.report_path). The default results.json keeps paper_table_<setting>.md."""
+  _pairedseed-S (lira.reports.provenance.report_path); defaults: {"n_boot": B, "seed": S} the names leave out
+  (default PaperTableOptions'). The default results.json keeps paper_table_<setting>.md."""
+  defaults = PaperTableOptions.defaults() if defaults is None else defaults
   own = {"paired_n_boot": int(n_boot), "paired_seed": int(seed)}
   own_defaults = {"paired_n_boot": defaults["n_boot"], "paired_seed": defaults["seed"]}
   stem = f"paper_table_{setting}{results_suffix(results_name)}"
@@ -89,8 +102,8 @@ def load_scores(run_dir, results, required=VARIANTS):
   return out
 
 
-def build(run_dir, results_name=run_folder.names.RESULTS, setting="none", n_boot=DEFAULTS["n_boot"],
-          seed=DEFAULTS["seed"]):
+def build(run_dir, results_name=run_folder.names.RESULTS, setting="none", n_boot=PaperTableOptions.n_boot,
+          seed=PaperTableOptions.seed):
   results_path = os.path.join(run_dir, results_name)
   if not os.path.exists(results_path):
     raise InputError(f"{results_path}: not found (run python -m experiments.evaluate --run_dir={run_dir} first)")

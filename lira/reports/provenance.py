@@ -122,6 +122,7 @@ def clip_counts(counts, num_models, flag):
   return kept, note
 
 
-def wrote(paths):
-  """The lines a command prints about the files it wrote."""
-  return "\n".join(["wrote:"] + [f"  {path}" for path in paths])
+def wrote(paths, seconds=None):
+  """The lines a command prints about the files it wrote (and how long its work took)."""
+  first = "wrote:" if seconds is None else f"done in {seconds:.1f} s; wrote:"
+  return "\n".join([first] + [f"  {path}" for path in paths])

@@ -47,13 +47,21 @@ def test_scoring_flags_are_the_scoring_defaults(module):
 def test_report_option_flags_are_their_reports_defaults():
   from attacks import report as attack_report
   from attacks.catalogue import ATTACKS
-  from lira.reports import cov_structure_report, image_report
-  for module, defaults in (("image_maps", image_report.DEFAULTS), ("cov_structure", cov_structure_report.DEFAULTS),
+  from lira.reports import (compare_runs_report, cov_structure_report, false_positives_report, image_report,
+                            membership_structure_report, paper_table_report)
+  for module, defaults in (("image_maps", image_report.ImageMapsOptions.defaults()),
+                           ("cov_structure", cov_structure_report.CovStructureOptions.defaults()),
+                           ("membership_structure", membership_structure_report.MembershipStructureOptions.defaults()),
+                           ("paper_table", paper_table_report.PaperTableOptions.defaults()),
+                           ("false_positives", false_positives_report.FalsePositivesOptions.defaults()),
+                           ("compare_runs", compare_runs_report.CompareRunsOptions.defaults()),
                            ("pretrain_attacks", attack_report.DEFAULTS)):
     got = flag_defaults(module)
+    if module != "pretrain_attacks":  # an options class: every field is a flag
+      assert set(defaults) <= set(got), (module, set(defaults) - set(got))
     for name, value in defaults.items():
-      if name in got:  # a list flag's default holds strings: "2,3,4" is (2, 3, 4)
-        flag = tuple(int(v) for v in got[name]) if isinstance(value, tuple) else got[name]
+      if name in got:  # a list flag's default holds strings: "2,3,4" is (2, 3, 4), "1,1.25" is (1.0, 1.25)
+        flag = tuple(type(value[0])(v) for v in got[name]) if isinstance(value, tuple) else got[name]
         assert flag == value, (module, name)
   for module, where in (("evaluate", "leave_one_out"), ("score_targets", "targets"), ("pretrain_attacks", "texts")):
     got = flag_defaults(module)
