@@ -65,8 +65,13 @@ def dp_setup(cfg, run_dir, data):
   steps = cfg.train.epochs * -(-training_length(data) // cfg.train.batch_size)
   num_samples_M = data.num_train + data.keep_MxN.sum(axis=1)
   config = run_folder.load_config(run_dir)
-  dp, record = dp_lib.from_config(cfg.train.get("dp"), cfg.train.batch_size, steps, num_samples_M,
-                                  previous=config.get("accountant"))
+  dp_cfg = cfg.train.get("dp")
+  if dp_lib.enabled(dp_cfg) and dp_cfg.get("epsilon") is not None and not config.get("accountant"):
+    print(f"DP-SGD: calibrating the noise multiplier to epsilon={dp_cfg.epsilon:g} at delta={dp_cfg.delta:g} "
+          f"({steps} steps; up to a minute)...", flush=True)
+  with preemption.interruptible():  # the accountant writes nothing: Ctrl-C stops it at once
+    dp, record = dp_lib.from_config(dp_cfg, cfg.train.batch_size, steps, num_samples_M,
+                                    previous=config.get("accountant"))
   if record is not None:
     if config.get("accountant") != record:
       run_folder.save_config(run_dir, {**config, "accountant": record})

@@ -14,6 +14,7 @@ step. The processes of a shadow run train disjoint groups and never meet in a co
 checkpointed group, waiting for the others' groups, or have fewer groups, and would never reach the point.
 """
 
+import contextlib
 import signal
 import threading
 import time
@@ -55,6 +56,22 @@ def uninstall():
   KeyboardInterrupt, reported in one line), e.g. during the evaluation, whose files are written atomically."""
   signal.signal(signal.SIGTERM, signal.SIG_DFL)
   signal.signal(signal.SIGINT, _state["sigint"] if _state["sigint"] is not None else signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def interruptible():
+  """Ctrl-C and SIGTERM act at once inside the block (work that checks no flag, such as the accountant's
+  calibration, which writes nothing), as before `install`; the handlers are back after it."""
+  installed = signal.getsignal(signal.SIGINT) is _handler
+  if installed:
+    uninstall()
+  try:
+    yield
+  finally:
+    if installed:
+      signal.signal(signal.SIGTERM, _handler)
+      if _state["sigint"] is not signal.SIG_IGN:
+        signal.signal(signal.SIGINT, _handler)
 
 
 def name():

@@ -120,3 +120,31 @@ def test_sigterm_after_the_last_group_says_nothing_was_abandoned_and_the_rerun_e
   assert "finished in" not in rerun.stdout  # nothing trained again
   assert os.stat(os.path.join(run, "losses.npy")).st_mtime_ns == assembled
   assert os.path.exists(os.path.join(run, "results.json"))
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_the_dp_calibration_stops_at_once(tmp_path, corpus_flags):
+  run = str(tmp_path / "run")
+  # 300 epochs: the accountant's calibration to epsilon 100 over that many steps takes minutes, so the signal sent
+  # when the calibration's line is printed lands inside it
+  proc = _start("experiments.train_shadows", "--config=experiments/configs/lstm.py:tiny", "--config.train.epochs=300",
+                "--config.train.dp.epsilon=100", *corpus_flags, f"--run_dir={run}", "--noprogress", "--noevaluate")
+  t0 = time.monotonic()
+  for line in proc.stdout:
+    if line.startswith("DP-SGD: calibrating"):
+      break
+    assert time.monotonic() - t0 < 300, "no calibration line"
+  time.sleep(1.0)
+  assert proc.poll() is None, "finished before the signal"
+  sent = time.monotonic()
+  os.kill(proc.pid, signal.SIGINT)
+  _, err = proc.communicate(timeout=120)
+  assert time.monotonic() - sent < 60  # at once, not after the calibration (minutes) and the first step
+  _assert_stopped(proc, err, f"{cli.STOPPED}; {cli.RESUMES}")
+  assert "accountant" not in cli_config(run)
+
+
+def cli_config(run):
+  import json
+  with open(os.path.join(run, "config.json")) as f:
+    return json.load(f)

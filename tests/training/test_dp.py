@@ -165,6 +165,9 @@ def test_dp_models_trained_together_equal_models_trained_alone():
   ("noise_multiplier", float("nan"), "train.dp.noise_multiplier must be a finite number"),
   ("sampling", "uniform", "train.dp.sampling must be one of poisson, shuffle"),
   ("max_batch_size", 3, "train.dp.max_batch_size must be 0 or >= train.batch_size"),
+  # the accountant's cost grows as the noise shrinks: refused before any work, not after minutes of calibration
+  ("epsilon", 1e9, "is above the ceiling 100: calibrating the noise to it would take the accountant minutes"),
+  ("noise_multiplier", 0.01, "train.dp.noise_multiplier=0.01 is below the floor 0.1"),
 ])
 def test_bad_dp_settings_name_the_field(field, value, words):
   cfg = dp_lib.config_defaults()
