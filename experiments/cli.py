@@ -14,8 +14,10 @@ so nothing half-written is left (train_shadows stops between training steps inst
 
 import math
 import re
+import _thread
 import signal
 import sys
+import threading
 
 from absl import app
 from absl import flags
@@ -222,6 +224,20 @@ def stopped(resumes=False):
   return EXIT_INTERRUPTED
 
 
+def _unraisable(hook):
+  """sys.unraisablehook that re-delivers a KeyboardInterrupt Python could not raise (one that arrived inside a
+  callback it calls from no frame: a weakref or garbage-collection callback such as jax's `_xla_gc_callback`, which
+  Python reports as "Exception ignored" and drops): the main thread is interrupted again, until the interrupt lands
+  where it can stop the command. Other unraisable exceptions go to `hook`."""
+  def unraisable(info):
+    if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
+      # from another thread, a moment later: raised here, inside the hook, it would be dropped again
+      threading.Timer(0.01, _thread.interrupt_main).start()
+      return
+    hook(info)
+  return unraisable
+
+
 def run(main, resumes=False):
   """absl's app.run(main), with the flags parsed by `parse_flags`, user errors printed as `error: ...` (exit status
   2) instead of a traceback, and Ctrl-C as one `stopped by Ctrl-C (SIGINT)` line (exit status 130); `resumes`: the
@@ -230,6 +246,7 @@ def run(main, resumes=False):
   def guarded(argv):
     if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:  # (a background job ignores it)
       signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C is a KeyboardInterrupt again, caught here
+      sys.unraisablehook = _unraisable(sys.unraisablehook)
     try:
       return main(argv)
     except KeyboardInterrupt:

@@ -2,11 +2,16 @@
 exit status 2, from bugs, which keep their tracebacks (the commands as a user runs them:
 tests/e2e/test_user_errors_command.py)."""
 
+import os
+import sys
+
 from absl import app
 import pytest
 
 from experiments import cli
 from lira.errors import InputError, MissingFileError
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def test_user_errors_and_bugs_are_told_apart():
@@ -69,3 +74,32 @@ def test_absl_parsing_errors_become_one_line_naming_the_flag():
     with pytest.raises(flags.Error) as e:
       _flag_values()(["prog", *args])
     assert cli.flag_error_message(e.value).startswith(says), (args, cli.flag_error_message(e.value))
+
+
+_CALLBACK_INTERRUPT = """
+import gc, sys, time
+from experiments import cli
+fired = []
+def callback(phase, info):  # a Ctrl-C that lands inside a garbage-collection callback, as in jax's _xla_gc_callback
+  if not fired:
+    fired.append(1)
+    raise KeyboardInterrupt
+def main(argv):
+  gc.callbacks.append(callback)
+  t0 = time.monotonic()
+  while time.monotonic() - t0 < 20:
+    [object() for _ in range(1000)]
+    gc.collect()
+  print("finished the whole job")
+sys.argv = ["prog"]
+cli.run(main)
+"""
+
+
+def test_a_ctrl_c_swallowed_by_a_callback_still_stops_the_command():
+  import subprocess
+  proc = subprocess.run([sys.executable, "-c", _CALLBACK_INTERRUPT], capture_output=True, text=True, timeout=60,
+                        cwd=ROOT)
+  assert proc.returncode == 130, (proc.returncode, proc.stderr[-2000:])
+  assert "finished the whole job" not in proc.stdout and "Exception ignored" not in proc.stderr
+  assert [l for l in proc.stderr.splitlines() if l.strip()] == [cli.STOPPED]
