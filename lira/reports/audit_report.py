@@ -279,6 +279,16 @@ def audit_runs(run_dirs, out_dir=None, scoring=None, options=None, *, variants=N
                styles)
 
 
+def _checked_scores(path, llr_KxN, shape=None):
+  """Float scores [K, N] (of `shape` when given), all finite: InputError naming the file otherwise."""
+  if llr_KxN.ndim != 2 or not np.issubdtype(llr_KxN.dtype, np.floating) or (shape and llr_KxN.shape != shape):
+    raise InputError(f"{path}: expected float scores [K, N]{f' = {list(shape)}' if shape else ''}, got "
+                     f"{llr_KxN.dtype} {list(llr_KxN.shape)}")
+  if not np.isfinite(llr_KxN).all():
+    raise InputError(f"{path}: holds non-finite scores")
+  return llr_KxN
+
+
 def load_target_scores(target_dir, requested, chosen, scoring, explicit):
   """{variant name: scores [K, N]} of a score_targets folder, the files named by the scoring settings; every
   explicitly requested variant's file must be there, else at least one of the chosen."""
@@ -299,12 +309,7 @@ def load_target_scores(target_dir, requested, chosen, scoring, explicit):
                            "--out_dir writes them, with the same scoring flags)")
   scores, shape = {}, None
   for name, path in paths.items():
-    llr_KxN = run_folder.load_npy(path)
-    if llr_KxN.ndim != 2 or not np.issubdtype(llr_KxN.dtype, np.floating) or (shape and llr_KxN.shape != shape):
-      raise InputError(f"{path}: expected float scores [K, N]{f' = {list(shape)}' if shape else ''}, got "
-                       f"{llr_KxN.dtype} {list(llr_KxN.shape)}")
-    if not np.isfinite(llr_KxN).all():
-      raise InputError(f"{path}: holds non-finite scores")
+    llr_KxN = _checked_scores(path, run_folder.load_npy(path), shape)
     scores[name], shape = llr_KxN, llr_KxN.shape
   return scores
 
@@ -323,13 +328,20 @@ def load_target_keep(keep_path, shape):
 
 
 def audit_targets(target_dir, keep_path, out_dir=None, scoring=None, options=None, *, variants=None,
-                  target_config=None):
+                  target_config=None, attack_files=None, attack_settings=None, attack_defaults=None):
   """Audit target models scored by score_targets (attack_scores_<variant>.npy [K, N] in target_dir) with their
-  membership keep_path; target_config: a config.json whose "accountant" is the targets' (none: no DP). Writes the
-  reports into out_dir (default target_dir) and returns (text, result)."""
+  membership keep_path; target_config: a config.json whose "accountant" is the targets' (none: no DP);
+  attack_files {row name: path}: the attacks' score files of the same folder (each must exist), audited beside the
+  variants, with attack_settings (what report names carry, against attack_defaults). Writes the reports into out_dir
+  (default target_dir) and returns (text, result)."""
   options, scoring = dp_audit.AuditOptions.of(options), Scoring.of(scoring)
   requested, chosen, dropped = loo_report.choose_variants(variants, scoring, scorer="targets")
   scores = load_target_scores(target_dir, requested, chosen, scoring, explicit=bool(variants))
+  for name, path in (attack_files or {}).items():
+    if not os.path.exists(path):
+      raise MissingFileError(f"{path} does not exist: python -m experiments.score_targets --out_dir={target_dir} "
+                             "writes it with the same --attacks and settings")
+    scores[name] = _checked_scores(path, run_folder.load_npy(path), next(iter(scores.values())).shape)
   K, N = next(iter(scores.values())).shape
   keep_KxN = load_target_keep(keep_path, (K, N))
   config, accountant = {}, None
@@ -344,6 +356,7 @@ def audit_targets(target_dir, keep_path, out_dir=None, scoring=None, options=Non
   src = source("targets", target_dir, {"K": K, "N": N}, False, config, accountant)
   src["rows"] = [audit_row(name, llr_KxN, keep_KxN, options) for name, llr_KxN in scores.items()]
   seconds = time.perf_counter() - start
-  settings = report_settings(options, _score_settings(requested, scoring, drop=("balance_counts",)), {})
+  settings = report_settings(options, _score_settings(requested, scoring, drop=("balance_counts",)),
+                             attack_settings or {})
   words = f"score_targets scores ({loo_report.scoring_words(settings)}), membership {keep_path}"
-  return write(out_dir, [src], options, settings, names_default({}), words, dropped, [], seconds)
+  return write(out_dir, [src], options, settings, names_default(attack_defaults or {}), words, dropped, [], seconds)

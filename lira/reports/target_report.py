@@ -60,6 +60,15 @@ def load_target_population(path, num_targets, pop_shape):
   return pop
 
 
+def attack_scores_path(out_dir, attack, settings, scoring, defaults):
+  """Where an attack's [K, N] target scores go: attack_scores_<attack>[_settings].npy, named by the scoring's
+  reduction and balance_counts and the attack's settings that acted (`defaults`: the registry's) when not the
+  defaults."""
+  params = {"reduction": scoring.reduction, "balance_counts": scoring.balance_counts, **attack.params(settings)}
+  return provenance.report_path(out_dir, f"attack_scores_{attack.name}", "npy", params,
+                                {"reduction": None, "balance_counts": True, **defaults})
+
+
 def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=None, *, variants=None,
                n_boot=metrics.N_BOOT, seed=0, progress=True, attacks=None, target_population_path=None, **fields):
   """Score target models' canary losses with Gaussians fitted on all shadows of run_dir; write and return reports.
@@ -118,10 +127,7 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
     run_folder.save_npy(paths[variant[0]], scores[variant[0]])
   for attack in chosen:
     name = attack.label(attacks.settings)
-    params = {"reduction": scoring.reduction, "balance_counts": scoring.balance_counts,
-              **attack.params(attacks.settings)}
-    defaults = {"reduction": None, "balance_counts": True, **attacks.defaults}
-    paths[name] = provenance.report_path(out_dir, f"attack_scores_{attack.name}", "npy", params, defaults)
+    paths[name] = attack_scores_path(out_dir, attack, attacks.settings, scoring, attacks.defaults)
     run_folder.save_npy(paths[name], scores[name])
   for stem, ext in (("attack", "json"),) + ((("attack", "md"), ("attack_roc", "png")) if target_keep is not None
                                             else ()):

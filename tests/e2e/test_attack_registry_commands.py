@@ -120,3 +120,29 @@ def test_pretrain_attacks_scores_wbc_against_a_reference_on_the_same_tokens(tmp_
   assert row["summary"]["auc"] == pytest.approx(attacks_auc(wbc.wbc(lp, ref_lp)[None], labels[None] == 1),
                                                 abs=1e-12)
   assert attacks.loss is not None
+
+
+def test_audit_bounds_the_attack_scores_score_targets_wrote(run_dir, tmp_path):
+  from lira import dp_audit
+  run = run_folder.load_run(run_dir)
+  pop_MxZxT, _ = run_folder.load_population(run_dir)
+  np.save(tmp_path / "target.npy", run.loss_MxNxT[:2])  # two of the run's models as the targets
+  np.save(tmp_path / "target_pop.npy", pop_MxZxT[:2])
+  np.save(tmp_path / "keep.npy", run.keep_MxN[:2])
+  out = tmp_path / "out"
+  proc = _run("experiments.score_targets", f"--run_dir={run_dir}", f"--target={tmp_path / 'target.npy'}",
+              f"--target_population={tmp_path / 'target_pop.npy'}", f"--out_dir={out}", "--attacks=rmia",
+              "--rmia_gamma=2", "--variants=oas-shared")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  [scores_file] = out.glob("attack_scores_rmia*.npy")
+  proc = _run("experiments.audit", f"--target_scores={out}", f"--target_keep={tmp_path / 'keep.npy'}",
+              "--variants=oas-shared", "--attacks=rmia", "--rmia_gamma=2")
+  assert proc.returncode == 0, proc.stderr[-2000:]
+  assert "RMIA (gamma=2)" in proc.stdout
+  [report] = out.glob("audit*rmia*.json")
+  row = next(r for r in json.load(open(report))["sources"][0]["rows"] if r["name"] == "RMIA (gamma=2)")
+  want = dp_audit.pooled_bound(np.load(scores_file), run.keep_MxN[:2])
+  assert row["pooled"]["epsilon"] == want.epsilon
+  proc = _run("experiments.audit", f"--target_scores={out}", f"--target_keep={tmp_path / 'keep.npy'}",
+              "--variants=oas-shared", "--attacks=rmia_offline")
+  assert proc.returncode == 2 and "attack_scores_rmia_offline.npy does not exist" in proc.stderr
