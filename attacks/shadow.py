@@ -105,12 +105,19 @@ class ShadowRun:
       return ModelRows(pop_MxZxT, models), pop_mask_ZxT
     return self._once("population", lambda: population_files.load_population(self.run_dir, mmap=True))
 
+  def base_losses(self):
+    """The canaries' per-token losses on the base model [N, T] (base_losses.npy of a fine-tuning run)."""
+    if self._parent is not None:
+      return self._parent[0].base_losses()
+    return self._once("base", lambda: _base_losses(self.run_dir, self.loss_MxNxT.shape[1:]))
+
   def prepare(self, attacks):
-    """Read every input the attacks need ("texts", "moments", "population") now: a missing file is named, with the
+    """Read every input the attacks need ("texts", "moments", "population", "base") now: a missing file is named, with the
     attack that needs it, before any scoring."""
     for attack in attacks:
       for need in attack.needs:
-        load = {"texts": self.texts, "moments": self.moments, "population": self.population}[need]
+        load = {"texts": self.texts, "moments": self.moments, "population": self.population,
+                "base": self.base_losses}[need]
         if need == "population":  # its own message says how to make the population
           load()
           continue
@@ -172,6 +179,19 @@ def _moments(run_dir, shape):
       raise InputError(f"{path}: shape {list(array.shape)} does not match losses.npy {list(shape)}")
     out.append(array)
   return out
+
+
+def _base_losses(run_dir, shape):
+  """base_losses.npy [N, T] of the run, memory-mapped and shape-checked."""
+  path = os.path.join(run_dir, run_folder.names.BASE_LOSSES)
+  if not os.path.exists(path):
+    raise MissingFileError(f"{path}: the canaries' per-token losses on the base model, which train_shadows writes for "
+                           "a run that fine-tunes a base model (GPT-NeoX); this run has none (trained from scratch, "
+                           "or made before the file existed)")
+  array = run_folder.load_npy(path, mmap=True)
+  if array.shape != tuple(shape):
+    raise InputError(f"{path}: shape {list(array.shape)} does not match the canaries' [N, T] = {list(shape)}")
+  return array
 
 
 def _shown(value):

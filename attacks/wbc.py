@@ -18,6 +18,9 @@ as the official code's boolean indexing does.
 Two leave-one-out forms score a run of M shadow models (target m against the others, canary by canary):
 - wbc_shadow: the reference's per-token loss is the mean over canary n's OUT models other than m;
 - wbc_vote: WBC of m against each OUT model r != m on its own, averaged over those references.
+The registry's records (end of this module): `wbc` (wbc_shadow; on a features folder, WBC against ref_lp), `wbc_vote`,
+and `wbc_base`, every model of a fine-tuning run against the base model it was fine-tuned from (base_losses.npy),
+the official setting.
 A pair (m, n) with no such OUT model is undefined: InputError, or NaN with on_undefined="nan".
 """
 
@@ -222,11 +225,34 @@ def _records():
     return [_row("wbc", "WBC", wbc(arrays["lp"], arrays["ref_lp"], _windows(settings)),
                  {"wbc_windows": list(_windows(settings))})]
 
+  def base_lp(run):
+    return -np.asarray(run.base_losses(), dtype=np.float64) if run.mask_NxT is None else np.where(
+        np.asarray(run.mask_NxT, bool), -np.asarray(run.base_losses(), dtype=np.float64), np.nan)
+
+  def against_base(run, settings, on_undefined="raise"):
+    del on_undefined  # the base model is every target's reference: always defined
+    ref_NxT = base_lp(run)
+    return np.stack([wbc(run.target_lp(m), ref_NxT, _windows(settings)) for m in range(run.num_models)])
+
+  def targets(run, target_loss_KxNxT, target_pop_KxZxT, settings):
+    del target_pop_KxZxT
+    ref_NxT = base_lp(run)
+    mask = None if run.mask_NxT is None else np.asarray(run.mask_NxT, bool)
+    lp_KxNxT = -np.asarray(target_loss_KxNxT, dtype=np.float64)
+    lp_KxNxT = lp_KxNxT[None] if lp_KxNxT.ndim == 2 else lp_KxNxT
+    return np.stack([wbc(lp if mask is None else np.where(mask, lp, np.nan), ref_NxT, _windows(settings))
+                     for lp in lp_KxNxT])
+
+  base_note = ("{names}: WBC against the base model every shadow copy was fine-tuned from (base_losses.npy), the "
+               "official setting: the fraction of token windows in which the base model's summed loss exceeds the "
+               "fine-tuned model's, averaged over the window sizes.")
   return (Attack("wbc", "WBC", "teal", uses=("wbc_windows",), leave_one_out=shadow, check=check, note=note,
                  features=("lp", "ref_lp"), texts=texts, check_texts=_same_tokens, new_settings=(windows,),
                  label_of=lambda s: "WBC"),
           Attack("wbc_vote", "WBC vote", "darkslategray", uses=("wbc_windows",), leave_one_out=vote, check=check,
-                 note=note, label_of=lambda s: "WBC vote"))
+                 note=note, label_of=lambda s: "WBC vote"),
+          Attack("wbc_base", "WBC base", "cadetblue", uses=("wbc_windows",), needs=("base",),
+                 leave_one_out=against_base, targets=targets, note=base_note, label_of=lambda s: "WBC base"))
 
 
 ATTACKS = _records()

@@ -35,6 +35,7 @@ POPULATION = "population.npy"
 POPULATION_LOSSES = "population_losses.npy"
 POPULATION_MASK = "population_mask.npy"
 BASE_MODEL_DIR = "base_model"
+BASE_LOSSES = "base_losses.npy"  # [N, T] the canaries' per-token losses on the base model (fine-tuning runs)
 
 RUN_FILES = (LOSSES, KEEP, MASK, CONFIG)  # a folder holding any of them holds a run
 POPULATION_FILES = (POPULATION_LOSSES, POPULATION_MASK)

@@ -216,6 +216,19 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
   return loss_GxNxT
 
 
+def write_base_losses(cfg, run_dir, data, model, mesh=None):
+  """RUN_DIR/base_losses.npy [N, T]: the canaries' per-token losses on the base model every copy is fine-tuned from
+  (what WBC compares each fine-tuned model with, window by window), once; nothing for families trained from
+  scratch."""
+  path = os.path.join(run_dir, run_folder.names.BASE_LOSSES)
+  if model.pretrained is None or os.path.exists(path):
+    return
+  base = trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 1), mesh)  # the base, as a stack of one
+  loss_1xNxT = trainer.canary_statistics(model, base, data.canaries_NxT, bos_id=data.bos_id,
+                                         batch_size=cfg.train.get("eval_batch_size", 256), mesh=mesh)[0]
+  run_folder.save_npy(path, np.asarray(loss_1xNxT[0]))
+
+
 def group_done(cfg, run_dir, g):
   """Whether group g is finished: its canary losses exist, and its population losses when the run has a
   population."""
@@ -305,6 +318,8 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   run_config.record_population(cfg, run_dir)
   model = build_model(cfg, data, run_dir, progress)
   dp = dp_setup(cfg, run_dir, data)
+  if process_id == 0 and not is_finished(cfg, run_dir):  # a finished run's folder is left untouched (read-only)
+    write_base_losses(cfg, run_dir, data, model, mesh)
   if log_groups and dp is not None:
     record = run_folder.load_config(run_dir)["accountant"]
     print(f"DP-SGD: noise multiplier {dp.noise_multiplier:.4g}, clip norm {dp.clip_norm:g}, {dp.sampling} sampling, "

@@ -52,7 +52,9 @@ def test_registering_twice_or_an_unregistered_setting_is_a_programming_error():
 def test_every_leave_one_out_attack_scores_a_synthetic_run(tmp_path):
   synthetic_run.write_synthetic_run(str(tmp_path), num_models=8, num_canaries=30, seq_len=5, seed=1,
                                     population_size=12)
-  # the reference-free attacks that read the canaries' texts or moments need files a synthetic run lacks
+  # a synthetic run has no texts, moments or base model: base_losses.npy of our own stands in for the last
+  base_NxT = np.random.default_rng(0).exponential(1.0, size=(30, 5)).astype(np.float32)
+  np.save(tmp_path / "base_losses.npy", base_NxT)
   names = [n for n in ATTACKS.names("leave_one_out") if not {"texts", "moments"} & set(ATTACKS.attacks[n].needs)]
   chosen = shadow.choose(str(tmp_path), names)
   for attack in chosen.attacks:
@@ -60,3 +62,21 @@ def test_every_leave_one_out_attack_scores_a_synthetic_run(tmp_path):
     assert scores_MxN.shape == (8, 30) and np.isfinite(scores_MxN).all(), attack.name
     sub = attack.leave_one_out(chosen.run.subset(np.arange(6)), chosen.settings, on_undefined="nan")
     assert sub.shape == (6, 30), attack.name
+
+
+def test_wbc_base_scores_every_model_against_the_base_losses(tmp_path):
+  from attacks import wbc
+  synthetic_run.write_synthetic_run(str(tmp_path), num_models=6, num_canaries=20, seq_len=7, seed=2, ragged=True)
+  base_NxT = np.random.default_rng(1).exponential(1.0, size=(20, 7)).astype(np.float32)
+  np.save(tmp_path / "base_losses.npy", base_NxT)
+  chosen = shadow.choose(str(tmp_path), ["wbc_base"], {"wbc_windows": (2, 3)}, given=("wbc_windows",))
+  scores_MxN = chosen.attacks[0].leave_one_out(chosen.run, chosen.settings)
+  run = chosen.run
+  ref_NxT = np.where(run.mask_NxT, -base_NxT.astype(np.float64), np.nan)
+  for m in range(6):
+    np.testing.assert_array_equal(scores_MxN[m], wbc.wbc(run.target_lp(m), ref_NxT, (2, 3)))
+  target_KxNxT = np.asarray(run.loss_MxNxT)[:2]
+  np.testing.assert_array_equal(chosen.attacks[0].targets(run, target_KxNxT, None, chosen.settings), scores_MxN[:2])
+  np.save(tmp_path / "base_losses.npy", base_NxT[:, :5])
+  with pytest.raises(InputError, match=r"base_losses.npy: shape \[20, 5\] does not match the canaries' \[N, T\]"):
+    shadow.choose(str(tmp_path), ["wbc_base"])

@@ -257,6 +257,21 @@ def test_pythia_run_pretrains_a_base_then_fine_tunes_copies_of_it(pythia_run):
 
 
 @pytest.mark.slow
+def test_a_fine_tuning_run_records_the_canaries_losses_on_its_base_model(pythia_run, finished_run):
+  from models import token_loss
+  base_NxT = np.load(os.path.join(pythia_run, "base_losses.npy"))  # what WBC compares each fine-tuned copy with
+  data = run_data.prepare_data(pythia_cfg(), pythia_run, progress=False)
+  model = pipeline.build_model(pythia_cfg(), data, pythia_run, progress=False)  # the saved base: model.pretrained
+  canaries_NxT = np.load(os.path.join(pythia_run, "canaries.npy"))
+  loss, _, _ = token_loss.sequence_statistics(lambda x, m: model.apply(model.pretrained, x, m), canaries_NxT,
+                                              bos_id=data.bos_id)
+  assert base_NxT.shape == canaries_NxT.shape and base_NxT.dtype == np.float32
+  np.testing.assert_allclose(base_NxT, loss, rtol=1e-5, atol=1e-5)  # same params; rounding order only (~1e-6)
+  assert not np.allclose(base_NxT, np.load(os.path.join(pythia_run, "losses.npy"))[0])  # the copies moved away
+  assert not os.path.exists(os.path.join(finished_run, "base_losses.npy"))  # an LSTM trained from scratch has none
+
+
+@pytest.mark.slow
 def test_pythia_run_resumes_without_pretraining_again(tmp_path, monkeypatch, pythia_run):
   import shutil
   run_dir = str(tmp_path / "run")
