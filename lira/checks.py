@@ -59,3 +59,22 @@ def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chu
     raise InputError(
         f"loss of model {m} on {item} {n} at position {t} is {value}; losses must be finite and >= 0 at scored "
         f"positions ({count} such entries; mask them out with {mask_file} if they are not meant to be scored)")
+
+
+def check_targets(target_loss_KxNxT, N, T, mask_NxT=None):
+  """Separate targets' per-token losses as [K, N, T] ([N, T] is one target), checked before any scoring: the shape
+  against the shadow models' N canaries and T positions, at least one target, floating point, and every loss finite
+  and >= 0 at a scored position (the message names the target, canary and position)."""
+  target = target_loss_KxNxT if np.ndim(target_loss_KxNxT) == 3 else np.asarray(target_loss_KxNxT)[None]
+  if np.ndim(target) != 3 or target.shape[1:] != (N, T):
+    raise InputError(f"target losses must be shaped [K, N, T] or [N, T] with N={N} canaries and T={T} positions "
+                     f"as the shadow models', got {list(np.shape(target_loss_KxNxT))}")
+  if target.shape[0] == 0:
+    raise InputError(f"target losses hold no target model (shape {list(target.shape)}, K = 0)")
+  if not np.issubdtype(np.asarray(target[:0]).dtype, np.floating):
+    raise InputError(f"target losses must be floating-point per-token losses, got dtype {np.asarray(target[:0]).dtype}")
+  try:
+    check_losses(target, mask_NxT)
+  except InputError as e:
+    raise InputError(str(e).replace("loss of model", "loss of target", 1)) from None
+  return target

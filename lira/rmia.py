@@ -21,7 +21,7 @@ import dataclasses
 
 import numpy as np
 
-from lira.checks import check_arrays, check_losses
+from lira.checks import check_arrays, check_losses, check_targets
 from lira.errors import InputError
 from lira.options import Options, option
 from lira.transforms import check_reduction, parse_reduction, reduce_length
@@ -263,21 +263,15 @@ def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, shadow_pop_MxZxT, target_l
   """RMIA scores [K, N] of K separate targets, every one of the M shadow models a reference model."""
   options = RMIA.of(options, **fields)
   check_arrays(shadow_loss_MxNxT, shadow_keep_MxN, mask_NxT, options.reduction)
-  target = target_loss_KxNxT if np.ndim(target_loss_KxNxT) == 3 else np.asarray(target_loss_KxNxT)[None]
-  target_pop = target_pop_KxZxT if np.ndim(target_pop_KxZxT) == 3 else np.asarray(target_pop_KxZxT)[None]
   M, N, T = np.shape(shadow_loss_MxNxT)
-  if np.ndim(target) != 3 or target.shape[1:] != (N, T):
-    raise InputError(f"target losses must be shaped [K, N, T] with N = {N} and T = {T}, got {list(np.shape(target))}")
+  target = check_targets(target_loss_KxNxT, N, T, mask_NxT)
+  target_pop = target_pop_KxZxT if np.ndim(target_pop_KxZxT) == 3 else np.asarray(target_pop_KxZxT)[None]
   if np.ndim(target_pop) != 3 or target_pop.shape[0] != target.shape[0] or target_pop.shape[1:] != np.shape(
       shadow_pop_MxZxT)[1:]:
     raise InputError(f"target population losses must be shaped [K, Z, T] = "
                      f"{[target.shape[0]] + list(np.shape(shadow_pop_MxZxT)[1:])}, got {list(np.shape(target_pop))}")
   both = np.concatenate([np.asarray(shadow_loss_MxNxT), np.asarray(target)])
   both_pop = np.concatenate([np.asarray(shadow_pop_MxZxT), np.asarray(target_pop)])
-  try:
-    check_losses(target, mask_NxT)
-  except InputError as e:
-    raise InputError(str(e).replace("loss of model", "loss of target", 1)) from None
   check_population(both, both_pop, pop_mask_ZxT, options)
   keep = np.asarray(shadow_keep_MxN, bool)
   undefined_N = undefined_canaries(keep, options, scorer="targets")

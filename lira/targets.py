@@ -11,7 +11,7 @@ from tqdm.auto import tqdm
 
 from lira import gaussian
 from lira import gram
-from lira.checks import check_arrays, check_losses
+from lira.checks import check_arrays, check_targets
 from lira.errors import InputError
 from lira.scoring import Scoring
 
@@ -28,19 +28,8 @@ def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, target_loss_KxNxT, scoring
   """
   scoring = Scoring.of(scoring, **fields).check("targets")
   check_arrays(shadow_loss_MxNxT, shadow_keep_MxN, mask_NxT, scoring.reduction)
-  target = target_loss_KxNxT if np.ndim(target_loss_KxNxT) == 3 else np.asarray(target_loss_KxNxT)[None]
   M, N, T = np.shape(shadow_loss_MxNxT)
-  if np.ndim(target) != 3 or target.shape[1:] != (N, T):
-    raise InputError(f"target losses must be shaped [K, N, T] or [N, T] with N={N} canaries and T={T} positions "
-                     f"as the shadow models', got {list(np.shape(target_loss_KxNxT))}")
-  if target.shape[0] == 0:
-    raise InputError(f"target losses hold no target model (shape {list(target.shape)}, K = 0)")
-  if not np.issubdtype(np.asarray(target[:0]).dtype, np.floating):
-    raise InputError(f"target losses must be floating-point per-token losses, got dtype {np.asarray(target[:0]).dtype}")
-  try:
-    check_losses(target, mask_NxT)
-  except InputError as e:
-    raise InputError(str(e).replace("loss of model", "loss of target", 1)) from None
+  target = check_targets(target_loss_KxNxT, N, T, mask_NxT)
   keep_MxN = np.asarray(shadow_keep_MxN, bool)
   gaussian.check_counts(keep_MxN, scoring, scorer="targets")
   K = target.shape[0]

@@ -71,7 +71,7 @@ def markdown(report):
            "|---|---|---|" + "---:|" * len(report["runs"][0]["rows"])]
   for run in report["runs"]:
     s = run["shape"]
-    cells = [tables.cell(r["tpr"][0], r["ci"][0]) for r in run["rows"]]
+    cells = [tables.tpr_cell(r["tpr"][0], r["ci"][0], r["resolved"][0]) for r in run["rows"]]
     lines.append(f"| {run['label']} | {run['run']} | {s['M']}, {s['N']}, {s['T']} | "
                  + " | ".join(cells) + " |")
   lines += ["", f"Paired differences A - B in TPR points ({report['n_boot']} bootstrap replicates over canaries, 95% "
@@ -115,9 +115,16 @@ def figure(report, title):
   for j, name in enumerate(names):
     style = plots.style_of(name)
     dx = (j - (len(names) - 1) / 2) * 0.05
-    tpr = np.array([100 * run["rows"][j]["tpr"][0] for run in runs])
+    resolved = np.array([run["rows"][j]["resolved"][0] for run in runs])
+    tpr = np.where(resolved, [100 * run["rows"][j]["tpr"][0] for run in runs], np.nan)  # n/r: not drawn
     ci = np.array([[100 * (c if c is not None else np.nan) for c in run["rows"][j]["ci"][0]] for run in runs])
-    ax_t.errorbar(x + dx, tpr, yerr=np.abs(ci.T - tpr), marker="o", ms=4, capsize=2, label=name, **style)
+    ax_t.errorbar(x + dx, tpr, yerr=np.abs(ci.T - tpr), marker=plots.VARIANT_MARKERS.get(name, "o"), ms=4,
+                  capsize=2, label=name, **style)
+  for xi, run in zip(x, runs):  # a run with too few non-members for the FPR: n/r, as evaluate's table says
+    if not all(r["resolved"][0] for r in run["rows"]):
+      ax_t.annotate("n/r", (xi, 0), fontsize=8, ha="center", va="bottom")
+  if not any(r["resolved"][0] for run in runs for r in run["rows"]):
+    ax_t.set_ylim(0, 100)
   ax_t.set_ylabel(f"TPR @ {100 * FPRS[0]:g}% FPR (%)")
   ax_t.set_title(f"each variant's TPR at {100 * FPRS[0]:g}% FPR (95% bootstrap interval)", fontsize=9)
   ax_t.legend(fontsize=7)

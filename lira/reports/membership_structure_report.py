@@ -146,8 +146,7 @@ def markdown(structure, cells, differences, oracle, gaps, title):
     lines += ["", f"## TPR (%) at {100 * fpr:g}% FPR", "", "| run | " + " | ".join(columns) + " |",
               "|---|" + "---:|" * len(columns)]
     for c in cell_names(gaps):
-      vals = [_pct(cells[c][v]["tpr"][key]) + ("" if cells[c][v]["resolved"][key] else " (n/r)")
-              for v, _, _ in VARIANTS]
+      vals = [_pct(cells[c][v]["tpr"][key]) if cells[c][v]["resolved"][key] else "n/r" for v, _, _ in VARIANTS]
       structure, _, g = c.rpartition("_x")
       vals += [_pct(oracle[structure][g][v][key]) if structure in oracle else "-" for v in ms.ORACLE_VARIANTS]
       lines.append(f"| {c} | " + " | ".join(vals) + " |")
@@ -216,19 +215,28 @@ def figure(per_canary, cells, oracle, gaps, title):
   ax_m.legend(fontsize=7)
   ax_m.set_title("How the tokens move together", fontsize=9)
   key = metrics.fpr_key(FPRS[0])
-  low = min(100 * cells[c][v]["tpr"][key] for c in cell_names(gaps) for v, _, _ in VARIANTS)
+
+  def tpr(c, variant):  # an unresolved TPR is not drawn as a number (n/r is written at the axis' foot instead)
+    return 100 * cells[c][variant]["tpr"][key] if cells[c][variant]["resolved"][key] else np.nan
+
+  drawn = [tpr(c, v) for c in cell_names(gaps) for v, _, _ in VARIANTS]
+  low = np.nanmin(drawn) if np.isfinite(drawn).any() else 0.0
   for ax, structures in zip(ax_s, panels):
     structure = structures[0]
     for variant, covariance, shared in VARIANTS:
       style = plots.variant_style(covariance, shared)
-      ys = [100 * cells[f"{structure}_x{g:g}"][variant]["tpr"][key] for g in gaps]
-      ax.plot(gaps, ys, marker="o", ms=4, label=variant, **style)
+      marker = plots.VARIANT_MARKERS[variant]
+      ys = [tpr(f"{structure}_x{g:g}", variant) for g in gaps]
+      ax.plot(gaps, ys, marker=marker, ms=4, label=variant, **style)
       for other in structures[1:]:
-        ys = [100 * cells[f"{other}_x{g:g}"][variant]["tpr"][key] for g in gaps]
+        ys = [tpr(f"{other}_x{g:g}", variant) for g in gaps]
         ax.plot(gaps, ys, marker="x", ms=4, lw=0.8, alpha=0.6, color=style["color"], ls=":")
       if structure in ("gaussian", "shuffled"):
-        ax.plot([1.0], [100 * cells["real"][variant]["tpr"][key]], ls="none", marker="*", ms=11,
+        ax.plot([1.0], [tpr("real", variant)], ls="none", marker="*", ms=11,
                 color=style["color"], mfc="white" if not shared else style["color"], zorder=4)
+    for g in gaps:
+      if any(not cells[f"{s}_x{g:g}"][v]["resolved"][key] for s in structures for v, _, _ in VARIANTS):
+        ax.annotate("n/r", (g, max(-2.0, low - 3.0)), fontsize=7, ha="center", va="bottom")
     for v, color in zip(ms.ORACLE_VARIANTS, ("tab:blue", "tab:orange", "tab:green")):
       if structure not in oracle:
         continue
@@ -342,6 +350,10 @@ def write_membership_structure(run_dir, out_dir=None, *, gaps=MembershipStructur
            f"{structure['excess_kurtosis']['median']:.3g}",
            f"best variant at {100 * FPRS[0]:g}% FPR:"]
   for c in cell_names(gaps):
+    if not all(cells[c][v]["resolved"][key] for v, _, _ in VARIANTS):
+      lines.append(f"  {c}: n/r (TPR at {100 * FPRS[0]:g}% FPR needs >= {metrics.min_negatives(FPRS[0]):,} "
+                   "non-member pairs)")
+      continue
     tpr = {v: cells[c][v]["tpr"][key] for v, _, _ in VARIANTS}
     top = max(tpr.values())
     best = [v for v, x in tpr.items() if x == top]

@@ -144,7 +144,7 @@ def markdown(table):
            "|---|---:|---:|---:|---:|---:|"]
   for r in table["rows"]:
     p = r["paper"] or (None, None)
-    cells = [tables.cell(t, c) + ("" if ok else " (n/r)") for t, c, ok in zip(r["tpr"], r["ci"], r["resolved"])]
+    cells = [tables.tpr_cell(t, c, ok) for t, c, ok in zip(r["tpr"], r["ci"], r["resolved"])]
     lines.append(f"| {r['name']} | {'-' if p[0] is None else f'{p[0]:.2f}'} | {cells[0]} | "
                  f"{'-' if p[1] is None else f'{p[1]:.2f}'} | {cells[1]} | {r['auc']:.4f} |")
   lines += ["", f"Paired differences A - B in TPR points, {table['n_boot']} bootstrap replicates over canaries "

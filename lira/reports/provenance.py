@@ -64,13 +64,18 @@ def describe(settings, skip=()):
 
 def run_words(config):
   """A run's model family and canary kind from its config.json: 'lstm, worst-case canaries' ('synthetic losses' for
-  make_synthetic's runs; 'model unknown' or 'canary kind unknown' where config.json does not say)."""
+  make_synthetic's runs; 'model unknown' or 'canary kind unknown' where config.json does not say), and the
+  accountant's epsilon of a DP-SGD run ('lstm, worst-case canaries, DP-SGD epsilon 4')."""
   config = config or {}
   family = (config.get("model") or {}).get("name")
   kind = (config.get("canaries") or {}).get("kind")
   if family is None and kind is None and config.get("source") == "synthetic":
     return "synthetic losses"
-  return f"{family or 'model unknown'}, {f'{kind}-case canaries' if kind else 'canary kind unknown'}"
+  words = f"{family or 'model unknown'}, {f'{kind}-case canaries' if kind else 'canary kind unknown'}"
+  accountant = config.get("accountant") or {}
+  if accountant.get("epsilon") is not None:  # a DP-SGD run: what tells it from the same model trained without
+    words += f", DP-SGD epsilon {accountant['epsilon']:.3g}"
+  return words
 
 
 def run_name(run_dir):

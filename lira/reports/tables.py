@@ -8,6 +8,12 @@ def pct(x):
   return "-" if x is None else f"{100.0 * x:.2f}"
 
 
+def tpr_cell(value, ci, resolved=True):
+  """A TPR (%) with its interval, or n/r where the FPR needs more non-members than the run has (the one rule of every
+  table: an unresolved TPR is never shown as a number)."""
+  return cell(value, ci) if resolved else "n/r"
+
+
 def cell(value, ci, scale_pct=True):
   fmt = pct if scale_pct else (lambda v: "-" if v is None else f"{v:.4f}")
   if ci is None or ci[0] is None:

@@ -46,6 +46,17 @@ def test_each_run_equals_its_paper_table(two_runs, tmp_path):
   with open(paths[1]) as f:
     text = f.read()
   assert "| strong |" in text and "| Table II (lstm_worst) | +2.93 | +6.75 |" in text
+  # 8 x 150 pairs hold 600 non-members, too few for 0.1% FPR: every TPR cell is n/r, never a number (as evaluate)
+  tpr_rows = [line for line in text.splitlines() if line.startswith(("| weak |", "| strong |"))][:2]
+  assert all(line.split(" | ")[3:] == ["n/r"] * 6 for line in (r.rstrip(" |") for r in tpr_rows)), tpr_rows
+
+
+def test_a_dp_run_is_named_by_its_epsilon():
+  from lira.reports import provenance
+  config = {"model": {"name": "lstm"}, "canaries": {"kind": "worst"}}
+  assert provenance.run_words(config) == "lstm, worst-case canaries"
+  assert provenance.run_words({**config, "accountant": {"epsilon": 4.0}}) == \
+      "lstm, worst-case canaries, DP-SGD epsilon 4"
 
 
 def test_errors_are_one_line_before_any_work(two_runs, tmp_path):

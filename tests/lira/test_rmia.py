@@ -149,8 +149,9 @@ def test_undefined_canaries_raise_or_give_nan():
 
 @pytest.mark.parametrize("fields, message", [
     (dict(gamma=0.0), "gamma must be > 0"),
-    (dict(gamma=float("nan")), "gamma must be > 0"),
-    (dict(a=1.5), "a must lie in"),
+    (dict(gamma=float("nan")), "gamma must be a finite number"),
+    (dict(gamma=float("inf")), "gamma must be a finite number"),
+    (dict(a=1.5), r"a must be in \[0, 1\]"),
     (dict(tokens=True, reduction="min:2"), "aligned positions"),
     (dict(reduction="mean:2"), "reduction must be"),
 ])
