@@ -15,11 +15,15 @@ def check_arrays(loss_MxNxT, keep_MxN, mask_NxT=None, reduction=None, model_ids=
 
   model_ids name the rows of loss_MxNxT in messages when they are a subset of a run's models.
   """
+  if not hasattr(loss_MxNxT, "shape"):
+    raise InputError(f"losses must be an array [M, N, T] (numpy, a memory-mapped .npy or jax), got "
+                     f"{type(loss_MxNxT).__name__}: pass np.asarray(losses)")
   if np.ndim(loss_MxNxT) != 3:
     raise InputError(f"losses must be shaped [M, N, T], got {np.shape(loss_MxNxT)}")
   M, N, T = loss_MxNxT.shape
   if np.shape(keep_MxN) != (M, N):
     raise InputError(f"keep must be shaped [M, N] = {(M, N)}, got {np.shape(keep_MxN)}")
+  check_keep(keep_MxN)
   if mask_NxT is not None and np.shape(mask_NxT) != (N, T):
     raise InputError(f"mask must be shaped [N, T] = {(N, T)}, got {np.shape(mask_NxT)}")
   length_N = np.full(N, T) if mask_NxT is None else np.asarray(mask_NxT, bool).sum(axis=1)
@@ -27,6 +31,22 @@ def check_arrays(loss_MxNxT, keep_MxN, mask_NxT=None, reduction=None, model_ids=
     raise InputError(f"canary {int(np.flatnonzero(length_N == 0)[0])} has no scored position in the mask")
   check_reduction(reduction, length_N)
   check_losses(loss_MxNxT, mask_NxT, model_ids=model_ids)
+
+
+def check_keep(keep_MxN):
+  """keep is membership: bool, or numbers that are all 0 or 1 (1 = IN); anything else (0.5, 2, a -1/1 encoding) is
+  refused with the first such value and where it is, never read as a truth value."""
+  keep = np.asarray(keep_MxN)
+  if keep.dtype == bool:
+    return
+  if not (np.issubdtype(keep.dtype, np.integer) or np.issubdtype(keep.dtype, np.floating)):
+    raise InputError(f"keep must be bool membership [M, N] (True = IN), got dtype {keep.dtype}")
+  bad = (keep != 0) & (keep != 1)
+  if bad.any():
+    m, n = (int(i[0]) for i in np.nonzero(bad))
+    hint = " (a -1/1 encoding? use True/False or 1/0 for IN/OUT)" if (keep == -1).any() else ""
+    raise InputError(f"keep must be bool membership (True = IN) or 0/1, but model {m}, canary {n} holds "
+                     f"{keep[m, n].item()!r}{hint}")
 
 
 def check_losses(loss_MxNxT, mask_NxT=None, model_ids=None, canary_ids=None, chunk_elements=2**22, item="canary",

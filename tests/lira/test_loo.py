@@ -388,3 +388,27 @@ def test_variants_in_one_pass_equal_one_call_each(options):
   for (covariance, shared), llr in zip(variants, together):
     alone = plain_loo(loss, keep, scoring.variant(covariance, shared), mask_NxT=mask, **run_options)
     np.testing.assert_array_equal(llr, alone)  # the same operations on the same block: bit for bit
+
+
+@pytest.mark.parametrize("keep_of, words", [
+    (lambda k: k * 0.5, "model 0, canary 0 holds 0.5"),
+    (lambda k: k.astype(int) * 2, "holds 2"),
+    (lambda k: np.where(k, 1, -1), "holds -1 (a -1/1 encoding? use True/False or 1/0 for IN/OUT)"),
+    (lambda k: k.astype(str), "keep must be bool membership [M, N] (True = IN), got dtype <U5"),
+])
+def test_keep_that_is_not_membership_is_refused_not_read_as_truth_values(keep_of, words):
+  from lira.synthetic import synthetic_losses
+  loss, keep, _ = synthetic_losses(num_models=6, num_canaries=10, seq_len=4)
+  keep = keep.copy()
+  keep[0, 0] = True
+  with pytest.raises(InputError) as e:
+    lira.leave_one_out(loss, keep_of(keep))
+  assert words in str(e.value)
+  np.testing.assert_array_equal(lira.leave_one_out(loss, keep.astype(np.int8)), lira.leave_one_out(loss, keep))
+
+
+def test_losses_as_a_python_list_are_refused_with_what_to_pass():
+  from lira.synthetic import synthetic_losses
+  loss, keep, _ = synthetic_losses(num_models=6, num_canaries=10, seq_len=4)
+  with pytest.raises(InputError, match=r"losses must be an array \[M, N, T\] .*got list: pass np.asarray"):
+    lira.leave_one_out(loss.tolist(), keep)
