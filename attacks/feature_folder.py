@@ -39,6 +39,11 @@ def check_complete(folder):
     raise MissingFileError(f"features folder {folder!r} does not exist")
   if os.path.exists(os.path.join(folder, FILES["meta"])):
     return
+  if os.path.exists(os.path.join(folder, run_folder.names.LOSSES)) or os.path.exists(
+      os.path.join(folder, run_folder.names.KEEP)):
+    raise InputError(f"{folder} is a shadow run folder (losses.npy, keep.npy), not a features folder: score its "
+                     f"canaries with python -m experiments.evaluate --run_dir={folder} --attacks=...; a features "
+                     "folder is built by experiments.extract_features")
   started = os.path.exists(os.path.join(folder, run_folder.names.FEATURES_BUILD))
   if not started and not any(os.path.exists(os.path.join(folder, f)) for f in FILES.values()):
     raise MissingFileError(f"{folder} is not a features folder (no features.json); build one with python -m "

@@ -37,7 +37,9 @@ def main(argv):
   options = CompareRunsOptions(**option_flags.values(CompareRunsOptions, CompareRunsOptions.defaults()))
   paths = compare_runs_report.write(FLAGS.run_dirs, FLAGS.out_dir, FLAGS.labels, FLAGS.title, options.n_boot,
                                     options.seed, FLAGS.setting)
-  print(provenance.wrote(paths))
+  with open(paths[1]) as f:  # the markdown report: the runs' TPRs and the paired differences
+    print(f.read().rstrip())
+  print("\n" + provenance.wrote(paths))
 
 
 if __name__ == "__main__":

@@ -406,3 +406,10 @@ def test_evaluate_attacks_bad_input(shadow_run, evaluate_cli):
   with pytest.raises(flags.IllegalFlagValueError, match=r"--k=2: must be in \(0, 1\]"):
     run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=min_k", "--k=2", "--noprogress")
   assert not any(f.startswith("results") for f in os.listdir(shadow_run))
+
+
+def test_a_shadow_run_folder_given_as_features_is_named_as_such(tmp_path):
+  synthetic_run.write_synthetic_run(str(tmp_path), num_models=4, num_canaries=6, seq_len=3)
+  with pytest.raises(InputError, match=r"is a shadow run folder \(losses.npy, keep.npy\), not a features folder: "
+                                       r"score its canaries with python -m experiments.evaluate"):
+    feature_folder.check_complete(str(tmp_path))
