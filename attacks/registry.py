@@ -20,9 +20,8 @@ its scores and its record plus one line there (docs/extending.md).
 import dataclasses
 from collections.abc import Callable
 
-import numpy as np
-
 from lira.errors import InputError
+from lira.options import check_number, range_words
 
 # The places an attack can score: a shadow run's leave-one-out pairs, or a features folder's texts.
 WHERE = ("leave_one_out", "targets", "texts")
@@ -51,39 +50,23 @@ class Setting:
                m.get("high_open", False), kind)
 
   def check(self, value):
-    """The value, checked against the range: InputError naming the setting otherwise (None: not set, passes)."""
+    """The value, checked against the range (lira.options.check_number): InputError naming the setting otherwise
+    (None: not set, passes)."""
     if value is None:
       return None
-    many = self.kind == "ints"
-    values = list(value) if many and not isinstance(value, str) else [value]
-    for v in values:
-      if self.kind != "float" and (isinstance(v, bool) or not isinstance(v, (int, np.integer, str))
-                                   or not str(v).strip().lstrip("-").isdigit()):
-        raise InputError(f"{self.name} must be {'a list of integers' if many else 'an integer'}, got {value!r}")
-      v = int(v) if self.kind != "float" else v
-      if self.kind == "float" and (isinstance(v, bool) or not isinstance(v, (int, float, np.number))):
-        raise InputError(f"{self.name} must be a number, got {value!r}")
-      if self.kind == "float" and not np.isfinite(v):
-        raise InputError(f"{self.name} must be a finite number, got {value!r}")
-      bad = ((self.low is not None and (v <= self.low if self.low_open else v < self.low)) or
-             (self.high is not None and (v >= self.high if self.high_open else v > self.high)))
-      if bad:
-        raise InputError(f"{self.name} must lie in {self.rule()}, got {value!r}")
-    if many and not values:
+    bounds = dict(low=self.low, high=self.high, low_open=self.low_open, high_open=self.high_open)
+    if self.kind != "ints":
+      return float(check_number(self.name, value, **bounds)) if self.kind == "float" else \
+          check_number(self.name, value, integer=True, **bounds)
+    values = [value] if isinstance(value, str) else list(value)
+    if not values:
       raise InputError(f"{self.name} must hold at least one integer")
-    if many:
-      return tuple(int(v) for v in values)
-    return int(value) if self.kind == "int" else float(value)
+    return tuple(check_number(self.name, int(v) if isinstance(v, str) and v.strip().lstrip("-").isdigit() else v,
+                              integer=True, **bounds) for v in values)
 
   def rule(self):
-    """The range in words: (0, 1], >= 1, ..."""
-    if self.low is not None and self.high is not None:
-      return f"{'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
-    if self.low is not None:
-      return f"{'>' if self.low_open else '>='} {self.low:g}"
-    if self.high is not None:
-      return f"{'<' if self.high_open else '<='} {self.high:g}"
-    return "any value"
+    """The range in words: 'in (0, 1]', '>= 1', ..."""
+    return range_words(self.low, self.high, self.low_open, self.high_open) or "any value"
 
 
 @dataclasses.dataclass(frozen=True)

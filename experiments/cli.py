@@ -25,6 +25,7 @@ from absl import flags
 from experiments import EXIT_INTERRUPTED  # 130 (128 + SIGINT); experiments/__init__.py handles Ctrl-C until run()
 from experiments import STOPPED
 from lira.errors import UserError
+from lira.options import range_words
 
 EXIT_USER_ERROR = 2
 RESUMES = "finished work is kept, run the command again to resume"
@@ -61,14 +62,9 @@ def _number(value):
 
 
 def _rule(low, high, low_open, high_open, even):
-  """The words of a range: '>= 0', 'in (0, 1]', 'an even number >= 6'."""
-  if low is not None and high is not None:
-    return f"in {'(' if low_open else '['}{_number(low)}, {_number(high)}{')' if high_open else ']'}"
-  if low is not None:
-    return f"{'an even number ' if even else ''}{'>' if low_open else '>='} {_number(low)}"
-  if high is not None:
-    return f"{'<' if high_open else '<='} {_number(high)}"
-  return "a finite number"
+  """The words of a range (lira.options.range_words): '>= 0', 'in (0, 1]', 'an even number >= 6'."""
+  words = range_words(low, high, low_open, high_open)
+  return "a finite number" if words is None else ("an even number " if even else "") + words
 
 
 def check_range(name, low=None, high=None, *, low_open=False, high_open=False, even=False, flag_values=flags.FLAGS):

@@ -22,17 +22,41 @@ def option(default, help, *, choices=None, low=None, high=None, low_open=False, 
       "integer": integer, "finite": finite})
 
 
+def _number(x):
+  return f"{x:g}" if isinstance(x, float) else str(x)
+
+
+def range_words(low=None, high=None, low_open=False, high_open=False):
+  """A numeric range in words: 'in (0, 1]', '> 0', '>= 0' (None when unbounded); the flags' help and every options
+  message say it this way."""
+  if low is not None and high is not None:
+    return f"in {'(' if low_open else '['}{_number(low)}, {_number(high)}{')' if high_open else ']'}"
+  if low is not None:
+    return f"{'>' if low_open else '>='} {_number(low)}"
+  if high is not None:
+    return f"{'<' if high_open else '<='} {_number(high)}"
+  return None
+
+
 def rule(field):
   """The range of a numeric field in words: 'in (0, 1]', '> 0', '>= 0'."""
   m = field.metadata
-  low, high = m.get("low"), m.get("high")
-  if low is not None and high is not None:
-    return f"in {'(' if m['low_open'] else '['}{low:g}, {high:g}{')' if m['high_open'] else ']'}"
-  if low is not None:
-    return f"{'>' if m['low_open'] else '>='} {low:g}"
-  if high is not None:
-    return f"{'<' if m['high_open'] else '<='} {high:g}"
-  return None
+  return range_words(m.get("low"), m.get("high"), m.get("low_open", False), m.get("high_open", False))
+
+
+def check_number(name, value, low=None, high=None, low_open=False, high_open=False, integer=False, finite=True):
+  """`value` as a number in the range (an int with `integer`): InputError '<name> must be ...' otherwise."""
+  if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
+    raise InputError(f"{name} must be {'an integer' if integer else 'a number'}, got {value!r}")
+  x = float(value)
+  if math.isnan(x) or (finite and math.isinf(x)):
+    raise InputError(f"{name} must be a finite number, got {value!r}")
+  if integer and x != int(x):
+    raise InputError(f"{name} must be an integer, got {value!r}")
+  if ((low is not None and (x <= low if low_open else x < low)) or
+      (high is not None and (x >= high if high_open else x > high))):
+    raise InputError(f"{name} must be {range_words(low, high, low_open, high_open)}, got {value!r}")
+  return int(x) if integer else value
 
 
 def check_value(owner, field, value):
@@ -48,18 +72,8 @@ def check_value(owner, field, value):
     return bool(value)
   if m.get("low") is None and m.get("high") is None and not m.get("integer"):
     return value
-  if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "__float__"):
-    raise InputError(f"{owner}{field.name} must be a number, got {value!r}")
-  x = float(value)
-  if math.isnan(x) or (m.get("finite", True) and math.isinf(x)):
-    raise InputError(f"{owner}{field.name} must be a finite number, got {value!r}")
-  if m.get("integer") and x != int(x):
-    raise InputError(f"{owner}{field.name} must be an integer, got {value!r}")
-  low, high = m.get("low"), m.get("high")
-  if ((low is not None and (x <= low if m["low_open"] else x < low)) or
-      (high is not None and (x >= high if m["high_open"] else x > high))):
-    raise InputError(f"{owner}{field.name} must be {rule(field)}, got {value!r}")
-  return int(x) if m.get("integer") else value
+  return check_number(f"{owner}{field.name}", value, m.get("low"), m.get("high"), m["low_open"], m["high_open"],
+                      m.get("integer", False), m.get("finite", True))
 
 
 class Options:

@@ -33,7 +33,7 @@ def test_a_setting_no_chosen_attack_reads_is_refused():
   assert offline.params(settings) == {"rmia_gamma": 2.0, "rmia_a": 0.3}
   assert ATTACKS.attacks["rmia"].params(settings) == {"rmia_gamma": 2.0}  # online RMIA has no a
   assert ATTACKS.attacks["min_k"].label({"k": 0.25}) == "Min-K% (k=0.25)"
-  with pytest.raises(InputError, match=r"wbc_windows must lie in >= 1"):
+  with pytest.raises(InputError, match=r"wbc_windows must be >= 1, got 0"):
     ATTACKS.checked_settings({"wbc_windows": (2, 0)}, chosen)
   with pytest.raises(InputError, match=r"k must be a finite number"):
     ATTACKS.checked_settings({"k": float("inf")}, chosen)
