@@ -39,10 +39,8 @@ def write(out_dir, run_dir, run, rows, settings, defaults, recorded):
   settings name the files where they differ from defaults (lengths None at its default); recorded: the JSON's
   settings block (the lengths used, the intervals' level).
   """
-  paths = [provenance.report_path(out_dir, "length_grid", ext, settings, defaults) for ext in ("json", "csv", "png")]
-  run_folder.save_json(paths[0], {**provenance.header("length_grid", run_dir, run, recorded, "seqlira.length_grid"),
-                                  "fpr": settings["fpr"], "rows": rows})
-  run_folder.save_csv(paths[1], rows)
+  paths = provenance.save_rows(out_dir, "length_grid", run_dir, run, rows, settings, defaults, recorded,
+                               {"fpr": settings["fpr"]})
   M, N, T = run.loss_MxNxT.shape
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
   mode = "shared" if settings["shared"] else "class-wise"

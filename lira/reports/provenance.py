@@ -9,6 +9,7 @@ import os
 import re
 import sys
 
+import run_folder
 from lira.errors import InputError
 
 SCHEMA_VERSION = 1
@@ -100,6 +101,16 @@ def runs_description(runs):
 def shape_line(shape):
   """'M=32 models, N=2000 canaries, T=32 positions'."""
   return f"M={shape['M']} models, N={shape['N']} canaries, T={shape['T']} positions"
+
+
+def save_rows(out_dir, command, run_dir, run, rows, settings, defaults, recorded, extra=None):
+  """Write a grid report's rows as <command>[_settings].json (header, `extra`, rows) and .csv; returns the paths of
+  the .json, .csv and .png (the figure's, named the same way)."""
+  paths = [report_path(out_dir, command, ext, settings, defaults) for ext in ("json", "csv", "png")]
+  run_folder.save_json(paths[0], {**header(command, run_dir, run, recorded, f"seqlira.{command}"), **(extra or {}),
+                                  "rows": rows})
+  run_folder.save_csv(paths[1], rows)
+  return paths
 
 
 def header(command, run_dir, run, settings, schema):

@@ -52,10 +52,8 @@ def write(out_dir, run_dir, run, rows, names, settings, defaults, recorded, styl
   defaults (counts and variants None at their defaults); recorded: the JSON's settings block (the counts and
   variants used); styles: {attack name: plot style} of the attack rows.
   """
-  paths = [provenance.report_path(out_dir, "shadow_sweep", ext, settings, defaults) for ext in ("json", "csv", "png")]
-  run_folder.save_json(paths[0], {**provenance.header("shadow_sweep", run_dir, run, recorded, "seqlira.shadow_sweep"),
-                                  "fpr": settings["fpr"], "rows": rows})
-  run_folder.save_csv(paths[1], rows)
+  paths = provenance.save_rows(out_dir, "shadow_sweep", run_dir, run, rows, settings, defaults, recorded,
+                               {"fpr": settings["fpr"]})
   M, N, T = run.loss_MxNxT.shape
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
   line = (f"statistic={settings['statistic']}, reduction={settings['reduction'] or 'none'}"
