@@ -13,6 +13,8 @@ Then (unless --noevaluate) `python -m experiments.evaluate --run_dir=D --backend
 folder at the largest M, timed end to end as a user runs it, and the same with the numpy backend.
 Writes one JSON (device, versions, every timing and difference) and prints a table. Runs as it is on a GPU machine
 with jax, flax, optax, orbax, numpy, scipy, scikit-learn and matplotlib installed and the project importable.
+The JSON is rewritten after every row, so a run stopped by a time limit keeps what it measured; each evaluate
+command has its own limit (--evaluate_timeout).
 """
 
 import argparse
@@ -28,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+# The jax process of this script and each `evaluate --backend=jax` it starts share the GPU: neither grabs 75% of it.
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -52,7 +56,7 @@ def rel_diff(a, b):
   return float((np.abs(a - b) / np.maximum(1.0, np.abs(b))).max())
 
 
-def run_loo(M, N, T, seed):
+def run_loo(M, N, T, seed, save=None):
   loss, keep, _ = synthetic.synthetic_losses(num_models=M, num_canaries=N, seq_len=T, shift=0.3, seed=seed)
   rows = []
   for balanced in (True, False):
@@ -63,14 +67,18 @@ def run_loo(M, N, T, seed):
       row[f"jax_{precision}_first_s"], row[f"jax_{precision}_s"] = first, second
       row[f"jax_{precision}_llr"] = jax_llr
     numpy_llr, row["numpy_s"] = timed(lambda: six(loss, keep, balance_counts=balanced))
-    for precision in ("float64", "float32"):
-      row[f"jax_{precision}_rel_diff"] = rel_diff(row.pop(f"jax_{precision}_llr"), numpy_llr)
+    f32, f64 = row.pop("jax_float32_llr"), row.pop("jax_float64_llr")
+    row["jax_float64_rel_diff"] = rel_diff(f64, numpy_llr)
+    row["jax_float32_rel_diff"] = rel_diff(f32, numpy_llr)
+    row["jax_float32_vs_float64_rel_diff"] = rel_diff(f32, f64)  # both on the device
     rows.append(row)
     print(json.dumps(row), flush=True)
+    if save:
+      save(rows)
   return rows
 
 
-def run_evaluate(M, N, T):
+def run_evaluate(M, N, T, timeout):
   out = {}
   with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
     run_dir = os.path.join(tmp, f"synthetic{M}")
@@ -80,7 +88,13 @@ def run_evaluate(M, N, T):
     for backend in ("jax", "numpy"):
       cmd = [sys.executable, "-m", "experiments.evaluate", f"--run_dir={run_dir}", f"--backend={backend}",
              "--noprogress"]
-      _, seconds = timed(lambda: subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL))
+      try:
+        _, seconds = timed(lambda: subprocess.run(cmd, check=True, cwd=ROOT, stdout=subprocess.DEVNULL,
+                                                  timeout=timeout))
+      except subprocess.TimeoutExpired:
+        print(f"evaluate --backend={backend} at M={M}: over {timeout} s, stopped", flush=True)
+        out[f"evaluate_{backend}_s"] = None
+        continue
       out[f"evaluate_{backend}_s"] = seconds
       print(f"evaluate --backend={backend} at M={M}: {seconds:.1f} s", flush=True)
   return out
@@ -93,6 +107,7 @@ def main():
   parser.add_argument("--T", type=int, default=128)
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--noevaluate", dest="evaluate", action="store_false")
+  parser.add_argument("--evaluate_timeout", type=float, default=240, help="seconds per evaluate command")
   parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/loo_device_<platform>.json)")
   args = parser.parse_args()
   import jax
@@ -102,24 +117,34 @@ def main():
           "machine": platform.processor() or platform.machine(), "python": platform.python_version(),
           "jax": jax.__version__, "numpy": np.__version__}
   print(json.dumps(info), flush=True)
-  rows = [r for M in args.Ms for r in run_loo(M, args.N, args.T, args.seed)]
-  result = {**info, "rows": rows}
-  if args.evaluate:
-    result["evaluate"] = {"M": max(args.Ms), **run_evaluate(max(args.Ms), args.N, args.T)}
   out = Path(args.out or ROOT / "benchmarks" / "results" / f"loo_device_{device.platform}.json")
   out.parent.mkdir(parents=True, exist_ok=True)
-  out.write_text(json.dumps(result, indent=1) + "\n")
+  result = {**info, "rows": []}
+
+  def save(rows):  # after every row, so a run stopped by a time limit keeps what it measured
+    result["rows"] = list(rows)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+  done = []
+  for M in args.Ms:
+    done += run_loo(M, args.N, args.T, args.seed, save=lambda rows: save(done + rows))
+  if args.evaluate:
+    result["evaluate"] = {"M": max(args.Ms), **run_evaluate(max(args.Ms), args.N, args.T, args.evaluate_timeout)}
+    save(done)
   print(f"\nsix variants, seconds on {device.device_kind} ({device.platform}) against numpy on {os.cpu_count()} CPU "
         "cores; first calls (compiles included) in brackets")
-  print(f"{'M':>5} {'counts':>9} {'jax f64':>15} {'jax f32':>15} {'numpy':>8} {'f64 diff':>9} {'f32 diff':>9}")
-  for r in rows:
+  print(f"{'M':>5} {'counts':>9} {'jax f64':>15} {'jax f32':>15} {'numpy':>8} {'f64 diff':>9} {'f32 diff':>9} {'f32-f64':>9}")
+  for r in done:
     print(f"{r['M']:>5} {'balanced' if r['balance_counts'] else 'plain':>9} "
           f"{r['jax_float64_s']:>6.2f} ({r['jax_float64_first_s']:>6.2f}) "
           f"{r['jax_float32_s']:>6.2f} ({r['jax_float32_first_s']:>6.2f}) {r['numpy_s']:>8.2f} "
-          f"{r['jax_float64_rel_diff']:>9.1e} {r['jax_float32_rel_diff']:>9.1e}")
+          f"{r['jax_float64_rel_diff']:>9.1e} {r['jax_float32_rel_diff']:>9.1e} "
+          f"{r['jax_float32_vs_float64_rel_diff']:>9.1e}")
   if args.evaluate:
     e = result["evaluate"]
-    print(f"evaluate at M = {e['M']}: --backend=jax {e['evaluate_jax_s']:.1f} s, numpy {e['evaluate_numpy_s']:.1f} s")
+    print(f"evaluate at M = {e['M']}: " + ", ".join(
+        f"--backend={b} " + ("over the time limit" if e[f"evaluate_{b}_s"] is None else f"{e[f'evaluate_{b}_s']:.1f} s")
+        for b in ("jax", "numpy")))
   print(f"wrote {out}")
 
 
