@@ -92,10 +92,15 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
     if shared:
       pooled = gram.Fit(z_BxMxD, p_B)
       P_BxMxR = pooled.project(z_BxMxD)
+      R_BxMxD = pooled.residual(z_BxMxD, P_BxMxR) if pooled.needs_residuals else None
       proj_delta = {None: pooled.project(delta_BxD[:, None, :])}  # [B, 1, R]
     else:  # each row projected on its own class's eigenbasis (one batched eigh for both: Fit.pair)
       fits = dict(zip((True, False), gram.Fit.pair(z_BxMxD[:, :k], z_BxMxD[:, k:], p_B)))
       P_BxMxR = xp.concat([fits[True].project(z_BxMxD[:, :k]), fits[False].project(z_BxMxD[:, k:])], axis=1)
+      # each row's residual outside its class's span (woodbury.Removal.basis), once per block
+      R_BxMxD = None if not (fits[True].needs_residuals or fits[False].needs_residuals) else xp.concat(
+          [fits[True].residual(z_BxMxD[:, :k], P_BxMxR[:, :k]), fits[False].residual(z_BxMxD[:, k:], P_BxMxR[:, k:])],
+          axis=1)
       proj_delta = {c: fits[c].project(delta_BxD[:, None, :]) for c in (True, False)}
     delta_b = delta_BxD[:, None, :]  # [B, 1, D]: the gap between the class means, the same for every target
 
@@ -104,7 +109,7 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
 
   if not shared and not offline and 2 * k == M:
     return _classwise_paired(z_BxMxD, delta_BxD, k, first_BxM, diag_w, floored,
-                             (fits, P_BxMxR, proj_delta, floor) if oas else None)
+                             (fits, P_BxMxR, R_BxMxD, proj_delta, floor) if oas else None)
 
   scores = []
   for target_in, (s_own, s_oth, L) in zip((True, False), removal_counts(k, M)):
@@ -162,20 +167,22 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
     else:
       P = _gather(P_BxMxR, idx_BxJxS)
       P_own, P_oth = P[:, :, :s_own], P[:, :, s_own:]
+      Rr = None if R_BxMxD is None else _gather(R_BxMxD, idx_BxJxS)
+      R_own, R_oth = (None, None) if Rr is None else (Rr[:, :, :s_own], Rr[:, :, s_own:])
       coef = functools.partial(_coefficients, xp, dt)
       c_own = coef([1.0 + 1.0 / L] + [1.0 / L] * (s_own - 1))  # r_own over the own removed rows (target first)
       if offline:  # the OUT fit; basis: its removed rows, [the target, the gap,] the offline direction
         fit = fits[False]
         if target_in:
-          Zs, Ps, s = Z_oth, P_oth, s_oth
+          Zs, Ps, Rs, s = Z_oth, P_oth, R_oth, s_oth
           extra = [(z_t, fit.project(z_t)), (delta_b, proj_delta[False])]
           r = coef([1.0 / L] * s_oth + [1.0, 1.0, 0.0])
         else:
-          Zs, Ps, s, extra, r = Z_own, P_own, s_own, [], coef([1.0 + 1.0 / L] + [1.0 / L] * (s_own - 1) + [0.0])
+          Zs, Ps, Rs, s, extra, r = Z_own, P_own, R_own, s_own, [], coef([1.0 + 1.0 / L] + [1.0 / L] * (s_own - 1) + [0.0])
         G_S = woodbury.pairs(Zs, Zs)
         rem = woodbury.Removal(fit, Ps, G_S, woodbury.removal_matrix((s,), L), float(L), floor)
         u = _offline_direction(rem, diag_w[False], Zs, L, valid_BxD, offline_shift)
-        rem.basis(_parts([(Zs, Ps)] + extra + [u]), G_S)
+        rem.basis(_parts([(Zs, Ps, Rs)] + extra + [u]))
         e_u = coef([0.0] * (r.shape[0] - 1) + [1.0])
         scores.append(rem.form(e_u, r) / xp.sqrt(rem.form(e_u, e_u)))
         continue
@@ -184,17 +191,17 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
         C = woodbury.removal_matrix((s_own, s_oth), L)
         G_S = woodbury.pairs(Z, Z)
         rem = woodbury.Removal(pooled, P, G_S, C, 2.0 * L, floor)
-        rem.basis(_parts([(Z, P), (delta_b, proj_delta[None])]), G_S)
+        rem.basis(_parts([(Z, P, Rr), (delta_b, proj_delta[None])]))
         a_own = coef([1.0 + 1.0 / L] + [1.0 / L] * (s_own - 1) + [0.0] * s_oth + [0.0])
         a_oth = coef([1.0] + [0.0] * (s_own - 1) + [1.0 / L] * s_oth + [sgn])
         q_own, q_oth = rem.form(a_own, a_own), rem.form(a_oth, a_oth)  # logdets cancel
       else:  # own fit: basis its removed rows; other fit: its removed rows, the target, the gap
         G_own, G_oth = woodbury.pairs(Z_own, Z_own), woodbury.pairs(Z_oth, Z_oth)
         own = woodbury.Removal(fits[target_in], P_own, G_own, woodbury.removal_matrix((s_own,), L), float(L), floor)
-        own.basis([(Z_own, P_own)], G_own)
+        own.basis([(Z_own, P_own, R_own)])
         fit = fits[not target_in]
         oth = woodbury.Removal(fit, P_oth, G_oth, woodbury.removal_matrix((s_oth,), L), float(L), floor)
-        oth.basis(_parts([(Z_oth, P_oth), (z_t, fit.project(z_t)), (delta_b, proj_delta[not target_in])]), G_oth)
+        oth.basis(_parts([(Z_oth, P_oth, R_oth), (z_t, fit.project(z_t)), (delta_b, proj_delta[not target_in])]))
         a_oth = coef([1.0 / L] * s_oth + [1.0, sgn])
         q_own = own.form(c_own, c_own) + own.logdet()
         q_oth = oth.form(a_oth, a_oth) + oth.logdet()
@@ -265,11 +272,12 @@ def _classwise_paired(z_BxMxD, delta_BxD, k, first_BxM, diag_w, floored, oas):
       logdet = xp.sum(xp.log(var), axis=2)
       q_own[g], own[g] = (c * c) * xp.sum(zt2 / var, axis=2) + logdet, (var, logdet)
     else:
-      fits, P_BxMxR, proj_delta, floor = oas
+      fits, P_BxMxR, R_BxMxD, proj_delta, floor = oas
       P_g = P_BxMxR[:, rows[g]][:, :, None]
+      R_g = None if R_BxMxD is None else R_BxMxD[:, rows[g]][:, :, None]
       zz = xp.sum(z_g * z_g, axis=2)[..., None, None]
       rem = woodbury.Removal(fits[g], P_g, zz, woodbury.removal_matrix((1,), L), L, floor)
-      rem.basis([(z_g[:, :, None], P_g), (delta_BxD[:, None, None], proj_delta[g][:, :, None])], zz)
+      rem.basis([(z_g[:, :, None], P_g, R_g), (delta_BxD[:, None, None], proj_delta[g][:, :, None])])
       e = _coefficients(xp, z_BxMxD.dtype, [c, 0.0])
       q_own[g], own[g] = rem.form(e, e) + rem.logdet(), rem
   scores = []
@@ -281,10 +289,11 @@ def _classwise_paired(z_BxMxD, delta_BxD, k, first_BxM, diag_w, floored, oas):
       r = z_t + (sgn * delta_BxD[:, None, :] + z_p / L)
       q_oth = xp.sum(r * r / var_p, axis=2) + logdet_p
     else:
-      fits, P_BxMxR, proj_delta, _ = oas
+      fits, P_BxMxR, R_BxMxD, proj_delta, _ = oas
       oth = own[o].take(idx)
       P_p = P_BxMxR[:, rows[o]][b, idx][:, :, None]
-      oth.extend([(z_p[:, :, None], P_p), (delta_BxD[:, None, None], proj_delta[o][:, :, None])],
+      R_p = None if R_BxMxD is None else R_BxMxD[:, rows[o]][b, idx][:, :, None]
+      oth.extend([(z_p[:, :, None], P_p, R_p), (delta_BxD[:, None, None], proj_delta[o][:, :, None])],
                  [(z_t[:, :, None], fits[o].project(z_t)[:, :, None])])
       a = _coefficients(xp, z_BxMxD.dtype, [1.0 / L, sgn, 1.0])  # r = z_p / L + sgn delta + z_t
       q_oth = oth.form(a, a) + oth.logdet()
@@ -317,13 +326,13 @@ def _coefficients(xp, dt, values):
 
 
 def _as_rows(a):
-  """[B, J|1, X] -> [B, J|1, 1, X]; [B, J, q, X] unchanged."""
-  return a[:, :, None, :] if a.ndim == 3 else a
+  """[B, J|1, X] -> [B, J|1, 1, X]; [B, J, q, X] and None unchanged."""
+  return a[:, :, None, :] if a is not None and a.ndim == 3 else a
 
 
 def _parts(parts):
   """Basis parts with every array as [B, J|1, q, X] ([B, J|1, X] is one vector per target)."""
-  return [(_as_rows(v), _as_rows(p)) for v, p in parts]
+  return [tuple(_as_rows(a) for a in part) for part in parts]
 
 
 def _offline_direction(rem, diag_w_BxD, Z_S, L, valid_BxD, shift):

@@ -109,13 +109,37 @@ class Fit:
     """kept / (alpha + beta lam_k): the eigenbasis weights of (alpha I + beta W)^-1, [B, J, R]."""
     return self.kept[:, None, :] / denom
 
-  def bilinear(self, pu, pv, uv, alpha, beta, w=None):
+  @property
+  def needs_residuals(self):
+    """Whether forms take the part outside the span from residual vectors (`residual`): in float32 where some
+    canary's rows do not span its scored positions (always, on a device: traced values). For a vector in or near
+    the span, such as the fit's own rows, that part formed as |v|^2 - |V^T v|^2 cancels to rounding, about
+    |v|^2 eps, and is divided by a small alpha: in float32 about 1e-3 of a score at M = 64, T = 128; in float64
+    1e-12 of one, below what the project promises, so float64 keeps the cheaper dot products."""
+    if self.lam.dtype != self.xp.float32:
+      return False
+    return not (isinstance(self.rank_B, np.ndarray) and bool(np.all(self.rank_B >= self.p_B)))
+
+  def residual(self, v_BxJxD, pv_BxJxR):
+    """v minus its part in the kept eigenvectors' span (pv: `project(v)`), as a vector: [B, J, D] (or [B, J, q, D]);
+    None in float64 (see `needs_residuals`)."""
+    if self.lam.dtype != self.xp.float32:
+      return None
+    vt = _swap(self.v)
+    while vt.ndim < pv_BxJxR.ndim:
+      vt = vt[:, None]
+    return v_BxJxD - pv_BxJxR @ vt
+
+  def bilinear(self, pu, pv, uv, alpha, beta, w=None, residuals=None):
     """u^T (alpha I + beta W)^-1 v for projections pu, pv [B, J, R], dot products uv and alpha, beta [B, J];
-    w: weights(denominator(alpha, beta)) when already computed."""
+    w: weights(denominator(alpha, beta)) when already computed. residuals: two vectors whose dot product is the
+    part outside the span, used in place of uv when neither is None: (`residual(u, pu)`, `residual(v, pv)`), or
+    (u, `residual(v, pv)`) as a residual is orthogonal to the span."""
     xp = self.xp
     w = self.weights(self.denominator(alpha, beta)) if w is None else w
     inspan = _dot_last(pu * w, pv)
-    resid = uv - _dot_last(pu, pv)
+    exact = residuals is not None and all(r is not None for r in residuals)
+    resid = _dot_last(*residuals) if exact else uv - _dot_last(pu, pv)
     resid = xp.where((self.rank_B >= self.p_B)[:, None], 0.0, resid)
     return inspan + resid / alpha
 
@@ -191,12 +215,14 @@ def sorted_loo(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std
     alpha, beta = fit.loo_params(pz, zz_BxM, c_M[None], M - 1.0, floor)
     gamma = beta * c_M
     w = fit.weights(fit.denominator(alpha, beta))
-    dad = fit.bilinear(pz, pz, zz_BxM, alpha, beta, w)
+    rz = fit.residual(z_BxMxD, pz)
+    dad = fit.bilinear(pz, pz, zz_BxM, alpha, beta, w, residuals=(rz, rz))
     s = 1.0 - gamma * dad
     quad_own = c_M**2 * dad / s
     p_oth = pz + s_M[None, :, None] * p_delta
-    rad = fit.bilinear(p_oth, pz, zz_BxM + s_M * zd_BxM, alpha, beta, w)
-    quad_oth = fit.bilinear(p_oth, p_oth, oth_dot_oth, alpha, beta, w) + gamma * rad**2 / s
+    r_oth = None if rz is None else rz + s_M[None, :, None] * fit.residual(delta_BxD[:, None, :], p_delta)
+    rad = fit.bilinear(p_oth, pz, zz_BxM + s_M * zd_BxM, alpha, beta, w, residuals=(r_oth, rz))
+    quad_oth = fit.bilinear(p_oth, p_oth, oth_dot_oth, alpha, beta, w, residuals=(r_oth, r_oth)) + gamma * rad**2 / s
     # Shared covariance: the log-determinants cancel.
     return -0.5 * s_M * (quad_own - quad_oth)
 
@@ -209,11 +235,13 @@ def sorted_loo(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std
     zz = zz_BxM[:, cls]
     alpha, beta = fit.loo_params(pz, zz, c, n - 1.0, floor)
     denom = fit.denominator(alpha, beta)
-    dad = fit.bilinear(pz, pz, zz, alpha, beta, fit.weights(denom))
+    rz = fit.residual(z_BxMxD[:, cls], pz)
+    dad = fit.bilinear(pz, pz, zz, alpha, beta, fit.weights(denom), residuals=(rz, rz))
     s = 1.0 - beta * c * dad
     own = c**2 * dad / s + fit.logdet(alpha, beta, denom) + xp.log(s)
     # Targets of the other class: the full fit, residual x - mean_this = z_target - sign_oth * delta.
     alpha_f, beta_f = (v[:, None] for v in fit.params(float(n), fit.trace_B, fit.fro2_B, floor))
+    # (the other class's rows are far from this fit's span: u.u - |pu|^2 does not cancel there)
     pr = fit.project(z_BxMxD[:, oth]) - sign_oth * fit.project(delta_BxD[:, None, :])
     other = fit.bilinear(pr, pr, oth_dot_oth[:, oth], alpha_f, beta_f) + fit.logdet(alpha_f, beta_f)
     return own, other
@@ -255,9 +283,10 @@ def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift):
   gamma = beta * c
   u = direction(alpha, beta, diag_w_BxD[:, None, :] - c * z_out**2)
   p_u = fit.project(u)
-  dad = fit.bilinear(pz, pz, zz, alpha, beta)
+  rz = fit.residual(z_out, pz)  # the OUT targets are rows of the fit; u is not
+  dad = fit.bilinear(pz, pz, zz, alpha, beta, residuals=(rz, rz))
   s = 1.0 - gamma * dad
-  u_d = fit.bilinear(p_u, pz, xp.sum(u * z_out, axis=2), alpha, beta)
+  u_d = fit.bilinear(p_u, pz, xp.sum(u * z_out, axis=2), alpha, beta, residuals=(u, rz))
   u_u = fit.bilinear(p_u, p_u, xp.sum(u * u, axis=2), alpha, beta) + gamma * u_d**2 / s
   score_out = c * (u_d + gamma * u_d * dad / s) / xp.sqrt(u_u)
   # IN targets: the full OUT fit; residual z + delta.

@@ -70,6 +70,11 @@ def removal_matrix(sizes, L, dtype=np.float64):
   return C
 
 
+def _with_residuals(parts):
+  """Basis parts as (vectors, projections, residuals or None)."""
+  return [tuple(part) + (None,) * (3 - len(part)) for part in parts]
+
+
 class Removal:
   """`fit` (a lira.gram.Fit) with, per target, its first S basis rows removed (C: removal_matrix; n_after rows left).
 
@@ -97,39 +102,45 @@ class Removal:
     # numpy: skip the outside-the-span terms when no canary has any (n >= D, the usual case at large M)
     self.spanned = isinstance(self.full_rank, np.ndarray) and bool(np.all(self.full_rank))
 
-  def _block(self, part_i, weighted_i, part_j, g=None):
-    """v_i^T A^-1 v_j for two basis parts ([B, J|1, q, X] vectors and projections; weighted_i = p_i * w)."""
-    (v_i, p_i), (v_j, p_j) = part_i, part_j
+  def _block(self, part_i, weighted_i, part_j):
+    """v_i^T A^-1 v_j for two basis parts (`_with_residuals`: vectors, projections, residuals or None, each
+    [B, J|1, q, X]; weighted_i = p_i * w)."""
+    (v_i, p_i, r_i), (v_j, p_j, r_j) = part_i, part_j
     xp = self.xp
     h = pairs(weighted_i, p_j)
     if not self.spanned:  # the part of the vectors outside the rows' span, where A^-1 is 1 / alpha
-      g = pairs(v_i, v_j) if g is None else g
-      h = h + xp.where(self.full_rank, 0.0, g - pairs(p_i, p_j)) / self.alpha[..., None, None]
+      if r_i is not None or r_j is not None:  # a residual is orthogonal to the span: one of them is enough
+        g = pairs(v_i if r_i is None else r_i, v_j if r_j is None else r_j)
+      else:
+        g = pairs(v_i, v_j) - pairs(p_i, p_j)
+      h = h + xp.where(self.full_rank, 0.0, g) / self.alpha[..., None, None]
     return xp.broadcast_to(h, self.alpha.shape + h.shape[2:])
 
-  def basis(self, parts, G_S=None):
+  def basis(self, parts):
     """Set the basis U: parts [(vectors, projections)], each [B, J|1, q, D] and [B, J|1, q, R] (J = 1: the same for
-    every target), the first part the S removed rows (G_S: their dot products, if already computed)."""
-    self.H = self._grown(None, [], parts, G_S)
+    every target), the first part the S removed rows. A part of the fit's own rows is (rows, projections,
+    residuals) with their `lira.gram.Fit.residual` (None unless `fit.needs_residuals`): for vectors in the span the part
+    outside it, |v|^2 - |V^T v|^2, would cancel to rounding (about |v|^2 eps) divided by a small alpha; far from
+    the span it does not cancel."""
+    self.H = self._grown(None, [], _with_residuals(parts))
     S = self.S
     self.E = self.xp.eye(S, dtype=self.H.dtype) - self.beta[..., None, None] * _mm(self.C, self.H[..., :S, :S])
     return self
 
   def extend(self, old_parts, new_parts):
     """Add the vectors new_parts to the basis; old_parts: the basis so far, as these targets see it."""
-    self.H = self._grown(self.H, old_parts, new_parts)
+    self.H = self._grown(self.H, _with_residuals(old_parts), _with_residuals(new_parts))
     return self
 
-  def _grown(self, H, old_parts, new_parts, G_first=None):
-    """H of the basis old_parts + new_parts, given H of old_parts (None if there are none)."""
+  def _grown(self, H, old_parts, new_parts):
+    """H of the basis old_parts + new_parts (`_with_residuals`), given H of old_parts (None if there are none)."""
     xp = self.xp
-    weighted = [p * self.w[:, :, None, :] for _, p in new_parts]
+    weighted = [p * self.w[:, :, None, :] for _, p, _ in new_parts]
     n = len(new_parts)
     blocks = [[None] * n for _ in range(n)]
     for i in range(n):
       for j in range(i, n):
-        g = G_first if (H is None and i == j == 0) else None
-        blocks[i][j] = self._block(new_parts[i], weighted[i], new_parts[j], g)
+        blocks[i][j] = self._block(new_parts[i], weighted[i], new_parts[j])
       for j in range(i):
         blocks[i][j] = gram._swap(blocks[j][i])
     new = xp.concat([xp.concat(row, axis=-1) for row in blocks], axis=-2)
