@@ -195,3 +195,20 @@ def test_float32_within_its_error_at_paper_shape(covariance, shared, balance_cou
   # Balanced counts downdate both classes by one row each (the same cancellation, once more per class).
   err = np.abs(f32 - ref) / np.maximum(1.0, np.abs(ref))
   assert err.max() <= 2e-3, err.max()
+
+
+@pytest.mark.parametrize("balance_counts", [False, True])
+def test_counts_compiled_up_front_equal_compiled_on_demand(balance_counts):
+  # A device with several IN counts compiles every count's block at once in host threads (on GPUs and TPUs by
+  # default); forced here on the CPU, the scores are those of the blocks compiled one by one, bit for bit.
+  from lira import loo_jax
+  loss, keep, mask = ragged()
+  scorings = [lira.Scoring(covariance=c, shared=s, balance_counts=balance_counts, backend="jax")
+              for c, s in (("oas", False), ("independent", True))]
+  idx = np.arange(loss.shape[1])
+  kw = dict(global_vars=[None, None], block_size=2)
+  ahead = loo_jax.score_variants(loss, mask, keep, idx, scorings, precompile=True, **kw)
+  lazy = loo_jax.score_variants(loss, mask, keep, idx, scorings, precompile=False, **kw)
+  assert len({int(c) for c in keep.sum(axis=0)}) > 1
+  for a, b in zip(ahead, lazy):
+    np.testing.assert_array_equal(a, b)
