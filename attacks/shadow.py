@@ -34,6 +34,7 @@ class AttackRows:
   styles: dict
   notes: tuple = ()
   words: str = ""  # the settings that acted, for titles: "k=0.2, rmia_gamma=1"
+  population: dict = dataclasses.field(default_factory=dict)  # Chosen.population_record: the report records it
 
 
 def target_lp(loss_NxT, mask_NxT=None):
@@ -236,6 +237,13 @@ class Chosen:
       return int(self.run.population()[0].shape[1])
     return None
 
+  def population_record(self):
+    """What a report records of the population it was made from (population_files.record), when an attack reads it;
+    else {}."""
+    if any("population" in a.needs for a in self.attacks):
+      return population_files.record(self.run.run_dir)
+    return {}
+
 
 def choose(run_dir, attacks, settings=None, scoring=None, given=(), where="leave_one_out"):
   """The named attacks (attacks.catalogue) ready to score a shadow run's pairs, or separate targets with it as the
@@ -275,4 +283,5 @@ def shadow_rows(run_dir, attacks, settings=None, scoring=None, *, n_boot=metrics
       notes.setdefault(attack.note, []).append(row["name"])
   return AttackRows(rows, scores, {"attacks": [a.name for a in c.attacks], **c.acted},
                     {"attacks": None, **ATTACKS.defaults()}, c.styles(),
-                    tuple(note.format(names=", ".join(names)) for note, names in notes.items()), c.words)
+                    tuple(note.format(names=", ".join(names)) for note, names in notes.items()), c.words,
+                    c.population_record())

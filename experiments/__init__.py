@@ -5,6 +5,7 @@ ends the command with one line and exit status 130 instead of a traceback from w
 experiments.cli.run takes Ctrl-C over before the command's main runs.
 """
 
+import os
 import signal
 import sys
 
@@ -13,10 +14,13 @@ EXIT_INTERRUPTED = 128 + signal.SIGINT  # 130: what a shell reports for a proces
 
 
 def _stopped_while_loading(signum, frame):
-  """Ctrl-C while the command's modules load or its flags are parsed: nothing was done yet."""
+  """Ctrl-C while the command's modules load or its flags are parsed: nothing was done yet, so the process ends here.
+  Not by raising: this handler may run inside a callback Python calls from no frame (jax's garbage-collection
+  callback, which imports trigger), where an exception is dropped and the command would go on."""
   del signum, frame
-  print(STOPPED, file=sys.stderr)
-  sys.exit(EXIT_INTERRUPTED)
+  print(STOPPED, file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  os._exit(EXIT_INTERRUPTED)
 
 
 if sys.argv[:1] == ["-m"] and signal.getsignal(signal.SIGINT) is signal.default_int_handler:

@@ -217,7 +217,15 @@ def stopped(resumes=False):
   """Print the one line of a command stopped by Ctrl-C; returns the exit status (130)."""
   lead = "\n" if sys.stderr.isatty() else ""  # after a progress bar or the terminal's ^C, on a line of its own
   print(f"{lead}{STOPPED}{'; ' + RESUMES if resumes else ''}", file=sys.stderr)
+  _forget_interrupt()
   return EXIT_INTERRUPTED
+
+
+def _forget_interrupt():
+  """Let the exit status asked for stand. CPython remembers a KeyboardInterrupt that left source code run by exec()
+  or eval() (as dataclasses, namedtuple and libraries build functions), even one caught afterwards, and a `python -m`
+  process then ends itself by SIGINT at exit (status -2) instead; running source again clears that memory."""
+  exec("pass")  # noqa: S102 - a constant: it runs nothing
 
 
 def _unraisable(hook):

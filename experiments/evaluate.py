@@ -7,6 +7,8 @@ the defaults are appended to the names (results_reduction-min2.json), so reports
 `--help` names them), pooled like the LiRA rows; their settings' flags come from the registry.
 --backend=jax [--precision=float32] runs the leave-one-out jitted on the local devices; several hosts share the
 canaries with --num_processes/--process_id/--coordinator_address (jax.distributed; process 0 writes the report).
+Reports in the report and run folders made from a population the run no longer has (their RMIA rows stale) are named
+in a note (lira.reports.population_files).
 """
 
 import os
@@ -24,6 +26,7 @@ from experiments import scoring_flags
 from lira import metrics
 from lira.reports import provenance
 from lira.reports import loo_report
+from lira.reports import population_files
 import run_folder
 
 FLAGS = flags.FLAGS
@@ -78,6 +81,8 @@ def main(argv):
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   print(table)
   print("\n" + provenance.wrote([os.path.join(out_dir, name) for name in result["files"]], time.perf_counter() - start))
+  if note := population_files.stale_note([out_dir, FLAGS.run_dir], FLAGS.run_dir):
+    print(note)
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 python -m experiments.false_positives --run_dir=DIR [--top=K | --fpr=1e-4] [--show=10] [--results=results.json]
     [--out_dir=DIR]
-Reads evaluate's report (--results) and scores files, and keep.npy; writes false_positives[_settings].{json,md}
-(lira/reports/false_positives_report.py). A text run's canaries are shown as text (texts.json, or canaries.npy
-decoded with tokenizer.json). When a few canaries hold most of the pairs, evaluate the run without them
+Reads evaluate's report (--results) and the scores files of its variants and attack rows, and keep.npy; writes
+false_positives[_results settings][_settings].{json,md} (lira/reports/false_positives_report.py). --top and --fpr
+choose the counted pairs two ways: one of them is given. A text run's canaries are shown as text (texts.json, or
+canaries.npy decoded with tokenizer.json). When a few canaries hold most of the pairs, evaluate the run without them
 (partial_run --drop_canaries) to see what they do to the ranking.
 """
 
@@ -45,6 +46,9 @@ def main(argv):
   del argv
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
+  if FLAGS.top is not None and FLAGS["fpr"].present:
+    raise app.UsageError(f"--fpr={FLAGS.fpr:g} does not act with --top={FLAGS.top} (--top counts the K highest-scoring "
+                         "non-member pairs, --fpr those above its threshold); give one of them")
   options = FalsePositivesOptions(**option_flags.values(FalsePositivesOptions, FalsePositivesOptions.defaults()))
   report = false_positives_report.build(FLAGS.run_dir, **dataclasses.asdict(options), results_name=FLAGS.results)
   texts = _texts(FLAGS.run_dir, report["shape"]["N"])

@@ -77,7 +77,8 @@ def main(argv):
               **({"population": chosen.population_size()} if chosen and chosen.population_size() else {})}
   names = [v[0] for v in variants] + [name for name, _ in (chosen.scorers() if chosen else [])]
   text, paths = sweep_report.write(out_dir, FLAGS.run_dir, run, rows, names, settings, defaults, recorded,
-                                   styles=chosen.styles() if chosen else None)
+                                   styles=chosen.styles() if chosen else None,
+                                   extra=chosen.population_record() if chosen else None)
   print(text)
   print(provenance.wrote(paths))
 

@@ -23,7 +23,7 @@ def _umask():
 
 
 @contextlib.contextmanager
-def _ctrl_c_after():
+def ctrl_c_held():
   """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then deliver it: a write is never
   cut between creating its temporary file and renaming or removing it. Only the main thread sets signal handlers."""
   if threading.current_thread() is not threading.main_thread():
@@ -51,7 +51,7 @@ def _atomic(path, write_fn, mode):
   """
   directory = os.path.dirname(os.path.abspath(path))
   os.makedirs(directory, exist_ok=True)
-  with _ctrl_c_after():
+  with ctrl_c_held():
     _write_replace(path, write_fn, mode, directory)
 
 

@@ -10,6 +10,8 @@ RUN_DIR/mu.npy, sigma.npy  a language model's per-token extras [M, N, T] (stat_f
 RUN_DIR/canaries.npy, tokenizer.json, texts.json  the canaries (token ids or images), their tokenizer, their texts
 RUN_DIR/population.npy, population_losses.npy [M, Z, T], population_mask.npy [Z, T]  RMIA's population
 RUN_DIR/base_model/      a fine-tuned run's base model (a Hugging Face folder)
+RUN_DIR/population_overwrite/  a replacement population while experiments.population_losses --overwrite builds it
+                         (run_folder.staging: links to the run's files beside the new population's)
 
 A shadow run keeps each group's files (training/pipeline.py writes them, training/partial.py and
 training/shadow_model.py read them):
@@ -36,6 +38,7 @@ POPULATION_LOSSES = "population_losses.npy"
 POPULATION_MASK = "population_mask.npy"
 BASE_MODEL_DIR = "base_model"
 BASE_LOSSES = "base_losses.npy"  # [N, T] the canaries' per-token losses on the base model (fine-tuning runs)
+POPULATION_STAGING_DIR = "population_overwrite"  # population_losses --overwrite's new population, until swapped in
 
 RUN_FILES = (LOSSES, KEEP, MASK, CONFIG)  # a folder holding any of them holds a run
 POPULATION_FILES = (POPULATION_LOSSES, POPULATION_MASK)

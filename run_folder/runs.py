@@ -2,6 +2,7 @@
 and a run folder written."""
 
 import dataclasses
+import hashlib
 import json
 import os
 
@@ -128,6 +129,20 @@ def load_population(run_dir, mmap=False):
     if mask.shape != population.shape[1:] or mask.dtype != bool:
       raise InputError(f"{mask_path}: expected bool [Z, T] = {population.shape[1:]}, got {mask.dtype} {mask.shape}")
   return population, mask
+
+
+def population_fingerprint(run_dir):
+  """Which population a report was made from: the first 16 hex digits of the SHA-256 of RUN_DIR/population_losses.npy
+  (and population_mask.npy, where present); None for a run without one."""
+  paths = [os.path.join(run_dir, name) for name in names.POPULATION_FILES]
+  if not os.path.exists(paths[0]):
+    return None
+  digest = hashlib.sha256()
+  for path in filter(os.path.exists, paths):
+    with open(path, "rb") as f:
+      for chunk in iter(lambda: f.read(1 << 24), b""):
+        digest.update(chunk)
+  return digest.hexdigest()[:16]
 
 
 def finished_groups(run_dir):

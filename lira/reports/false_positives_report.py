@@ -1,10 +1,12 @@
 """Which canaries hold each variant's highest-scoring non-member pairs (experiments/false_positives.py).
 
-false_positives[_settings].json (schema "seqlira.false_positives"): per variant of the run's evaluate report, `top`
-(the pairs counted), `fpr` (top / scored non-member pairs: the FPR whose threshold they lie above), `n_nonmember`,
-`distinct` (how many canaries hold them) and `canaries` (the `show` canaries holding the most: index, pairs held,
-the canary's scored non-member pairs, its text when the run has one, and its index in the source run when the run is
-a partial_run without some canaries); .md: the same as tables.
+false_positives[_settings].json (schema "seqlira.false_positives"), named by the report it read (its settings, as
+paper_table's names are) and the settings that acted (`top`, or `fpr` without it; `show`): per variant and attack row
+of the run's evaluate report (an attack row under its attack's name, e.g. rmia), `top` (the pairs counted), `fpr`
+(top / scored non-member pairs: the FPR whose threshold they lie above), `n_nonmember`, `distinct` (how many canaries
+hold them) and `canaries` (the `show` canaries holding the most: index, pairs held, the canary's scored non-member
+pairs, its text when the run has one, and its index in the source run when the run is a partial_run without some
+canaries); .md: the same as tables.
 """
 
 import dataclasses
@@ -18,6 +20,7 @@ from lira.errors import InputError
 from lira.options import Options, option
 from lira.reports import loo_report
 from lira.reports import paper_table_report
+from lira.reports import population_files
 from lira.reports import provenance
 import run_folder
 
@@ -35,6 +38,11 @@ class FalsePositivesOptions(Options):
                       "least 1.", low=0.0, high=1.0, low_open=True, high_open=True)
   show: int = option(10, "Canaries listed per variant.", low=1, integer=True)
 
+  def check_fields(self):
+    if self.top is not None and self.fpr != type(self).fpr:
+      raise InputError(f"fpr={self.fpr:g} does not act with top={self.top} (top counts the K highest-scoring "
+                       "non-member pairs, fpr those above its threshold); give one of them")
+
 
 TEXT_CHARS = 60  # a canary's text is cut to this many characters in the tables
 
@@ -43,11 +51,13 @@ def build(run_dir, top=FalsePositivesOptions.top, fpr=FalsePositivesOptions.fpr,
           results_name=run_folder.names.RESULTS):
   """The report as a dict (each listed canary's "text" None: the command fills it in for a text run); InputError
   names a missing report or scores file before any work."""
+  FalsePositivesOptions(top=top, fpr=fpr, show=show)  # fpr with top: refused, it would not act
   results_path = os.path.join(run_dir, results_name)
   if not os.path.exists(results_path):
     raise InputError(f"{results_path}: not found (run python -m experiments.evaluate --run_dir={run_dir} first)")
   results = run_folder.load_json(results_path)
-  scores = paper_table_report.load_scores(run_dir, results, required=())
+  population_files.check_report(results, results_path, run_dir)
+  scores = paper_table_report.load_scores(run_dir, results, required=(), attacks=True)
   keep_MxN = run_folder.load_npy(os.path.join(run_dir, run_folder.names.KEEP)).astype(bool)
   config = run_folder.load_config(run_dir) if os.path.exists(run_folder.config_path(run_dir)) else {}
   source = (config.get("partial_of") or {})
@@ -69,7 +79,8 @@ def build(run_dir, top=FalsePositivesOptions.top, fpr=FalsePositivesOptions.fpr,
   return {"schema": {"name": "seqlira.false_positives", "version": provenance.SCHEMA_VERSION, "doc": "docs/outputs.md"},
           "argv": list(sys.argv), "run_dir": os.path.abspath(run_dir),
           "run": provenance.run_description(run_dir, config), "results": results_name, "shape": results.get("shape"),
-          "settings": {"top": top, "fpr": fpr, "show": show}, "scoring": results["settings"], "variants": variants}
+          "settings": {"top": top, "fpr": None if top else fpr, "show": show}, "scoring": results["settings"],
+          "variants": variants, **{k: results[k] for k in (population_files.FINGERPRINT,) if k in results}}
 
 
 def _text(text):
@@ -108,11 +119,13 @@ def markdown(report):
 
 
 def write(report, out_dir):
-  """false_positives[_settings].{json,md} in out_dir; the paths written."""
+  """false_positives[_results settings][_settings].{json,md} in out_dir, named by the settings that acted; the paths
+  written."""
   run_folder.check_writable(out_dir, "choose another --out_dir")
   defaults = FalsePositivesOptions.defaults()
-  paths = [provenance.report_path(out_dir, "false_positives", ext, report["settings"], defaults)
-           for ext in ("json", "md")]
+  acted = {k: v for k, v in report["settings"].items() if v is not None}  # fpr is None where top acted
+  stem = f"false_positives{paper_table_report.results_suffix(report['results'])}"
+  paths = [provenance.report_path(out_dir, stem, ext, acted, defaults) for ext in ("json", "md")]
   run_folder.save_json(paths[0], report)
   run_folder.save_text(paths[1], markdown(report))
   return paths

@@ -9,7 +9,8 @@ n_pos, n_neg, n_excluded, n_boot, ci_level, tpr {"0.01": {fpr, tpr, ci, resolved
 roc {fpr, tpr}); seconds; files (the report's file names); run_config (the run's config.json). Missing values
 (an interval without replicates) are null. With attack rows (evaluate --attacks: the registry's attacks that score
 leave-one-out, attacks/shadow.py): attacks [{name, attack, params, summary, scores_file}], pooled over the same pairs,
-and settings.attacks with the attack settings that acted (settings.k, settings.rmia_gamma, ...).
+and settings.attacks with the attack settings that acted (settings.k, settings.rmia_gamma, ...); with an attack that
+reads the population (RMIA), population_fingerprint (lira.reports.population_files).
 """
 
 import dataclasses
@@ -160,7 +161,7 @@ def evaluate_run(run_dir, out_dir=None, scoring=None, *, variants=None, n_boot=m
                  "fix_variance": scoring.fix_variance, "balance_counts": scoring.balance_counts,
                  "n_boot": n_boot, "seed": seed, "level": LEVEL,
                  "dropped_variants": dropped, "seconds": seconds, "variants": rows,
-                 **({"attacks": extra} if extra else {}),
+                 **({"attacks": extra, **attack_rows.population} if extra else {}),
                  "files": [os.path.basename(p) for p in paths.values()]})
   run_folder.save_json(paths["json"], result)
   md_notes = "".join(f"\n{n}  " for n in notes)

@@ -18,6 +18,7 @@ from lira import scoring as scoring_lib
 from lira import metrics
 from lira.reports import provenance
 from lira.reports import loo_report
+from lira.reports import population_files
 import run_folder
 from lira.errors import InputError
 from lira.options import Options, option
@@ -86,9 +87,10 @@ def verdict(diff_ci, resolved, expected_sign=1):
   return "holds" if lo > 0 else "opposite" if hi < 0 else "not resolved"
 
 
-def load_scores(run_dir, results, required=VARIANTS):
-  """{variant key: [M, N] float64} from the scores files evaluate wrote with the report's settings; InputError if a
-  file is missing or a `required` variant has no row."""
+def load_scores(run_dir, results, required=VARIANTS, attacks=False):
+  """{variant key: [M, N] float64} from the scores files evaluate wrote with the report's settings (with `attacks`,
+  its attack rows' too, by attack name: rmia, loss, ...); InputError if a file is missing or a `required` variant
+  has no row."""
   out = {}
   for row in results["variants"]:
     variant = (row["name"], row["covariance"], row["shared"])
@@ -96,6 +98,12 @@ def load_scores(run_dir, results, required=VARIANTS):
     if not os.path.exists(path):
       raise InputError(f"{path}: not found (evaluate saves it unless --nosave_scores; run it again)")
     out[scoring_lib.variant_key(variant)] = run_folder.load_npy(path).astype(np.float64)
+  for row in results.get("attacks", []) if attacks else []:
+    path = os.path.join(run_dir, row["scores_file"]) if row.get("scores_file") else None
+    if path is None or not os.path.exists(path):
+      raise InputError(f"{path or run_dir}: the {row['name']} row's scores are not found (evaluate saves them unless "
+                       "--nosave_scores; run it again)")
+    out[row["attack"]] = run_folder.load_npy(path).astype(np.float64)
   missing = [v for v in required if v not in out]
   if missing:
     raise InputError(f"{run_dir}: the report has no {missing[0]} row; evaluate all six variants")
@@ -108,6 +116,7 @@ def build(run_dir, results_name=run_folder.names.RESULTS, setting="none", n_boot
   if not os.path.exists(results_path):
     raise InputError(f"{results_path}: not found (run python -m experiments.evaluate --run_dir={run_dir} first)")
   results = run_folder.load_json(results_path)
+  population_files.check_report(results, results_path, run_dir)
   keep_MxN = run_folder.load_npy(os.path.join(run_dir, run_folder.names.KEEP)).astype(bool)
   scores = load_scores(run_dir, results)
   rows = []
@@ -134,7 +143,8 @@ def build(run_dir, results_name=run_folder.names.RESULTS, setting="none", n_boot
                       "verdict": verdict(np.asarray(e["ci"], float), ok, sign)})
     tests.append({"a": a, "b": b, "claim": claim, "fprs": per_fpr})
   return {"schema": "seqlira.paper_table", "run_dir": run_dir, "results": results_name, "setting": setting,
-          "shape": results.get("shape"), "n_boot": n_boot, "seed": seed, "rows": rows, "tests": tests}
+          "shape": results.get("shape"), "n_boot": n_boot, "seed": seed, "rows": rows, "tests": tests,
+          **{k: results[k] for k in (population_files.FINGERPRINT,) if k in results}}
 
 
 def markdown(table):

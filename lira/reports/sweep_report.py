@@ -45,15 +45,16 @@ def table(rows, names, counts, fpr):
   return "\n".join(lines)
 
 
-def write(out_dir, run_dir, run, rows, names, settings, defaults, recorded, styles=None):
+def write(out_dir, run_dir, run, rows, names, settings, defaults, recorded, styles=None, extra=None):
   """shadow_sweep[_settings].{json,csv,png} in out_dir; returns (text to print, paths written).
 
   names: the table's rows in order (variants, then attacks); settings name the files where they differ from
   defaults (counts and variants None at their defaults); recorded: the JSON's settings block (the counts and
-  variants used); styles: {attack name: plot style} of the attack rows.
+  variants used); styles: {attack name: plot style} of the attack rows; extra: more top-level JSON fields (the
+  population's fingerprint).
   """
   paths = provenance.save_rows(out_dir, "shadow_sweep", run_dir, run, rows, settings, defaults, recorded,
-                               {"fpr": settings["fpr"]})
+                               {"fpr": settings["fpr"], **(extra or {})})
   M, N, T = run.loss_MxNxT.shape
   shape = provenance.shape_line({"M": M, "N": N, "T": T})
   line = (f"statistic={settings['statistic']}, reduction={settings['reduction'] or 'none'}"

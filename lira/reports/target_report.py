@@ -153,7 +153,7 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
   result.update({"target": os.path.abspath(target_path), "target_keep": target_keep_path and os.path.abspath(
       target_keep_path), "num_targets": K, "setting": setting, "dropped_variants": dropped, "seconds": seconds,
       "variants": [{**r, "scores_file": os.path.basename(paths[r["name"]])} for r in rows],
-      "files": [os.path.basename(p) for p in paths.values()]})
+      "files": [os.path.basename(p) for p in paths.values()], **(attacks.population_record() if chosen else {})})
   run_folder.save_json(paths["json"], result)
   return text, result
 

@@ -103,3 +103,23 @@ def test_a_ctrl_c_swallowed_by_a_callback_still_stops_the_command():
   assert proc.returncode == 130, (proc.returncode, proc.stderr[-2000:])
   assert "finished the whole job" not in proc.stdout and "Exception ignored" not in proc.stderr
   assert [l for l in proc.stderr.splitlines() if l.strip()] == [cli.STOPPED]
+
+
+_EXEC_INTERRUPT = """
+import sys
+from experiments import cli
+def main(argv):
+  exec("raise KeyboardInterrupt")  # a Ctrl-C that lands in source run by exec(), as in code dataclasses generate
+sys.argv = ["prog"]
+cli.run(main)
+"""
+
+
+def test_a_ctrl_c_inside_exec_source_still_exits_130(tmp_path):
+  import subprocess
+  (tmp_path / "stopped_in_exec.py").write_text(_EXEC_INTERRUPT)
+  env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
+  proc = subprocess.run([sys.executable, "-m", "stopped_in_exec"], capture_output=True, text=True, timeout=60,
+                        cwd=ROOT, env=env)  # -m, as the commands run: CPython's exit by SIGINT applies there
+  assert proc.returncode == 130, (proc.returncode, proc.stderr[-2000:])
+  assert [l for l in proc.stderr.splitlines() if l.strip()] == [cli.STOPPED]
