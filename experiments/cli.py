@@ -18,6 +18,7 @@ import _thread
 import signal
 import sys
 import threading
+import warnings
 
 from absl import app
 from absl import flags
@@ -218,6 +219,9 @@ def stopped(resumes=False):
   lead = "\n" if sys.stderr.isatty() else ""  # after a progress bar or the terminal's ^C, on a line of its own
   print(f"{lead}{STOPPED}{'; ' + RESUMES if resumes else ''}", file=sys.stderr)
   _forget_interrupt()
+  # A coroutine the interrupt left unstarted (orbax's checkpoint I/O) is reported at exit as "never awaited": the
+  # stop line says all there is to say.
+  warnings.filterwarnings("ignore", message="coroutine .* was never awaited", category=RuntimeWarning)
   return EXIT_INTERRUPTED
 
 

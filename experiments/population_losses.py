@@ -7,23 +7,20 @@ canaries' losses), and records `population` in DIR/config.json; the files equal 
 population on (training/population_run.py). Resumes: a group already scored is skipped. A run that already has
 this population is left as it is.
 
---overwrite replaces a population of other settings as one set: the new one is built in
-DIR/population_overwrite/, which stands for the run (run_folder.staging), and renamed over the old files and
-config.json only once complete. Stopped before, the run keeps its old population and the same command resumes the new
-one. The reports made from the replaced population are named (lira.reports.population_files).
+--overwrite replaces a population of other settings as one set (training.population_run.add_population): the new one
+is built in DIR/population_overwrite/, which stands for the run (run_folder.staging), and renamed over the old files
+and config.json only once complete. Stopped before, the run keeps its old population and the same command resumes the
+new one. The reports made from the replaced population are named (lira.reports.population_files).
 """
 
-import os
 
 from absl import flags
 from absl import logging
 
 from experiments import cli
-from lira.errors import UserError
 from lira.reports import population_files
 from lira.reports import provenance
 import run_folder
-from run_folder import names
 from training import population
 from training import population_run
 
@@ -52,60 +49,15 @@ def _replacement(config):
   return None if asked == have else (have, asked)
 
 
-def _population_files(config):
-  """The run's files that hold its population, relative to the run folder (each group's losses of it included)."""
-  shadow = config.get("shadow") or {}
-  groups = run_folder.groups(shadow["num_models"], shadow["group_size"]) if "num_models" in shadow else []
-  return [names.population_group_path(names.group_losses_file(g)) for g, _ in groups] + [
-      names.POPULATION, names.POPULATION_LOSSES, names.POPULATION_MASK]
-
-
-def _staged(run_dir, config, size, source):
-  """The staging folder of a population of (size, source): the one an interrupted --overwrite of these settings left
-  (resumed), else made afresh as the run without its population (files, and config.json's block)."""
-  folder = os.path.join(run_dir, names.POPULATION_STAGING_DIR)
-  if os.path.exists(run_folder.config_path(folder)):
-    block = run_folder.load_config(folder).get("population") or {}
-    if (block.get("size"), block.get("source")) == (size, source):
-      return folder
-  folder = run_folder.staging.stage(run_dir, names.POPULATION_STAGING_DIR, _population_files(config) + [names.CONFIG])
-  run_folder.save_config(folder, {k: v for k, v in config.items() if k != "population"})
-  return folder
-
-
-def _replace(run_dir, config, size, source):
-  """Build the population of (size, source) in the staging folder, then swap it in, config.json last; the paths of
-  population.npy and population_losses.npy in the run."""
-  folder = _staged(run_dir, config, size, source)
-  try:
-    _, _, paths = population_run.add_population(folder, size, source, progress=FLAGS.progress)
-  except Exception as e:  # noqa: BLE001 - a refusal (or a bug): nothing of it is left; a Ctrl-C keeps it to resume
-    run_folder.staging.remove(folder)
-    if isinstance(e, UserError):  # said of the staging folder: said of the run, which the user named
-      raise type(e)(str(e).replace(folder, run_dir)) from e
-    raise
-  built = [p for p in _population_files(config) if os.path.isfile(os.path.join(folder, p))
-           and not os.path.islink(os.path.join(folder, p))]
-  run_folder.staging.swap_in(folder, run_dir, built + [names.CONFIG])
-  return [os.path.join(run_dir, os.path.relpath(p, folder)) for p in paths]
-
-
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint restore at INFO
   run_dir = FLAGS.run_dir
   config = run_folder.load_config(run_dir, "not a run folder of experiments.train_shadows")
   replacement = _replacement(config) if FLAGS.overwrite else None
-  if replacement is None:
-    if FLAGS.overwrite:  # an earlier --overwrite's unfinished population, no longer asked for
-      run_folder.staging.remove(os.path.join(run_dir, names.POPULATION_STAGING_DIR))
-    there, (size, source), paths = population_run.add_population(run_dir, FLAGS.size, FLAGS.source, FLAGS.overwrite,
-                                                                 FLAGS.progress)
-    replaced = ""
-  else:
-    (old_size, old_source), (size, source) = replacement
-    paths, there = _replace(run_dir, config, size, source), False
-    replaced = f", in place of its population of {old_size} (source {old_source})"
+  there, (size, source), paths = population_run.add_population(run_dir, FLAGS.size, FLAGS.source, FLAGS.overwrite,
+                                                               FLAGS.progress)
+  replaced = "" if replacement is None else ", in place of its population of {} (source {})".format(*replacement[0])
   what = f"a population of {size} (source {source})"
   if there:
     print(f"{run_dir} already has {what}: {paths[1]}; nothing to do")

@@ -13,8 +13,9 @@ import ml_collections
 from tqdm.auto import tqdm
 
 import models
-from lira.errors import InputError, MissingFileError
+from lira.errors import InputError, MissingFileError, UserError
 import run_folder
+from run_folder import names
 from training import pipeline
 from training import population as population_lib
 from training import run_config
@@ -43,6 +44,44 @@ def _recorded(config):
   return (block["size"], block.get("source", "auto")) if block.get("size") else None
 
 
+def _population_files(config):
+  """The run's files that hold its population, relative to the run folder (each group's losses of it included)."""
+  shadow = config.get("shadow") or {}
+  groups = run_folder.groups(shadow["num_models"], shadow["group_size"]) if "num_models" in shadow else []
+  return [names.population_group_path(names.group_losses_file(g)) for g, _ in groups] + [
+      names.POPULATION, names.POPULATION_LOSSES, names.POPULATION_MASK]
+
+
+def _staged(run_dir, config, size, source):
+  """The staging folder of a population of (size, source): the one an interrupted --overwrite of these settings left
+  (resumed), else made afresh as the run without its population (files, and config.json's block)."""
+  folder = os.path.join(run_dir, names.POPULATION_STAGING_DIR)
+  if os.path.exists(run_folder.config_path(folder)):
+    block = run_folder.load_config(folder).get("population") or {}
+    if (block.get("size"), block.get("source")) == (size, source):
+      return folder
+  folder = run_folder.staging.stage(run_dir, names.POPULATION_STAGING_DIR, _population_files(config) + [names.CONFIG])
+  run_folder.save_config(folder, {k: v for k, v in config.items() if k != "population"})
+  return folder
+
+
+def _replace(run_dir, config, size, source, progress):
+  """Build the population of (size, source) in the staging folder, then swap it in, config.json last; the paths of
+  population.npy and population_losses.npy in the run."""
+  folder = _staged(run_dir, config, size, source)
+  try:
+    _, _, paths = add_population(folder, size, source, progress=progress)
+  except Exception as e:  # noqa: BLE001 - a refusal (or a bug): nothing of it is left; a Ctrl-C keeps it to resume
+    run_folder.staging.remove(folder)
+    if isinstance(e, UserError):  # said of the staging folder: said of the run, which the user named
+      raise type(e)(str(e).replace(folder, run_dir)) from e
+    raise
+  built = [p for p in _population_files(config) if os.path.isfile(os.path.join(folder, p))
+           and not os.path.islink(os.path.join(folder, p))]
+  run_folder.staging.swap_in(folder, run_dir, built + [names.CONFIG])
+  return [os.path.join(run_dir, os.path.relpath(p, folder)) for p in paths]
+
+
 def _remove_population(run_dir, config):
   """Delete a run's population files and its config.json block (--overwrite)."""
   files = [population_lib.FILE, population_lib.LOSSES_FILE]
@@ -65,8 +104,10 @@ def _config(config, size, source):
 def add_population(run_dir, size=None, source=None, overwrite=False, progress=True):
   """Draw a population for the finished run in run_dir, score it on every model and write population.npy and
   population_losses.npy; record the block in config.json. size / source None: the run's recorded ones, else the
-  configs' defaults (population.DEFAULT_SIZE, auto). Returns (whether it was already there, (size, source), the
-  paths)."""
+  configs' defaults (population.DEFAULT_SIZE, auto). overwrite: a population of other settings is replaced as one
+  set, built in the run's staging folder (run_folder.staging) and swapped in when complete, so until then the run
+  keeps its old one and a second call resumes the new one. Returns (whether it was already there, (size, source),
+  the paths)."""
   config = _shadow_config(run_dir)
   have = _recorded(config)
   size = size if size is not None else have[0] if have else population_lib.DEFAULT_SIZE
@@ -82,7 +123,9 @@ def add_population(run_dir, size=None, source=None, overwrite=False, progress=Tr
     if not overwrite:
       raise InputError(f"{run_dir} already has a population of {have[0]} (source {have[1]}) in config.json; pass "
                        f"--overwrite to replace it by one of {size} (source {source})")
-    config = _remove_population(run_dir, config)
+    return False, (size, source), _replace(run_dir, config, size, source, progress)
+  if overwrite:  # an earlier overwrite's unfinished population, no longer asked for
+    run_folder.staging.remove(os.path.join(run_dir, names.POPULATION_STAGING_DIR))
   if have == (size, source) and os.path.exists(paths[1]):
     M, Z = cfg.shadow.num_models, size
     shape = run_folder.load_npy(paths[1], mmap=True).shape
