@@ -15,6 +15,9 @@ python -m experiments.train_shadows --config=experiments/configs/pixelcnn.py:cpu
 RMIA's population (config.population: Z sequences no model trains on) is scored on every model into
 RUN_DIR/population_losses.npy; a run folder from before that block resumes without one unless --config.population.*
 is given (experiments.population_losses adds one to a finished run).
+--config.shadow.group_size=auto: the largest group that fits the device's memory (training.group_plan), recorded in
+RUN_DIR/config.json; --plan prints the plan (memory and FLOPs per group size, the step time, the estimated training
+time) and exits without training.
 Without progress bars (--noprogress) a line is still printed when resuming and for each finished group.
 Re-running the same command on the same --run_dir resumes; several hosts share the groups with
 --num_processes/--process_id (and --coordinator_address for jax.distributed). SIGTERM keeps the finished groups and
@@ -33,6 +36,7 @@ from experiments import cli
 from lira.reports import loo_report
 import run_folder
 from lira.errors import InputError, UserError
+from training import group_plan
 from training import pipeline
 from training import population
 from training import preemption
@@ -56,7 +60,12 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0, the sa
                     "jax.distributed.initialize: every process waits for all groups, process 0 assembles and evaluates.")
 flags.DEFINE_bool("evaluate", True, "Run the six-variant leave-one-out evaluation when all groups are done.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
+flags.DEFINE_bool("plan", False, "Print the group plan of the config on the local devices (memory and FLOPs per "
+                  "group size, the G shadow.group_size=auto chooses, a measured step time and the estimated training "
+                  "time) and exit without training or writing anything.")
 
+_GROUP_SIZE = "--config.shadow.group_size"
+_group_size_arg = []  # the --config.shadow.group_size value, taken off argv (the config's field is typed int)
 
 def resolve_config_path(value):
   """--config=FILE[:variant] found from any directory: as given, else relative to the installed package
@@ -94,6 +103,21 @@ def resolved_argv(argv):
   return out
 
 
+def take_group_size(argv):
+  """argv without --config.shadow.group_size[=]VALUE, and VALUE (None when absent): ml_collections types the
+  field by the config's value, so "auto" is applied after parsing (with_group_size)."""
+  out, value = [], None
+  args = iter(argv)
+  for arg in args:
+    if arg.startswith(_GROUP_SIZE + "="):
+      value = arg[len(_GROUP_SIZE) + 1:]
+    elif arg == _GROUP_SIZE:
+      value = next(args, "")
+    else:
+      out.append(arg)
+  return out, value
+
+
 def make_mesh(shard_models, shard_params):
   """A one-axis mesh over the local devices: "models" (the model axis) or "fsdp" (each model's params), or None."""
   import jax
@@ -118,6 +142,11 @@ def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
   cfg = FLAGS.config
+  if _group_size_arg:
+    try:
+      cfg = run_config.with_group_size(cfg, group_plan.parse(_group_size_arg[0]))
+    except ValueError as e:
+      raise app.UsageError(f"{_GROUP_SIZE}={_group_size_arg[0]}: {e}") from None
   if FLAGS.shard_models and FLAGS.shard_params:
     raise app.UsageError("--shard_models and --shard_params exclude each other: pick one")
   if not 0 <= FLAGS.process_id < FLAGS.num_processes:
@@ -127,6 +156,11 @@ def main(argv):
     import jax
     jax.config.update("jax_enable_preemption_service", False)  # SIGTERM is training.preemption's (it says why)
     jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+  if FLAGS.plan:  # nothing is trained or written
+    config_arg = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--config=")), "the default config")
+    print(pipeline.plan_table(cfg, make_mesh(FLAGS.shard_models, FLAGS.shard_params), FLAGS.progress,
+                              title=f"group plan of {config_arg}"))
+    return
   run_dir = FLAGS.run_dir or os.path.join("runs", f"{cfg.model.name}_{cfg.canaries.kind}")
   out_dir = FLAGS.out_dir or run_dir
   if FLAGS.evaluate and cfg.shadow.num_models < 6:  # checked before hours of training, not after
@@ -136,7 +170,7 @@ def main(argv):
   pipeline.validate(cfg)
   # a run folder from before the `population` block gets one only when the command line sets it
   population_given = any(arg.startswith("--config.population") for arg in sys.argv[1:])
-  cfg = run_config.effective_config(cfg, run_dir, population_given)
+  cfg = run_config.recorded_group_size(run_config.effective_config(cfg, run_dir, population_given), run_dir)
   finished = pipeline.is_finished(cfg, run_dir)
   if not finished:  # training writes the run folder; a finished run re-run writes nothing there (read-only is fine)
     run_folder.check_writable(run_dir, "training writes its groups, checkpoints and losses there; choose another "
@@ -186,7 +220,8 @@ def main(argv):
 
 if __name__ == "__main__":
   try:
-    sys.argv = resolved_argv(sys.argv)
+    sys.argv, group_size = take_group_size(resolved_argv(sys.argv))
+    _group_size_arg.extend([] if group_size is None else [group_size])
   except UserError as e:
     sys.exit(cli.report(e))
   cli.run(main, resumes=True)

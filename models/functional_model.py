@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from models import precision
 from models import token_loss
 
 
@@ -43,6 +44,7 @@ class FunctionalModel:
   whose state is its parameters plugs in (LSTM, GPT-NeoX, PixelCNN++). The family brings its per-position loss
   (`loss_fn`: -ln p of token t given BOS and tokens < t for LMs, the NLL of pixel t in raster order for images)
   and its stored statistics (`statistics_fn`: the loss first, then one array per name in `stat_names`).
+  `config.dtype` is the compute dtype (models/precision.py); `with_compute_dtype` gives the same model in another.
   """
 
   name: str
@@ -56,6 +58,18 @@ class FunctionalModel:
   statistics_fn: Callable = lm_statistics
   stat_names: tuple = LM_STATS
   dropout: bool = False  # the loss takes a random key in training (the trainer draws one per model and step)
+
+  def with_compute_dtype(self, dtype):
+    """This model computing in `dtype` ("float32" or "bfloat16"): the same parameters, initialisation and base
+    checkpoint, float32 as they are; only the graph's compute dtype differs. The module is rebuilt from its class as
+    `cls(config, rngs=...)` with config.dtype replaced (abstractly: nothing is initialised)."""
+    precision.check(dtype)
+    if self.config.dtype == dtype:
+      return self
+    config = dataclasses.replace(self.config, dtype=dtype)
+    abstract = nnx.merge(self.graphdef, jax.eval_shape(self.init, jax.random.PRNGKey(0)))
+    graphdef = nnx.graphdef(nnx.eval_shape(lambda: type(abstract)(config, rngs=nnx.Rngs(0))))
+    return dataclasses.replace(self, config=config, graphdef=graphdef)
 
   def apply(self, params, tokens_BxT, mask_BxT=None):
     """logits_BxTxV of a language model."""

@@ -4,6 +4,11 @@ Letters: B batch, T query time, S key time, D hidden, H heads, E head dim (D = H
 dims (E - R), F MLP width, V vocab, C cached prefixes. Loading and saving Hugging Face folders is
 models/hf_convert.py.
 
+Compute dtype (`GPTNeoXConfig.dtype`, models/precision.py): in bfloat16 the embeddings, the residual stream and every
+linear layer's operands and outputs are bfloat16; layer norms and the softmax are float32, the attention scores
+and the output head's logits are float32 products of bfloat16 operands (precision.float32_output: no bfloat16
+rounding of the logits the loss reads; their backward pass in bfloat16).
+
 KV cache: `prefill` runs prefixes once and keeps every layer's keys and values after rotary; `extend` runs new
 tokens against them. Positions count real tokens only (cumsum(mask) - 1), in the prefix and after it, so padding
 never shifts a real token's RoPE angle and the cached path computes what the full forward pass on the unpadded
@@ -18,6 +23,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from lira.errors import InputError
+from models import precision as precision_lib
 
 # Hugging Face activation names -> GELU variant; "gelu" is the exact erf form, the rest the tanh approximation.
 _GELU_APPROXIMATE = {"gelu": False, "gelu_new": True, "gelu_fast": True, "gelu_pytorch_tanh": True}
@@ -43,7 +49,7 @@ class GPTNeoXConfig:
   initializer_range: float = 0.02
   bos_token_id: int | None = 0
   eos_token_id: int | None = 0
-  dtype: str = "float32"  # compute dtype ("float32" or "bfloat16"); params, softmax and layernorm stay float32
+  dtype: str = "float32"  # compute dtype (models/precision.py); params, softmax and layernorm stay float32
 
   def __post_init__(self):
     if self.hidden_size % self.num_attention_heads:
@@ -52,8 +58,7 @@ class GPTNeoXConfig:
       raise InputError(f"hidden_act {self.hidden_act!r} unsupported; available: {sorted(_GELU_APPROXIMATE)}")
     if self.rotary_ndims % 2:
       raise InputError(f"rotary dims int({self.head_dim} * {self.rotary_pct}) = {self.rotary_ndims} must be even")
-    if self.dtype not in ("float32", "bfloat16"):
-      raise InputError(f"dtype {self.dtype!r} unsupported; available: float32, bfloat16")
+    precision_lib.check(self.dtype, "GPTNeoXConfig.dtype")
 
   @property
   def head_dim(self):
@@ -110,9 +115,20 @@ def apply_rotary(x_BxTxHxE, cos_BxTxR, sin_BxTxR):
   return jnp.concatenate([rot_BxTxHxR, pass_BxTxHxP], axis=-1)
 
 
-def _linear(d_in, d_out, config, rngs, use_bias=True):
-  return nnx.Linear(d_in, d_out, use_bias=use_bias, dtype=jnp.dtype(config.dtype), param_dtype=jnp.float32,
-                    kernel_init=nnx.initializers.normal(config.initializer_range), rngs=rngs)
+def _float32_dot_general(lhs, rhs, dimension_numbers, precision=None, preferred_element_type=None, **kwargs):
+  """The head's dot_general in bfloat16: float32 logits (models.precision.float32_output)."""
+  del preferred_element_type
+  op = lambda a, b, p: jax.lax.dot_general(a, b, dimension_numbers, precision, preferred_element_type=p,  # noqa: E731
+                                           **kwargs)
+  return precision_lib.float32_output(op, lhs, rhs)
+
+
+def _linear(d_in, d_out, config, rngs, use_bias=True, logits=False):
+  """nnx.Linear in the compute dtype; the `logits` of a bfloat16 model come out float32."""
+  dtype = jnp.dtype(config.dtype)
+  extra = dict(dot_general=_float32_dot_general) if logits and dtype != jnp.float32 else {}
+  return nnx.Linear(d_in, d_out, use_bias=use_bias, dtype=dtype, param_dtype=jnp.float32,
+                    kernel_init=nnx.initializers.normal(config.initializer_range), rngs=rngs, **extra)
 
 
 class LayerNorm(nnx.Module):
@@ -152,8 +168,12 @@ class Attention(nnx.Module):
       keys_BxSxHxE = jnp.concatenate([group(past_k_CxSxHxE).astype(k_BxSxHxE.dtype), k_BxSxHxE], axis=1)
       values_BxSxHxE = jnp.concatenate([group(past_v_CxSxHxE).astype(v_BxSxHxE.dtype), v_BxSxHxE], axis=1)
       allowed_BxTxS = jnp.concatenate([jnp.broadcast_to(group(past_mask_CxS)[:, None], (B, T, S)), allowed_BxTxS], -1)
-    scores_BxHxTxS = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, keys_BxSxHxE,
-                                preferred_element_type=jnp.float32) * E ** -0.5
+    if q_BxTxHxE.dtype == jnp.float32:
+      scores_BxHxTxS = jnp.einsum("bthe,bshe->bhts", q_BxTxHxE, keys_BxSxHxE, preferred_element_type=jnp.float32)
+    else:
+      scores_BxHxTxS = precision_lib.float32_output(
+          lambda q, k, p: jnp.einsum("bthe,bshe->bhts", q, k, preferred_element_type=p), q_BxTxHxE, keys_BxSxHxE)
+    scores_BxHxTxS = scores_BxHxTxS * E ** -0.5
     # A finite floor, not -inf: a row with no allowed key (a left-padding query) softmaxes to uniform, not NaN.
     scores_BxHxTxS = jnp.where(allowed_BxTxS[:, None], scores_BxHxTxS, jnp.finfo(jnp.float32).min)
     probs_BxHxTxS = jax.nn.softmax(scores_BxHxTxS, axis=-1).astype(values_BxSxHxE.dtype)
@@ -201,7 +221,7 @@ class GPTNeoXForCausalLM(nnx.Module):
     self.layers = nnx.List([Layer(config, rngs) for _ in range(config.num_hidden_layers)])
     self.final_layer_norm = LayerNorm(config, rngs)
     if not config.tie_word_embeddings:
-      self.embed_out = _linear(config.hidden_size, config.vocab_size, config, rngs, use_bias=False)
+      self.embed_out = _linear(config.hidden_size, config.vocab_size, config, rngs, use_bias=False, logits=True)
 
   def __call__(self, tokens_BxT, attention_mask=None, position_ids=None):
     """attention_mask_BxT: 1 keep / 0 padding, left or right; masked keys are never attended to.
@@ -253,7 +273,11 @@ class GPTNeoXForCausalLM(nnx.Module):
       kvs.append(kv)
     x_BxTxD = self.final_layer_norm(x_BxTxD)
     if self.config.tie_word_embeddings:
-      return self.embed_in.attend(x_BxTxD).astype(jnp.float32), kvs
+      if x_BxTxD.dtype == jnp.float32:
+        return self.embed_in.attend(x_BxTxD), kvs
+      embedding_VxD = self.embed_in.embedding[...].astype(x_BxTxD.dtype)
+      return precision_lib.float32_output(lambda x, e, p: jnp.matmul(x, e.T, preferred_element_type=p), x_BxTxD,
+                                          embedding_VxD), kvs
     return self.embed_out(x_BxTxD).astype(jnp.float32), kvs
 
 

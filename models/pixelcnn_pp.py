@@ -29,6 +29,10 @@ weight-normalised, w = g v / |v| (norm per output channel), as published, but in
 LeCun-normal, g = |v| (so w = v at init, as torch's weight_norm does) and biases are zero; the official init_scale
 0.1 of each block's second convolution becomes g = 0.1 |v|, keeping the residual branches small at init as the
 data-dependent init would. No Polyak averaging (a trainer's choice). `weight_norm=False` gives plain kernels.
+Compute dtype (`PixelCNNConfig.dtype`, models/precision.py): every convolution computes in its input's dtype. In
+bfloat16 the image enters as bfloat16, and so do both streams, every block's activations and the convolution
+operands (the weight-normalised kernels are formed in float32, then rounded). The output nin returns the mixture
+parameters in float32, from float32 sums (precision.float32_output), and the likelihood is float32.
 Letters: B batch, H height, W width, C channels, F filters, P mixture parameters per pixel, T = H * W positions.
 """
 
@@ -41,6 +45,7 @@ from flax import nnx
 
 from lira.errors import InputError
 from models import discretized_logistic as dl
+from models import precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,8 +59,10 @@ class PixelCNNConfig:
   nr_logistic_mix: int = 10
   dropout_p: float = 0.5  # applied only with train=True
   weight_norm: bool = True
+  dtype: str = "float32"  # compute dtype, "float32" or "bfloat16" (models/precision.py); parameters stay float32
 
   def __post_init__(self):
+    precision.check(self.dtype, "PixelCNNConfig.dtype")
     object.__setattr__(self, "image_shape", tuple(int(n) for n in self.image_shape))  # JSON gives a list
     if len(self.image_shape) != 3:
       raise InputError(f"image_shape must be (H, W, C), got {self.image_shape}")
@@ -141,10 +148,12 @@ def transposed_conv(x_BxHxWxI, w_KhxKwxIxO, s):
   Sub-pixel form: output phase (p, q) = (row % s, col % s) at block (a, b) sums taps i = s d + p, j = s e + q of
   x[a - d, b - e], a stride-1 convolution of x with all s^2 phases as output channels, then depth-to-space. Same
   sums as the input-dilated convolution, whose weight gradient XLA's CPU backend runs on a slow generic path.
+  In x's dtype.
   """
   kh, kw, I, O = w_KhxKwxIxO.shape
   B, H, W, _ = x_BxHxWxI.shape
   dh, dw = (kh - 1) // s, (kw - 1) // s
+  w_KhxKwxIxO = w_KhxKwxIxO.astype(x_BxHxWxI.dtype)
   zero_IxO = jnp.zeros((I, O), w_KhxKwxIxO.dtype)
 
   def tap(i, j):  # kernel entry [a, b] of phase (p, q) holds tap (s (dh - a) + p, s (dw - b) + q), zero past the edge
@@ -187,19 +196,25 @@ class Conv(nnx.Module):
       return v
     return v * (self.g[...] / jnp.sqrt(jnp.sum(v ** 2, axis=(0, 1, 2))))
 
-  def __call__(self, x_BxHxWxI):
-    w = self.kernel()
+  def __call__(self, x_BxHxWxI, float32_out=False):
+    """The convolution in x's dtype; with `float32_out` (a nin) a float32 result from float32 sums."""
+    dtype = x_BxHxWxI.dtype
+    w = self.kernel().astype(dtype)
+    b = self.b[...] if float32_out else self.b[...].astype(dtype)
     kh, kw, _, _ = w.shape
     s = self.stride
     if self.kind == "nin":
-      return x_BxHxWxI @ w[0, 0] + self.b[...]
+      if float32_out and dtype != jnp.float32:
+        return precision.float32_output(lambda x, v, p: jnp.matmul(x, v, preferred_element_type=p),
+                                        x_BxHxWxI, w[0, 0]) + b
+      return x_BxHxWxI @ w[0, 0] + b
     cols = ((kw - 1) // 2, (kw - 1) // 2) if self.kind == "down" else (kw - 1, 0)
     if self.transposed:
       H, W = x_BxHxWxI.shape[1:3]
       c0 = (kw - 1) // 2 if self.kind == "down" else 0
-      return transposed_conv(x_BxHxWxI, w, s)[:, :H * s, c0:c0 + W * s] + self.b[...]
+      return transposed_conv(x_BxHxWxI, w, s)[:, :H * s, c0:c0 + W * s] + b
     y = jax.lax.conv_general_dilated(x_BxHxWxI, w, (s, s), ((kh - 1, 0), cols), dimension_numbers=DIMS)
-    return y + self.b[...]
+    return y + b
 
 
 class GatedResnet(nnx.Module):
@@ -276,7 +291,7 @@ class PixelCNNPP(nnx.Module):
       u = self.down_u[j](u, u_list.pop(), key=next_key())
       ul = self.down_ul[j](ul, jnp.concatenate([u, ul_list.pop()], axis=-1), key=next_key())
     assert not u_list and not ul_list
-    return self.out(jax.nn.elu(ul))
+    return self.out(jax.nn.elu(ul), float32_out=True)
 
   def __call__(self, images_BxHxWxC, train=False, key=None):
     """Mixture parameters [B, H, W, P] of every pixel given the pixels before it; train=True needs a dropout key."""
@@ -286,7 +301,8 @@ class PixelCNNPP(nnx.Module):
     dropout = train and self.config.dropout_p > 0
     if dropout and key is None:
       raise InputError("train=True with dropout_p > 0 needs a dropout key")
-    return self.network(dl.rescale(images_BxHxWxC, self.config.num_levels), key if dropout else None)
+    x_BxHxWxC = dl.rescale(images_BxHxWxC, self.config.num_levels).astype(self.config.dtype)
+    return self.network(x_BxHxWxC, key if dropout else None)
 
   def per_position_loss(self, images_BxHxWxC, train=False, key=None):
     """Negative log-likelihood in nats of each pixel (all channels), [B, T = H * W] in raster order, float32."""

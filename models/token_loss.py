@@ -18,6 +18,8 @@ differentiates it (d/dz_v = p_v - [v = t], as cross-entropy; every intermediate 
 import jax
 import jax.numpy as jnp
 
+from models import precision
+
 
 def _shifted_exp(logits_BxTxV):
   """(z, exp z) with z = logits - max in float32; the max is a constant for gradients (the loss does not depend on
@@ -74,7 +76,10 @@ def chunk_rows(vocab_size):
 def linear_token_loss(x_NxH, kernel_HxV, bias_V, targets_N, rows=None):
   """token_loss of the logits x W + b [N] without materialising them whole: chunks of `rows` rows (default
   chunk_rows(V)) are computed, scored and, in the backward pass, recomputed for their gradient, so a chunk's logits
-  and gradient stay in cache; each row's loss is token_loss's, and its gradient the same p - [v = t]."""
+  and gradient stay in cache; each row's loss is token_loss's, and its gradient the same p - [v = t].
+
+  The products x W are taken in x's dtype (bfloat16 features: bfloat16 operands) and summed in float32, so the
+  logits, the loss and d W are float32 whatever the compute dtype; d x comes back in x's dtype."""
   rows = min(rows or chunk_rows(kernel_HxV.shape[1]), len(x_NxH))
   pad = -len(x_NxH) % rows  # padding rows get no cotangent, so nothing of theirs reaches the gradients
   x_CxRxH = jnp.pad(x_NxH, ((0, pad), (0, 0))).reshape(-1, rows, x_NxH.shape[1])
@@ -83,7 +88,7 @@ def linear_token_loss(x_NxH, kernel_HxV, bias_V, targets_N, rows=None):
 
 
 def _chunk_logits(x_RxH, kernel_HxV, bias_V):
-  return x_RxH @ kernel_HxV + bias_V  # as nnx.Linear computes them
+  return precision.matmul(x_RxH, kernel_HxV, x_RxH.dtype) + bias_V  # as nnx.Linear computes them, float32 sums
 
 
 @jax.custom_vjp
@@ -111,7 +116,8 @@ def _chunked_bwd(saved, g_CxR):
     x_RxH, targets_R, arg_R, g_R = xs
     _, e_RxV = _shifted_exp(_chunk_logits(x_RxH, kernel_HxV, bias_V))
     dz_RxV = _token_loss_bwd((e_RxV, arg_R, targets_R, jnp.zeros((), jnp.float32)), g_R)[0]
-    return (dkernel_HxV + x_RxH.T @ dz_RxV, dbias_V + dz_RxV.sum(axis=0)), dz_RxV @ kernel_HxV.T
+    dx_RxH = precision.matmul(dz_RxV, kernel_HxV.T, x_RxH.dtype).astype(x_RxH.dtype)
+    return (dkernel_HxV + precision.matmul(x_RxH.T, dz_RxV, x_RxH.dtype), dbias_V + dz_RxV.sum(axis=0)), dx_RxH
 
   zeros = (jnp.zeros_like(kernel_HxV), jnp.zeros_like(bias_V))
   (dkernel_HxV, dbias_V), dx_CxRxH = jax.lax.scan(chunk, zeros, (x_CxRxH, targets_CxR, arg_CxR, g_CxR))

@@ -7,6 +7,7 @@ and at most the group in flight is lost.
 """
 
 import os
+import tempfile
 import time
 import warnings
 
@@ -19,6 +20,7 @@ import models
 import run_folder
 from training import canaries as canaries_lib
 from training import dp as dp_lib
+from training import group_plan
 from training import images as images_lib
 from training import population as population_lib
 from training import preemption
@@ -38,8 +40,8 @@ def validate(cfg):
   M, G = cfg.shadow.num_models, cfg.shadow.group_size
   if M < 2 or M % 2:
     raise InputError(f"shadow.num_models must be even and >= 2 (every canary IN for exactly M/2 models), got {M}")
-  if G < 1:
-    raise InputError(f"shadow.group_size must be >= 1, got {G}")
+  if G != "auto" and (isinstance(G, bool) or not isinstance(G, int) or G < 1):
+    raise InputError(f'shadow.group_size must be a positive integer or "auto", got {G!r}')
   images = family(cfg).data_kind == "images"
   if not images and cfg.data.seq_len < 2:
     raise InputError(f"data.seq_len must be >= 2, got {cfg.data.seq_len}")
@@ -52,6 +54,7 @@ def validate(cfg):
   if dp_lib.enabled(cfg.train.get("dp")):
     dp_lib.validate(cfg.train.dp, cfg.train.batch_size)
   population_lib.validate(cfg)
+  run_config.compute_dtype(cfg)
 
 
 def training_length(data):
@@ -94,7 +97,7 @@ def build_model(cfg, data, run_dir, progress=True):
     base = os.path.join(run_dir, run_folder.names.BASE_MODEL_DIR)
     if not os.path.exists(os.path.join(base, run_folder.names.MODEL_CONFIG)):  # written last: the folder is complete
       pretrain_base(cfg, data, base, os.path.join(run_dir, run_folder.names.TOKENIZER), progress)
-  module = hf_convert.from_pretrained(base, dtype=cfg.model.dtype)
+  module = hf_convert.from_pretrained(base)  # float32: training rebuilds it in train.compute_dtype
   if module.config.vocab_size < data.vocab_size:
     raise InputError(f"model.base {cfg.model.base!r} embeds {module.config.vocab_size} token ids but the tokenizer "
                      f"{cfg.tokenizer.name!r} has {data.vocab_size}; use the base model's own tokenizer")
@@ -116,10 +119,9 @@ def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
     raise InputError(f"model.base='pretrain' needs at least pretrain.batch_size={p.batch_size} training sequences "
                      f"beyond data.max_train_sequences={cfg.data.max_train_sequences}; the split has "
                      f"{len(sequences_SxT)}. Lower data.max_train_sequences or use a checkpoint as model.base")
-  arch = dict(cfg.model.arch)
-  model = family(cfg).build(vocab_size=data.vocab_size, bos_token_id=data.bos_id, eos_token_id=data.bos_id,
-                            dtype=cfg.model.dtype, **arch)
-  tcfg = trainer.TrainConfig(p.epochs, p.batch_size, p.learning_rate, p.weight_decay, cfg.shadow.seed)
+  model = base_architecture(cfg, data)
+  tcfg = trainer.TrainConfig(p.epochs, p.batch_size, p.learning_rate, p.weight_decay, cfg.shadow.seed,
+                             compute_dtype=run_config.compute_dtype(cfg))
   t0 = time.perf_counter()
   state, loss = trainer.train_group(model, sequences_SxT, [np.arange(len(sequences_SxT))], [0], tcfg,
                                     bos_id=data.bos_id, progress=progress)
@@ -128,6 +130,73 @@ def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
   if progress:
     print(f"base model: pretrained on {len(sequences_SxT)} sequences, last-epoch loss {float(loss[0]):.3f} "
           f"({time.perf_counter() - t0:.1f} s); saved as a Hugging Face folder in {folder}")
+
+
+def base_architecture(cfg, data):
+  """A fresh GPT-NeoX of the architecture `model.base=pretrain` pretrains (model.arch, the run's vocabulary)."""
+  return family(cfg).build(vocab_size=data.vocab_size, bos_token_id=data.bos_id, eos_token_id=data.bos_id,
+                           **dict(cfg.model.arch))
+
+
+def plan_shapes(cfg, data, dp=None):
+  """What the group plan compiles the step and the extraction for (training/group_plan.py)."""
+  return group_plan.Shapes(tuple(data.examples_ExT.shape[1:]), str(data.examples_ExT.dtype), cfg.train.batch_size,
+                           cfg.train.get("eval_batch_size", 256), cfg.train.learning_rate, cfg.train.weight_decay,
+                           data.bos_id, dp, run_config.compute_dtype(cfg))
+
+
+def extraction_rows(data):
+  """The most rows one per-token extraction batch may hold: the canaries, or the population when larger."""
+  return max(len(data.canaries_NxT), 0 if data.population_ZxT is None else len(data.population_ZxT))
+
+
+def steps_per_epoch(cfg, data):
+  return -(-training_length(data) // cfg.train.batch_size)
+
+
+def plan_group_size(cfg, run_dir, data, model, dp, mesh=None, process_id=0, log=True, poll_s=1.0):
+  """The config with shadow.group_size "auto" resolved: process 0 plans (group_plan.make_plan) and records the
+  chosen G and the plan in config.json; the other processes wait for that record."""
+  if process_id != 0:
+    while (resolved := run_config.recorded_group_size(cfg, run_dir)).shadow.group_size == "auto":
+      preemption.check()
+      time.sleep(poll_s)
+    return resolved
+  plan = group_plan.make_plan(model, cfg.shadow.num_models, plan_shapes(cfg, data, dp), extraction_rows(data), mesh)
+  run_config.record_group_size(run_dir, plan.record())
+  if log:
+    c = plan.candidate(plan.chosen)
+    print(f"group size: auto chose G = {plan.chosen} of {', '.join(str(c.G) for c in plan.candidates)} "
+          f"({group_plan.size_text(c.bytes)} per device of a {group_plan.size_text(plan.budget_bytes)} budget on "
+          f"{plan.device}; recorded in config.json)", flush=True)
+  return run_config.with_group_size(cfg, plan.chosen)
+
+
+def plan_table(cfg, mesh=None, progress=True, title="plan"):
+  """train_shadows --plan: the group plan of the config on the local devices as a table, with the step time measured
+  at the G the run would use (the config's, or auto's choice). The data is prepared in a temporary folder, so
+  nothing is written anywhere; a base that `model.base=pretrain` would pretrain is planned as a fresh model of its
+  architecture (the same shapes)."""
+  validate(cfg)
+  with tempfile.TemporaryDirectory() as tmp:
+    run_config.check_config(cfg, tmp)
+    data = run_data.prepare_data(cfg, tmp, progress)
+    if family(cfg).fine_tunes and cfg.model.base == "pretrain":
+      model = base_architecture(cfg, data)
+    else:
+      model = build_model(cfg, data, tmp, progress)
+    dp = dp_setup(cfg, tmp, data)
+  shapes, rows, M = plan_shapes(cfg, data, dp), extraction_rows(data), cfg.shadow.num_models
+  plan = group_plan.make_plan(model, M, shapes, rows, mesh)
+  auto = cfg.shadow.group_size == "auto"
+  G = plan.chosen if auto else cfg.shadow.group_size
+  plan = group_plan.with_candidate(plan, model, G, shapes, rows, mesh)
+  seconds = group_plan.measure_step(model, G, shapes, data.examples_ExT, compiled=plan.compiled[G], mesh=mesh)
+  return group_plan.table(plan, num_models=M, G=G, auto=auto, steps_per_epoch=steps_per_epoch(cfg, data),
+                          epochs=cfg.train.epochs, step_seconds=seconds,
+                          title=f"{title} on {plan.device}: M = {M} models, batch {cfg.train.batch_size} of "
+                                f"{' x '.join(map(str, shapes.example_shape))} {shapes.example_dtype}, computing in "
+                                f"{shapes.compute_dtype}")
 
 
 def groups_of(cfg, process_id=0, num_processes=1):
@@ -190,7 +259,7 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
                            "its checkpoint is gone, so its population losses cannot be computed")
   else:
     tcfg = trainer.TrainConfig(cfg.train.epochs, cfg.train.batch_size, cfg.train.learning_rate,
-                               cfg.train.weight_decay, cfg.shadow.seed, dp)
+                               cfg.train.weight_decay, cfg.shadow.seed, dp, run_config.compute_dtype(cfg))
     example_ids = [canaries_lib.training_indices(data.num_train, data.keep_MxN, m) for m in model_ids]
     length = training_length(data)
     state, _ = trainer.train_group(model, data.examples_ExT, example_ids, model_ids, tcfg, bos_id=data.bos_id,
@@ -282,6 +351,8 @@ def is_finished(cfg, run_dir):
   """Whether the run is complete (config.json, every group's losses and losses.npy, and population_losses.npy with
   a population): re-running it then writes nothing into the run folder, which may be read-only. `cfg` as
   run_config.effective_config gives it."""
+  if cfg.shadow.group_size == "auto":  # not planned yet: no group has trained
+    return False
   population = population_lib.settings(cfg)[0] == 0 or os.path.exists(
     os.path.join(run_dir, population_lib.LOSSES_FILE))
   return (os.path.exists(run_folder.config_path(run_dir))
@@ -313,11 +384,14 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   validate(cfg)
   os.makedirs(run_dir, exist_ok=True)
   cfg = run_config.effective_config(cfg, run_dir, population_given)
+  cfg = run_config.recorded_group_size(cfg, run_dir)
   run_config.check_config(cfg, run_dir)
   data = run_data.prepare_data(cfg, run_dir, progress)
   run_config.record_population(cfg, run_dir)
   model = build_model(cfg, data, run_dir, progress)
   dp = dp_setup(cfg, run_dir, data)
+  if cfg.shadow.group_size == "auto":  # planned once, before the first group; a resumed run keeps the recorded G
+    cfg = plan_group_size(cfg, run_dir, data, model, dp, mesh, process_id, log_groups)
   if process_id == 0 and not is_finished(cfg, run_dir):  # a finished run's folder is left untouched (read-only)
     write_base_losses(cfg, run_dir, data, model, mesh)
   if log_groups and dp is not None:

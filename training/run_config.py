@@ -1,6 +1,13 @@
 """A run's config against its run folder: config.json records the config that started the run, and a resumed run
 must bring the same one (training/pipeline.py calls these before it loads any data).
 
+A run started with shadow.group_size "auto" records the G it chose and the plan behind it (training/group_plan.py)
+in config.json's shadow section before its first group trains; resumed with "auto", it keeps that G.
+
+`train.compute_dtype` (compute_dtype) is the one compute-dtype field of every family; GPT-NeoX configs once had
+`model.dtype`, which is read as its alias: a config or config.json with both must give the same value, and one
+without `train.compute_dtype` (a folder written before it) computes in `model.dtype`, or float32.
+
 Two blocks came after run folders existed, and a folder written before them still resumes: one without `train.dp`
 matches a config that leaves DP-SGD off; one without `population` runs without a population (effective_config) unless
 the command line asks for one, which is then recorded (record_population) once drawn.
@@ -12,6 +19,7 @@ import os
 import ml_collections
 
 from lira.errors import InputError
+from models import precision
 import run_folder
 from training import dp as dp_lib
 
@@ -35,6 +43,29 @@ def _diff(a, b, prefix=""):
 
 # Written into config.json by the run itself (the accountant's epsilons), not part of the config compared on resume.
 RECORDED = ("accountant",)
+# Written into config.json's shadow section by a `group_size=auto` run (training/group_plan.py), not compared either.
+GROUP_SIZE_PLAN = "group_size_plan"
+
+
+def compute_dtype(cfg):
+  """The run's compute dtype: train.compute_dtype, else the alias model.dtype, else "float32"; InputError for any
+  other value, or when both are given and differ."""
+  train, model = cfg.get("train") or {}, cfg.get("model") or {}
+  value = train.get("compute_dtype", model.get("dtype", "float32"))
+  precision.check(value, "train.compute_dtype")
+  if model.get("dtype", value) != value:
+    raise InputError(f"model.dtype={model['dtype']!r} is an alias of train.compute_dtype={value!r} and must equal it; "
+                     "set train.compute_dtype alone")
+  return value
+
+
+def _folded_dtype(d):
+  """config.json contents with model.dtype folded into train.compute_dtype (what a resume compares)."""
+  if not isinstance(d.get("train"), dict):
+    return d
+  model = {k: v for k, v in d.get("model", {}).items() if k != "dtype"} if isinstance(d.get("model"), dict) else None
+  train = {**d["train"], "compute_dtype": compute_dtype(d)}
+  return {**d, "train": train, **({} if model is None else {"model": model})}
 
 
 def without_section(cfg, section):
@@ -64,10 +95,15 @@ def check_config(cfg, run_dir):
   wanted = config_dict(cfg)
   if os.path.exists(run_folder.config_path(run_dir)):
     have = {k: v for k, v in run_folder.load_config(run_dir).items() if k not in RECORDED}
+    if isinstance(have.get("shadow"), dict):
+      have["shadow"] = {k: v for k, v in have["shadow"].items() if k != GROUP_SIZE_PLAN}
+    if isinstance(wanted.get("shadow"), dict):
+      wanted["shadow"] = {k: v for k, v in wanted["shadow"].items() if k != GROUP_SIZE_PLAN}
     if "dp" not in have.get("train", {"dp": None}) and not dp_lib.enabled(cfg.train.get("dp")):
       wanted = {**wanted, "train": {k: v for k, v in wanted["train"].items() if k != "dp"}}
     if "population" not in have:
       wanted.pop("population", None)
+    have, wanted = _folded_dtype(have), _folded_dtype(wanted)
     diffs = _diff(have, wanted)
     if any(d.startswith("population.") for d in diffs):
       diffs.append(f"(python -m experiments.population_losses --run_dir={run_dir} gives a finished run another "
@@ -84,3 +120,26 @@ def record_population(cfg, run_dir):
   config = run_folder.load_config(run_dir)
   if "population" in cfg and "population" not in config:
     run_folder.save_config(run_dir, {**config, "population": config_dict(cfg)["population"]})
+
+
+def with_group_size(cfg, group_size):
+  """A copy of the config with shadow.group_size set to `group_size` (an int or "auto", whatever the field held)."""
+  d = cfg.to_dict()
+  d["shadow"] = {**d["shadow"], "group_size": group_size}
+  return ml_collections.ConfigDict(d)
+
+
+def recorded_group_size(cfg, run_dir):
+  """The config with shadow.group_size "auto" replaced by the integer the run folder's config.json records: a resumed
+  run keeps the G it was started with (and planned). The config itself otherwise."""
+  if cfg.shadow.group_size != "auto" or not os.path.exists(run_folder.config_path(run_dir)):
+    return cfg
+  G = run_folder.load_config(run_dir).get("shadow", {}).get("group_size")
+  return with_group_size(cfg, G) if isinstance(G, int) and not isinstance(G, bool) else cfg
+
+
+def record_group_size(run_dir, plan_block):
+  """Record a `group_size=auto` run's chosen G as config.json's shadow.group_size, its plan beside it."""
+  config = run_folder.load_config(run_dir)
+  shadow = {**config["shadow"], "group_size": plan_block["chosen"], GROUP_SIZE_PLAN: plan_block}
+  run_folder.save_config(run_dir, {**config, "shadow": shadow})

@@ -4,6 +4,11 @@ The trainer knows no tokens or pixels: the per-position loss is the model family
 Model m's initialisation, data order and dropout masks depend only on (seed, m), never on which group it is trained
 in, so a model trained in a group of 16 equals the same model trained alone up to float32 rounding (which AdamW's
 division by sqrt(v) can amplify to a whole step on the rare entry whose gradient is ~0; the tests say how).
+
+Precision: the step computes in TrainConfig.compute_dtype (the family's model rebuilt in it,
+FunctionalModel.with_compute_dtype; bfloat16 mixed precision as models/precision.py states); the parameters, their
+gradients and AdamW's moments are float32 in either. The per-token losses are always extracted with the float32
+model (canary_statistics), whatever the models were trained in.
 """
 
 import dataclasses
@@ -21,6 +26,7 @@ from training import dp as dp_lib
 from training import per_token
 from training import preemption
 from lira.errors import InputError, UserError
+from models import precision
 
 
 @dataclasses.dataclass(frozen=True)
@@ -31,6 +37,10 @@ class TrainConfig:
   weight_decay: float = 0.0
   seed: int = 0
   dp: dp_lib.DPConfig | None = None  # DP-SGD (training/dp.py); None: plain AdamW steps
+  compute_dtype: str = "float32"  # "float32" or "bfloat16" (mixed precision: float32 weights and optimiser state)
+
+  def __post_init__(self):
+    precision.check(self.compute_dtype, "train.compute_dtype")
 
 
 class TrainingDiverged(UserError, RuntimeError):
@@ -257,11 +267,13 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id=N
   examples_ExT holds sequences [E, T] for language models (bos_id: the token each is read after), images
   [E, H, W, C] for PixelCNN++ (bos_id unused).
 
-  Returns the stacked parameters (leading axis = len(model_ids)) as numpy arrays and the mean loss
+  The step computes in config.compute_dtype, whatever the dtype `model` was built with.
+  Returns the stacked parameters (leading axis = len(model_ids)) as numpy float32 arrays and the mean loss
   of each model in its last epoch. Raises TrainingDiverged naming the model whose loss is not finite, and
   preemption.Preempted between steps once SIGTERM arrived (training.preemption).
   """
   G = len(model_ids)
+  model = model.with_compute_dtype(config.compute_dtype)
   if mesh is not None and "models" in mesh.axis_names and G % mesh.size:
     raise InputError(f"group size {G} must be a multiple of the {mesh.size} devices the model axis is sharded over")
   length = length or max(len(ids) for ids in example_ids)
@@ -320,8 +332,9 @@ def canary_statistics(model, params, canaries_NxT, *, bos_id=None, batch_size=25
 
   Language models: loss = -ln p(x_t | BOS, x_<t), then mu and sigma, the mean and std of ln p over the vocabulary
   at that position. PixelCNN++: the NLL of each pixel in raster order, alone (model.stat_names).
+  Always computed by the float32 model, whatever the compute dtype `model` (or the training) had.
   """
-  fn = _stats_fn(model, bos_id)
+  fn = _stats_fn(model.with_compute_dtype("float32"), bos_id)
   params = _put(params, mesh)
   return per_token.batched(lambda c_BxT: fn(params, _put(jnp.asarray(c_BxT), mesh, 0)), (canaries_NxT,), batch_size,
                            axis=1)

@@ -9,6 +9,9 @@
                                                         often (2,000 canaries, 16 epochs): stronger memorisation
 --config=experiments/configs/lstm.py:vocab_worst        memorise_worst with a 2,048-token BPE
 Any field can be overridden, e.g. --config.canaries.kind=average --config.shadow.num_models=32.
+train.compute_dtype: "float32" (every variant) or "bfloat16", mixed precision with float32 weights, optimiser state
+and losses (models/precision.py); the per-token losses are extracted in float32 either way. Whether bfloat16 is
+faster on an accelerator is to be measured.
 """
 
 import ml_collections
@@ -33,7 +36,7 @@ def get_config(arg="cpu"):
   c.canaries = dict(kind="worst", num_canaries=1000)
   c.shadow = dict(num_models=32, group_size=1, seed=0)  # one model per group: fastest on 2 CPU cores (BENCHMARKS.md)
   c.model = dict(name="lstm", embed_dim=64, hidden_dim=128, num_layers=2)
-  c.train = dict(epochs=6, batch_size=16, learning_rate=3e-3, weight_decay=0.0)
+  c.train = dict(epochs=6, batch_size=16, learning_rate=3e-3, weight_decay=0.0, compute_dtype="float32")
   c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
   c.population = population.config_defaults()  # RMIA's population: 1,000 sequences no model trains on (0: none)
   if arg == "paper":

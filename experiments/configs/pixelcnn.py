@@ -7,6 +7,9 @@
 --config=experiments/configs/pixelcnn.py:reproduce_worst    largest setting a 2-core CPU trains in about 90 minutes
 model.image_shape and model.num_levels must match the data (checked before training); config.json carries them,
 so later tools lay a canary's T = H * W losses out on the image grid.
+train.compute_dtype: "float32" (every variant) or "bfloat16", mixed precision with float32 weights, optimiser state
+and likelihood (models/precision.py); the per-pixel losses are extracted in float32 either way. Whether bfloat16 is
+faster on an accelerator is to be measured.
 
 cpu, chosen by measurement on the 2-core development machine while other jobs kept its load average at ~5:
 - one model per group (group_size=1): a step of the 32-filter network on a batch of 32 took 2.7 ms per image for one
@@ -36,7 +39,8 @@ def get_config(arg="cpu"):
   c.shadow = dict(num_models=16, group_size=1, seed=0)
   c.model = dict(name="pixelcnn_pp", image_shape=(8, 8, 1), num_levels=17, nr_resnet=1, nr_filters=32,
                  nr_logistic_mix=5, dropout_p=0.0)
-  c.train = dict(epochs=10, batch_size=32, learning_rate=2e-3, weight_decay=0.0, eval_batch_size=256)
+  c.train = dict(epochs=10, batch_size=32, learning_rate=2e-3, weight_decay=0.0, eval_batch_size=256,
+                 compute_dtype="float32")
   c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
   c.population = population.config_defaults()  # RMIA's population: 1,000 images no model trains on (0: none)
   if arg == "paper":

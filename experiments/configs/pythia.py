@@ -8,6 +8,10 @@
 --config=experiments/configs/pythia.py:reproduce_average  setting a 2-core CPU finishes in about 90 minutes (64 copies, T = 128)
 model.base is a Hugging Face folder, a hub id, or "pretrain" (pretrain model.arch on the train-split sequences
 that fine-tuning does not use, into RUN_DIR/base_model).
+train.compute_dtype: "float32" (every variant) or "bfloat16", mixed precision with float32 weights, optimiser state
+and losses (models/precision.py), for fine-tuning and for pretraining the base; the per-token losses are extracted in
+float32 either way. Whether bfloat16 is faster on an accelerator is to be measured. model.dtype, the field it
+replaces, is still read as its alias and must then equal it.
 """
 
 import ml_collections
@@ -26,11 +30,12 @@ def get_config(arg="pythia_tiny"):
   c.tokenizer = dict(name="bpe", vocab_size=512)
   c.canaries = dict(kind="worst", num_canaries=1000)
   c.shadow = dict(num_models=32, group_size=2, seed=0)
-  c.model = dict(name="gpt_neox", base="pretrain", dtype="float32",
+  c.model = dict(name="gpt_neox", base="pretrain",
                  arch=dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
                            rotary_pct=0.25, max_position_embeddings=256))
   c.pretrain = dict(epochs=1, batch_size=32, learning_rate=3e-3, weight_decay=0.01, max_sequences=12_000)
-  c.train = dict(epochs=3, batch_size=16, learning_rate=1e-3, weight_decay=1e-4, eval_batch_size=256)
+  c.train = dict(epochs=3, batch_size=16, learning_rate=1e-3, weight_decay=1e-4, eval_batch_size=256,
+                 compute_dtype="float32")
   c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
   c.population = population.config_defaults()  # RMIA's population: 1,000 sequences no model trains on (0: none)
   if arg == "pythia":  # Table I: 7 epochs, lr 1e-4, weight decay 1e-4, batch 16, T = 128, AdamW, 64 models

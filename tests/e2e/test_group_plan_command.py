@@ -1,0 +1,44 @@
+"""train_shadows --plan and --config.shadow.group_size as a user types them: the plan table with nothing written,
+and bad group sizes refused in one line with exit status 2."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def train_shadows(*args, cwd=ROOT):
+  return subprocess.run([sys.executable, "-m", "experiments.train_shadows", *args], cwd=cwd, capture_output=True,
+                        text=True, timeout=600)
+
+
+@pytest.mark.slow
+def test_plan_prints_the_table_and_writes_nothing(tmp_path, corpus_flags):
+  run_dir = tmp_path / "run"
+  proc = train_shadows("--config=experiments/configs/lstm.py:tiny", *corpus_flags, "--config.shadow.group_size=auto",
+                       "--plan", f"--run_dir={run_dir}", "--noprogress", cwd=str(tmp_path))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  out = proc.stdout
+  assert "group plan of " in out
+  assert "lstm.py:tiny on cpu: M = 6 models, batch 16 of 12 int32, computing in float32" in out
+  assert "memory limit per device:" in out and "available memory" in out
+  for column in ("G", "memory", "per model", "step FLOPs", "fits", "step time"):
+    assert column in out
+  assert "(measured) <- chosen" in out
+  assert "group size 6 (auto): 1 group(s) of 6 models; 5 steps per epoch, 2 epochs, 10 steps per group" in out
+  assert "estimated training time:" in out
+  assert not run_dir.exists() and os.listdir(tmp_path) == []
+
+
+@pytest.mark.parametrize("value, shown", [("0", "0"), ("many", "'many'")])
+def test_a_bad_group_size_is_one_line_and_exit_status_2(tmp_path, value, shown):
+  proc = train_shadows("--config=experiments/configs/lstm.py:tiny", f"--config.shadow.group_size={value}",
+                       f"--run_dir={tmp_path / 'run'}", "--plan")
+  assert proc.returncode == 2
+  assert proc.stderr.strip().splitlines() == [
+      f'error: --config.shadow.group_size={value}: shadow.group_size must be a positive integer or "auto", got '
+      f"{shown} (see --help)"]
+  assert not (tmp_path / "run").exists()

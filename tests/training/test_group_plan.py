@@ -1,0 +1,202 @@
+"""Tests for training.group_plan and shadow.group_size=auto in training.pipeline: the choice against every candidate
+compiled, its record in config.json, a resumed run keeping it, and bad values refused."""
+
+import json
+import os
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+import models
+from experiments.configs import lstm as lstm_configs
+from training import group_plan
+from training import pipeline
+from training import run_config
+from training import run_data
+from training import trainer
+
+V, D, T, B = 50, 8, 6, 4
+
+
+class Bigram(nnx.Module):
+  def __init__(self, rngs):
+    self.embed = nnx.Embed(V, D, rngs=rngs)
+    self.out = nnx.Linear(D, V, rngs=rngs)
+
+  def __call__(self, tokens_BxT):
+    return self.out(self.embed(tokens_BxT))
+
+
+def _bigram_loss(module, tokens_BxT, bos_id, key):
+  del key
+  inputs = jnp.concatenate([jnp.full_like(tokens_BxT[:, :1], bos_id), tokens_BxT[:, :-1]], axis=1)
+  logp = jax.nn.log_softmax(module(inputs))
+  return -jnp.take_along_axis(logp, tokens_BxT[..., None], axis=-1)[..., 0]
+
+
+def _bigram_stats(module, tokens_BxT, bos_id):
+  return (_bigram_loss(module, tokens_BxT, bos_id, None),)
+
+
+MODEL = models.functional("bigram", None, Bigram, loss_fn=_bigram_loss, statistics_fn=_bigram_stats, stat_names=())
+SHAPES = group_plan.Shapes((T,), "int32", B, 16, 1e-2, 0.0, bos_id=0)
+
+
+def test_group_size_values_are_parsed_or_refused_in_one_line():
+  assert group_plan.parse("auto") == "auto" and group_plan.parse("AUTO") == "auto"
+  assert group_plan.parse("8") == 8 and group_plan.parse(3) == 3
+  for bad in (0, -1, "0", "abc", 2.5, True, None):
+    with pytest.raises(ValueError, match=r'^shadow.group_size must be a positive integer or "auto", got '):
+      group_plan.parse(bad)
+
+
+def test_candidates_are_powers_of_two_and_divisors_up_to_the_model_count():
+  assert group_plan.candidates(6) == [1, 2, 3, 4, 6]
+  assert group_plan.candidates(64) == [1, 2, 4, 8, 16, 32, 64]
+  assert group_plan.candidates(12, multiple=4) == [4, 8, 12]  # a "models" mesh of 4 devices
+
+
+@pytest.fixture(scope="module")
+def every():
+  """Every candidate of M = 6 compiled on its own: the brute force the plan's bisection must agree with."""
+  return {G: group_plan.compile_candidate(MODEL, G, SHAPES, 16, budget=0)[0] for G in group_plan.candidates(6)}
+
+
+@pytest.mark.parametrize("fits_up_to", [0, 1, 3, 6])
+def test_the_plan_chooses_the_largest_candidate_whose_programs_fit(every, fits_up_to):
+  # the limit is set between two candidates' memory so that exactly the candidates <= fits_up_to fit
+  sizes = sorted(every)
+  assert all(every[a].bytes < every[b].bytes for a, b in zip(sizes, sizes[1:]))  # memory grows with G
+  if fits_up_to == 0:
+    budget = every[1].bytes - 1
+  elif fits_up_to == 6:
+    budget = every[6].bytes
+  else:
+    budget = (every[fits_up_to].bytes + every[sizes[sizes.index(fits_up_to) + 1]].bytes) // 2
+  plan = group_plan.make_plan(MODEL, 6, SHAPES, 16, limit=(budget / (1 - group_plan.MARGIN) + 1, "test"))
+  assert plan.budget_bytes >= budget
+  assert plan.chosen == max(fits_up_to, 1)
+  for c in plan.candidates:  # each compiled candidate measured as the brute force measured it, and judged so
+    assert (c.step_bytes, c.extraction_bytes, c.flops) == (every[c.G].step_bytes, every[c.G].extraction_bytes,
+                                                           every[c.G].flops)
+    assert c.fits == (c.bytes <= plan.budget_bytes)
+  assert plan.candidate(plan.chosen).fits == (fits_up_to > 0)
+  assert len(plan.candidates) <= 4  # the largest, then a bisection of the other four: not every candidate
+
+
+def test_memory_and_flops_grow_with_the_group_and_the_step_donates_its_state():
+  one, four = (group_plan.compile_candidate(MODEL, G, SHAPES, 16, budget=0)[0] for G in (1, 4))
+  params = V * D + D * V + V  # embedding, projection and its bias
+  # float32 params + AdamW's two moments, every one donated: the step's memory is not twice its state
+  state = 3 * 4 * params * 4
+  assert state < four.step_bytes < 2 * state + 4 * 4 * B * T * V * 4
+  assert 3.5 * one.flops < four.flops < 4.5 * one.flops  # four models' work (one is not vmapped: a little less)
+
+
+def test_the_measured_step_time_and_the_table(capsys):
+  plan = group_plan.make_plan(MODEL, 6, SHAPES, 16)
+  assert plan.chosen == 6 and plan.limit_from.endswith("available memory")  # a CPU: a share of the host's memory
+  examples = np.random.default_rng(0).integers(1, V, (40, T)).astype(np.int32)
+  seconds = group_plan.measure_step(MODEL, 6, SHAPES, examples, compiled=plan.compiled[6])
+  assert 0 < seconds < 10
+  text = group_plan.table(plan, num_models=6, G=6, auto=True, steps_per_epoch=10, epochs=2, step_seconds=seconds,
+                          title="plan")
+  assert "(measured) <- chosen" in text and "group size 6 (auto): 1 group(s) of 6 models" in text
+  assert "20 steps per group" in text and "estimated training time" in text
+  plan = group_plan.with_candidate(plan, MODEL, 4, SHAPES, 16)
+  assert plan.candidate(4) is not None and 4 in plan.compiled
+  text = group_plan.table(plan, num_models=6, G=4, auto=False, steps_per_epoch=10, epochs=2, step_seconds=0.5,
+                          title="plan")
+  assert "2 group(s) of 4, 2 models" in text and "the config; auto would choose 6" in text
+  # the smaller last group costs its share of the FLOPs of a group of 4 (G = 2 was compiled by the bisection or not)
+  assert 20 * 0.5 < group_plan.estimate_run_seconds(plan, 6, 4, 20, 0.5) < 2 * 20 * 0.5
+  record = json.loads(json.dumps(plan.record()))  # what config.json holds
+  assert group_plan.from_record(record) == plan
+
+
+# ---- shadow.group_size=auto in a run ---------------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def _use_small_corpus(monkeypatch, small_corpus):
+  monkeypatch.setattr(run_data, "_corpus", lambda cfg: small_corpus)
+
+
+def auto_cfg():
+  cfg = lstm_configs.get_config("tiny")
+  cfg.shadow.num_models = 4
+  cfg.train.epochs = 1
+  cfg.population.size = 0
+  return run_config.with_group_size(cfg, "auto")
+
+
+class Stop(Exception):
+  pass
+
+
+@pytest.mark.slow
+def test_auto_records_a_fitting_group_size_and_a_resumed_run_keeps_it(tmp_path, monkeypatch):
+  run_dir = str(tmp_path / "run")
+  real_limit, real_run_group = group_plan.memory_limit, pipeline.run_group
+  # The first start sees a device on which only one model fits: G = 1, and it stops after its first group.
+  monkeypatch.setattr(group_plan, "memory_limit", lambda mesh=None: (1, "test: nothing fits"))
+
+  def first_group_only(cfg, run_dir, data, model, g, ids, *args, **kwargs):
+    if g > 0:
+      raise Stop()
+    return real_run_group(cfg, run_dir, data, model, g, ids, *args, **kwargs)
+
+  monkeypatch.setattr(pipeline, "run_group", first_group_only)
+  with pytest.raises(Stop):
+    pipeline.run(auto_cfg(), run_dir, progress=False)
+  with open(os.path.join(run_dir, "config.json")) as f:
+    shadow = json.load(f)["shadow"]
+  assert shadow["group_size"] == 1 and shadow["group_size_plan"]["chosen"] == 1
+  assert shadow["group_size_plan"]["limit_from"] == "test: nothing fits"
+  assert os.listdir(os.path.join(run_dir, "checkpoints")) == ["group_0000"]
+  # Resumed with "auto" on a device where all four fit: the recorded G = 1 is kept, nothing is planned again.
+  monkeypatch.setattr(group_plan, "memory_limit", real_limit)
+  monkeypatch.setattr(pipeline, "run_group", real_run_group)
+  monkeypatch.setattr(group_plan, "make_plan", lambda *a, **k: pytest.fail("planned again on resume"))
+  assert pipeline.run(auto_cfg(), run_dir, progress=False)
+  assert sorted(os.listdir(os.path.join(run_dir, "checkpoints"))) == [f"group_{g:04d}" for g in range(4)]
+  with open(os.path.join(run_dir, "config.json")) as f:
+    assert json.load(f)["shadow"] == shadow  # the record is untouched
+  # The same run with the recorded integer is the same config; another integer is refused in one line.
+  assert pipeline.run(run_config.with_group_size(auto_cfg(), 1), run_dir, progress=False)
+  with pytest.raises(ValueError, match=r"shadow.group_size: run folder has 1, this command has 2"):
+    pipeline.run(run_config.with_group_size(auto_cfg(), 2), run_dir, progress=False)
+
+
+@pytest.mark.slow
+def test_auto_on_the_cpu_picks_a_group_whose_step_fits(tmp_path):
+  run_dir = str(tmp_path / "run")
+  assert pipeline.run(auto_cfg(), run_dir, progress=False)
+  with open(os.path.join(run_dir, "config.json")) as f:
+    shadow = json.load(f)["shadow"]
+  plan = group_plan.from_record(shadow["group_size_plan"])
+  assert shadow["group_size"] == plan.chosen == 4  # four tiny LSTMs fit a CPU host many times over
+  chosen = plan.candidate(plan.chosen)
+  assert chosen.fits and 0 < chosen.step_bytes <= plan.budget_bytes < plan.limit_bytes
+  assert chosen.flops > 0 and plan.limit_from.endswith("available memory")
+  assert os.listdir(os.path.join(run_dir, "checkpoints")) == ["group_0000"]  # one group of four
+  assert run_config.recorded_group_size(auto_cfg(), run_dir).shadow.group_size == 4
+
+
+@pytest.mark.parametrize("value", [0, -2, "many", 1.5])
+def test_bad_group_sizes_are_refused_before_anything_is_written(tmp_path, value):
+  with pytest.raises(ValueError, match=r'shadow.group_size must be a positive integer or "auto", got '):
+    pipeline.run(run_config.with_group_size(auto_cfg(), value), str(tmp_path / "run"), progress=False)
+  assert not (tmp_path / "run").exists()
+
+
+def test_the_plan_compiles_the_step_in_the_runs_compute_dtype_and_the_extraction_in_float32():
+  lstm = models.get_model("lstm", vocab_size=V, embed_dim=8, hidden_dim=8, num_layers=1)
+  bf16 = group_plan.Shapes((T,), "int32", B, 16, 1e-2, 0.0, bos_id=0, compute_dtype="bfloat16")
+  step = group_plan.compile_step(lstm, 2, bf16)
+  extraction = group_plan.compile_extraction(lstm, 2, bf16, 16)
+  assert "bf16" in step.as_text() and "bf16" not in extraction.as_text()
+  assert "bf16" not in group_plan.compile_step(lstm, 2, SHAPES).as_text()
