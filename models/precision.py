@@ -6,9 +6,8 @@ float32 (the trainer's master weights and AdamW moments) and each use rounds the
 whose output is a bfloat16 activation sums as XLA's backend does; float32 sums are asked for explicitly
 (`preferred_element_type`) where the output stays float32: the logits and mixture parameters the loss reads, and
 the LSTM's gate pre-activations and weight gradients. The losses (models/token_loss.py,
-models/discretized_logistic.py) are computed in float32. In float32 the models compute what they computed before
-any of this existed: every cast is the identity and no helper here is on their path except `matmul`, which is then
-the plain float32 a @ b.
+models/discretized_logistic.py) are computed in float32. In float32 every cast is the identity and no helper here
+is on the models' path except `matmul`, which is then the plain float32 a @ b.
 """
 
 import jax
