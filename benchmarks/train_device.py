@@ -154,17 +154,11 @@ def torch_row(name, s, dtype, args):
   torch.backends.cudnn.allow_tf32 = True
   torch.manual_seed(0)
   f = s["fields"]
-  if s["family"] == "lstm":
-    class LM(torch.nn.Module):
-      def __init__(self):
-        super().__init__()
-        self.embed = torch.nn.Embedding(f["vocab_size"], f["embed_dim"])
-        self.lstm = torch.nn.LSTM(f["embed_dim"], f["hidden_dim"], num_layers=f["num_layers"], batch_first=True)
-        self.head = torch.nn.Linear(f["hidden_dim"], f["vocab_size"])
-
-      def forward(self, x):
-        return self.head(self.lstm(self.embed(x))[0])
-    module, logits = LM(), lambda m, x: m(x)
+  if s["family"] == "lstm":  # the CPU benchmark's PyTorch peer (embedding, nn.LSTM, linear head)
+    from benchmarks.train_throughput import TorchLSTM
+    module = TorchLSTM(dict(vocab=f["vocab_size"], embed=f["embed_dim"], hidden=f["hidden_dim"],
+                            layers=f["num_layers"]))
+    logits = lambda m, x: m(x)  # noqa: E731
   else:
     import transformers
     config = get_model("gpt_neox", **f).config
