@@ -3,6 +3,7 @@
   python benchmarks/loo_device.py                                   # M = 64 and 484, N = 10,000, T = 128, then evaluate
   python benchmarks/loo_device.py --Ms 64 --noevaluate              # a CPU-sized run
   python benchmarks/loo_device.py --Ms 8 --N 200 --T 16 --noevaluate --out /tmp/loo_device.json   # smoke test
+  python benchmarks/loo_device.py --Ms 448 --keep_of 512 --counts balanced --noevaluate   # many IN counts
 
 Inputs: lira.synthetic.synthetic_losses(shift=0.3) at each M (float32 losses, LiRA's balanced keep matrix). For each M
 and each of balanced / plain leave-one-out, all six variants in one lira.leave_one_out_variants call:
@@ -11,6 +12,9 @@ and each of balanced / plain leave-one-out, all six variants in one lira.leave_o
 - the largest relative difference max |a - b| / max(1, |b|) of jax float64 and of jax float32 against numpy.
 Then (unless --noevaluate) `python -m experiments.evaluate --run_dir=D --backend=jax --noprogress` on a make_synthetic
 folder at the largest M, timed end to end as a user runs it, and the same with the numpy backend.
+--keep_of K draws the arrays for K models and keeps the first M of them, as `partial_run` does with a run: the IN
+counts then differ between canaries (tens of counts at M = 448 of 512, each a program of its own), where LiRA's
+balanced keep matrix of M models gives every canary M / 2. The row records how many distinct counts there are.
 Writes one JSON (device, versions, every timing and difference) and prints a table. Runs as it is on a GPU machine
 with jax, flax, optax, orbax, numpy, scipy, scikit-learn and matplotlib installed and the project importable.
 The JSON is rewritten after every row, so a run stopped by a time limit keeps what it measured; each evaluate
@@ -56,15 +60,20 @@ def rel_diff(a, b):
   return float((np.abs(a - b) / np.maximum(1.0, np.abs(b))).max())
 
 
-def run_loo(M, N, T, seed, save=None):
-  loss, keep, _ = synthetic.synthetic_losses(num_models=M, num_canaries=N, seq_len=T, shift=0.3, seed=seed)
+def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain")):
+  loss, keep, _ = synthetic.synthetic_losses(num_models=max(M, keep_of or M), num_canaries=N, seq_len=T, shift=0.3,
+                                             seed=seed)
+  loss, keep = loss[:M], keep[:M]
+  in_counts = len(np.unique(keep.sum(axis=0)))
   rows = []
-  for balanced in (True, False):
-    row = {"M": M, "N": N, "T": T, "balance_counts": balanced}
+  for balanced in [mode == "balanced" for mode in modes]:
+    row = {"M": M, "N": N, "T": T, "balance_counts": balanced, "keep_of": keep_of or M, "in_counts": in_counts}
     for precision in ("float64", "float32"):
       jax_llr, first = timed(lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
       _, second = timed(lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
       row[f"jax_{precision}_first_s"], row[f"jax_{precision}_s"] = first, second
+      print(f"M = {M}, {'balanced' if balanced else 'plain'}, jax {precision}: {second:.2f} s (first {first:.2f} s)",
+            flush=True)
       row[f"jax_{precision}_llr"] = jax_llr
     numpy_llr, row["numpy_s"] = timed(lambda: six(loss, keep, balance_counts=balanced))
     f32, f64 = row.pop("jax_float32_llr"), row.pop("jax_float64_llr")
@@ -106,6 +115,10 @@ def main():
   parser.add_argument("--N", type=int, default=10000)
   parser.add_argument("--T", type=int, default=128)
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--keep_of", type=int, default=None,
+                      help="draw the arrays for this many models and keep the first M (many IN counts)")
+  parser.add_argument("--counts", nargs="+", choices=["balanced", "plain"], default=["balanced", "plain"],
+                      help="balanced and/or plain leave-one-out")
   parser.add_argument("--noevaluate", dest="evaluate", action="store_false")
   parser.add_argument("--evaluate_timeout", type=float, default=240, help="seconds per evaluate command")
   parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/loo_device_<platform>.json)")
@@ -127,19 +140,20 @@ def main():
 
   done = []
   for M in args.Ms:
-    done += run_loo(M, args.N, args.T, args.seed, save=lambda rows: save(done + rows))
+    done += run_loo(M, args.N, args.T, args.seed, save=lambda rows: save(done + rows), keep_of=args.keep_of,
+                    modes=args.counts)
   if args.evaluate:
     result["evaluate"] = {"M": max(args.Ms), **run_evaluate(max(args.Ms), args.N, args.T, args.evaluate_timeout)}
     save(done)
   print(f"\nsix variants, seconds on {device.device_kind} ({device.platform}) against numpy on {os.cpu_count()} CPU "
         "cores; first calls (compiles included) in brackets")
-  print(f"{'M':>5} {'counts':>9} {'jax f64':>15} {'jax f32':>15} {'numpy':>8} {'f64 diff':>9} {'f32 diff':>9} {'f32-f64':>9}")
+  print(f"{'M':>5} {'counts':>9} {'jax f64':>15} {'jax f32':>15} {'numpy':>8} {'f64 diff':>9} {'f32 diff':>9} {'f32-f64':>9} {'IN counts':>9}")
   for r in done:
     print(f"{r['M']:>5} {'balanced' if r['balance_counts'] else 'plain':>9} "
           f"{r['jax_float64_s']:>6.2f} ({r['jax_float64_first_s']:>6.2f}) "
           f"{r['jax_float32_s']:>6.2f} ({r['jax_float32_first_s']:>6.2f}) {r['numpy_s']:>8.2f} "
           f"{r['jax_float64_rel_diff']:>9.1e} {r['jax_float32_rel_diff']:>9.1e} "
-          f"{r['jax_float32_vs_float64_rel_diff']:>9.1e}")
+          f"{r['jax_float32_vs_float64_rel_diff']:>9.1e} {r.get('in_counts', 1):>9}")
   if args.evaluate:
     e = result["evaluate"]
     print(f"evaluate at M = {e['M']}: " + ", ".join(
