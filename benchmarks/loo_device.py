@@ -147,7 +147,8 @@ def main():
     save(done)
   print(f"\nsix variants, seconds on {device.device_kind} ({device.platform}) against numpy on {os.cpu_count()} CPU "
         "cores; first calls (compiles included) in brackets")
-  print(f"{'M':>5} {'counts':>9} {'jax f64':>15} {'jax f32':>15} {'numpy':>8} {'f64 diff':>9} {'f32 diff':>9} {'f32-f64':>9} {'IN counts':>9}")
+  print(f"{'M':>5} {'counts':>9} {'jax f64':>15} {'jax f32':>15} {'numpy':>8} {'f64 diff':>9} {'f32 diff':>9} "
+        f"{'f32-f64':>9} {'IN counts':>9}")
   for r in done:
     print(f"{r['M']:>5} {'balanced' if r['balance_counts'] else 'plain':>9} "
           f"{r['jax_float64_s']:>6.2f} ({r['jax_float64_first_s']:>6.2f}) "

@@ -81,10 +81,6 @@ def has_compute_dtype():
   return "compute_dtype" in lstm_configs.get_config("paper").train
 
 
-def out_of_memory(e):
-  return "RESOURCE_EXHAUSTED" in str(e) or "out of memory" in str(e).lower()
-
-
 def free():
   gc.collect()
   try:
@@ -135,8 +131,8 @@ def auto_row(name, s, model, dtype, args, g1_row):
   plan_s = time.perf_counter() - start
   G = plan.chosen
   examples = np.random.default_rng(1).integers(1, s["fields"]["vocab_size"], (4096, s["T"])).astype(np.int32)
-  estimate = group_plan.measure_step(model, G, shapes, examples, compiled=plan.compiled[G])
-  row = seqlira_row(name, s, model, G, dtype, args, compiled=plan.compiled[G])
+  estimate = group_plan.measure_step(model, G, shapes, examples, compiled=plan.compiled.get(G))
+  row = seqlira_row(name, s, model, G, dtype, args, compiled=plan.compiled.get(G))
   row.update(G_label="auto", plan_seconds=plan_s, plan=plan.record(), plan_step_s=estimate,
              plan_step_rel_error=estimate / row["step_s"] - 1)
   if g1_row is not None and g1_row.get("flops"):
@@ -275,6 +271,8 @@ def main():
   ap.add_argument("--warmup", type=int, default=2)
   ap.add_argument("--reps", type=int, default=10)
   ap.add_argument("--budget_s", type=float, default=500, help="start no row after this many seconds")
+  ap.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated seqlira compute dtypes")
+  ap.add_argument("--noauto", action="store_true", help="skip the G = auto rows")
   ap.add_argument("--notorch", action="store_true", help="skip the PyTorch rows")
   ap.add_argument("--notrain_shadows", action="store_true", help="skip the train_shadows row")
   ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train_device.json"))
@@ -283,7 +281,7 @@ def main():
   if args.smoke:
     args.reps, args.warmup, args.M = min(args.reps, 3), min(args.warmup, 1), min(args.M, 4)
   device = jax.devices()[0]
-  dtypes = ["float32"] + (["bfloat16"] if has_compute_dtype() else [])
+  dtypes = [d for d in args.dtypes.split(",") if d == "float32" or has_compute_dtype()]
   results = dict(date=datetime.date.today().isoformat(), device=f"{device.platform}:{device.device_kind}",
                  devices=jax.device_count(), machine=platform.processor() or platform.machine(), jax=jax.__version__,
                  smoke=args.smoke, rows=[], skipped=[], notes=[])
@@ -293,7 +291,7 @@ def main():
   except ImportError:
     args.notorch = True
     results["notes"].append("torch not installed: no PyTorch rows")
-  if len(dtypes) == 1:
+  if "bfloat16" in args.dtypes and not has_compute_dtype():
     results["notes"].append("the configs have no train.compute_dtype: no bfloat16 rows")
   print(f"{results['device']}; jax {jax.__version__}, torch {results.get('torch', '-')}", flush=True)
   start = time.perf_counter()
@@ -315,7 +313,8 @@ def main():
       row = fn()
     except Exception as e:  # noqa: BLE001 - an out-of-memory row is a result; anything else too, with its message
       row = dict(zip(("shape", "framework", "dtype", "G"), label.split()), note=(
-          "out of memory" if out_of_memory(e) else f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"))
+          "out of memory" if group_plan.out_of_memory(e)
+          else f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"))
     free()
     results["rows"].append(row)
     print(fmt(row), flush=True)
@@ -334,7 +333,8 @@ def main():
       for G in s["grid"]:
         row = run(f"{name} seqlira {dtype} {G}", lambda: seqlira_row(name, s, model, G, dtype, args))
         g1 = row if G == 1 and row is not None and "step_s" in row else g1
-      run(f"{name} seqlira {dtype} auto", lambda: auto_row(name, s, model, dtype, args, g1))
+      if not args.noauto:
+        run(f"{name} seqlira {dtype} auto", lambda: auto_row(name, s, model, dtype, args, g1))
     if name == "lstm_paper" and not args.notrain_shadows:
       run("lstm_paper train_shadows float32 16",
           lambda: train_shadows_row(args, args.budget_s - (time.perf_counter() - start) + 60))

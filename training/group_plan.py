@@ -24,6 +24,7 @@ from training import trainer
 MARGIN = 0.1  # share of the limit left free: buffers outside the two programs, allocator fragmentation
 HOST_SHARE = 0.5  # CPU: the share of the host's available memory a group may take (the data and the process hold more)
 MEASURED_STEPS = 3
+LOGIT_BUFFERS = 3  # float32 [G, B, T, V] buffers the extraction of a language model holds at once (extraction_batch)
 
 
 def parse(value):
@@ -132,12 +133,34 @@ def compile_step(model, G, shapes, mesh=None):
   return step.lower(*step_args(model, G, shapes, mesh)).compile()
 
 
-def compile_extraction(model, G, shapes, num_examples, mesh=None):
-  """The per-token extraction of one batch of examples on a group of G (trainer.canary_statistics), compiled."""
+def out_of_memory(e):
+  """Whether an exception is XLA's out-of-memory error (RESOURCE_EXHAUSTED)."""
+  return "RESOURCE_EXHAUSTED" in str(e) or "out of memory" in str(e).lower()
+
+
+def extraction_batch(model, G, example_shape, batch_size, mesh=None, limit_bytes=None):
+  """Rows per batch of the per-token extraction on a group of G: `batch_size` (train.eval_batch_size), fewer where
+  a language model's float32 logits over the vocabulary, [G, B, T, V] on each device with the two temporaries of
+  their statistics (models/token_loss.token_statistics), would not fit within the margin of `limit_bytes` (default
+  memory_limit(mesh): the device's free memory, on a CPU a share of the host's); at least 1. Other families and
+  batches that fit keep `batch_size`. The extraction of each row does not depend on the rows beside it."""
+  vocab = getattr(model.config, "vocab_size", None)
+  if not vocab:
+    return batch_size
+  if limit_bytes is None:
+    limit_bytes = memory_limit(mesh)[0]
+  local_G = G // mesh.shape["models"] if mesh is not None and "models" in mesh.axis_names else G
+  row_bytes = LOGIT_BUFFERS * 4 * max(local_G, 1) * math.prod(example_shape) * vocab
+  return int(max(1, min(batch_size, limit_bytes * (1 - MARGIN) // row_bytes)))
+
+
+def compile_extraction(model, G, shapes, num_examples, mesh=None, limit_bytes=None):
+  """The per-token extraction of one batch of examples on a group of G (trainer.canary_statistics), compiled, at
+  the batch the run extracts with (extraction_batch)."""
   model = in_dtype(model, "float32")
   fn = jax.jit(jax.vmap(lambda p, e: model.statistics(p, e, shapes.bos_id), in_axes=(0, None)))
   params = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), G)))
-  B = min(shapes.eval_batch_size, num_examples)
+  B = min(extraction_batch(model, G, shapes.example_shape, shapes.eval_batch_size, mesh, limit_bytes), num_examples)
   examples = jax.ShapeDtypeStruct((B,) + tuple(shapes.example_shape), jnp.dtype(shapes.example_dtype))
   if mesh is not None:
     params = _abstract(params, trainer.shardings(mesh, params))
@@ -168,6 +191,8 @@ class Candidate:
   extraction_bytes: int
   flops: float  # of one training step of the whole group
   fits: bool
+  error: str = ""  # why no memory was measured: the compile itself ran out of the device's memory
+
 
   @property
   def bytes(self):
@@ -208,9 +233,16 @@ def device_name(mesh=None):
 
 
 def compile_candidate(model, G, shapes, num_examples, budget, mesh=None):
-  """(Candidate, compiled step) of a group of G: both programs compiled, their memory held to `budget` bytes."""
-  step = compile_step(model, G, shapes, mesh)
-  extraction = program_bytes(compile_extraction(model, G, shapes, num_examples, mesh))
+  """(Candidate, compiled step) of a group of G: both programs compiled, their memory held to `budget` bytes. A
+  compile that runs out of memory (a GPU compiler's autotuning allocates the program's buffers) does not fit:
+  (Candidate with its error, None)."""
+  try:
+    step = compile_step(model, G, shapes, mesh)
+    extraction = program_bytes(compile_extraction(model, G, shapes, num_examples, mesh))
+  except Exception as e:  # noqa: BLE001 - only an out-of-memory compile is a result; anything else is raised
+    if not out_of_memory(e):
+      raise
+    return Candidate(G, 0, 0, 0.0, False, error="out of memory while compiling"), None
   c = Candidate(G, program_bytes(step), extraction, program_flops(step), False)
   return dataclasses.replace(c, fits=c.bytes <= budget), step
 
@@ -333,6 +365,9 @@ def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, t
     else:
       when = ""
     mark = " <- chosen" if c.G == plan.chosen else ""
+    if c.error:
+      lines.append(f"{c.G:>5}  {'-':>10}  {'-':>10}  {'-':>11}  {'no':>4}  {c.error}{mark}")
+      continue
     lines.append(f"{c.G:>5}  {size_text(c.bytes):>10}  {size_text(c.bytes / c.G):>10}  {c.flops:>11.3g}  "
                  f"{'yes' if c.fits else 'no':>4}  {when:>24}{mark}")
   if not any(c.fits for c in plan.candidates):

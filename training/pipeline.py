@@ -191,7 +191,7 @@ def plan_table(cfg, mesh=None, progress=True, title="plan"):
   auto = cfg.shadow.group_size == "auto"
   G = plan.chosen if auto else cfg.shadow.group_size
   plan = group_plan.with_candidate(plan, model, G, shapes, rows, mesh)
-  seconds = group_plan.measure_step(model, G, shapes, data.examples_ExT, compiled=plan.compiled[G], mesh=mesh)
+  seconds = group_plan.measure_step(model, G, shapes, data.examples_ExT, compiled=plan.compiled.get(G), mesh=mesh)
   return group_plan.table(plan, num_models=M, G=G, auto=auto, steps_per_epoch=steps_per_epoch(cfg, data),
                           epochs=cfg.train.epochs, step_seconds=seconds,
                           title=f"{title} on {plan.device}: M = {M} models, batch {cfg.train.batch_size} of "
@@ -268,7 +268,8 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
     save_checkpoint(ckpt, params)
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
   nnx.replace_by_pure_dict(state, params)
-  batch_size = cfg.train.get("eval_batch_size", 256)
+  batch_size = group_plan.extraction_batch(model, len(model_ids), data.canaries_NxT.shape[1:],
+                                           cfg.train.get("eval_batch_size", 256), mesh)
   population_path = population_lib.group_path(losses_path)
   if data.population_ZxT is not None and not os.path.exists(population_path):
     # the canaries' per-token loss function, on the population (the stats it also returns are not kept)
@@ -294,7 +295,9 @@ def write_base_losses(cfg, run_dir, data, model, mesh=None):
     return
   base = trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 1), mesh)  # the base, as a stack of one
   loss_1xNxT = trainer.canary_statistics(model, base, data.canaries_NxT, bos_id=data.bos_id,
-                                         batch_size=cfg.train.get("eval_batch_size", 256), mesh=mesh)[0]
+                                         batch_size=group_plan.extraction_batch(
+                                             model, 1, data.canaries_NxT.shape[1:],
+                                             cfg.train.get("eval_batch_size", 256), mesh), mesh=mesh)[0]
   run_folder.save_npy(path, np.asarray(loss_1xNxT[0]))
 
 

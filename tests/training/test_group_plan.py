@@ -96,6 +96,41 @@ def test_memory_and_flops_grow_with_the_group_and_the_step_donates_its_state():
   assert 3.5 * one.flops < four.flops < 4.5 * one.flops  # four models' work (one is not vmapped: a little less)
 
 
+def test_the_extraction_batch_keeps_a_language_models_logits_within_the_memory():
+  lstm = models.get_model("lstm", vocab_size=V, embed_dim=8, hidden_dim=8, num_layers=1)
+  row = group_plan.LOGIT_BUFFERS * 4 * 2 * T * V  # bytes of one row's [T, V] float32 buffers on a group of 2
+  limit = int(3 * row / (1 - group_plan.MARGIN)) + 1  # three rows fit within the margin, four do not
+  assert group_plan.extraction_batch(lstm, 2, (T,), 256, limit_bytes=limit) == 3
+  assert group_plan.extraction_batch(lstm, 1, (T,), 256, limit_bytes=limit) == 6  # half the group, twice the rows
+  assert group_plan.extraction_batch(lstm, 2, (T,), 2, limit_bytes=limit) == 2  # the configured batch fits: kept
+  assert group_plan.extraction_batch(lstm, 2, (T,), 256, limit_bytes=0) == 1  # nothing fits: one row at a time
+  assert group_plan.extraction_batch(MODEL, 2, (T,), 256, limit_bytes=0) == 256  # no vocabulary: the config's
+  # the plan compiles the extraction at that batch: at a smaller limit its program holds fewer rows
+  big, small = (group_plan.compile_extraction(lstm, 2, SHAPES, 16, limit_bytes=b) for b in (None, limit))
+  assert group_plan.program_bytes(small) < group_plan.program_bytes(big)
+
+
+def test_a_candidate_whose_compile_runs_out_of_memory_does_not_fit(monkeypatch):
+  real = group_plan.compile_step
+
+  def compile_step(model, G, shapes, mesh=None):
+    if G >= 4:  # as XLA's GPU autotuner reports a program too large to profile
+      raise RuntimeError("RESOURCE_EXHAUSTED: Out of memory while trying to allocate 393.02GiB")
+    return real(model, G, shapes, mesh)
+
+  monkeypatch.setattr(group_plan, "compile_step", compile_step)
+  plan = group_plan.make_plan(MODEL, 6, SHAPES, 16)
+  assert plan.chosen == 3 and plan.candidate(6).error == "out of memory while compiling"
+  assert not plan.candidate(6).fits and plan.compiled[6] is None
+  text = group_plan.table(plan, num_models=6, G=3, auto=True, steps_per_epoch=1, epochs=1, step_seconds=0.1,
+                          title="plan")
+  assert any(line.split()[:1] == ["6"] and line.endswith("out of memory while compiling") for line in text.splitlines())
+  assert group_plan.from_record(json.loads(json.dumps(plan.record()))) == plan
+  monkeypatch.setattr(group_plan, "compile_step", lambda *a, **k: (_ for _ in ()).throw(ValueError("a bug")))
+  with pytest.raises(ValueError, match="a bug"):  # any other error is not a result
+    group_plan.make_plan(MODEL, 6, SHAPES, 16)
+
+
 def test_the_measured_step_time_and_the_table(capsys):
   plan = group_plan.make_plan(MODEL, 6, SHAPES, 16)
   assert plan.chosen == 6 and plan.limit_from.endswith("available memory")  # a CPU: a share of the host's memory
@@ -150,8 +185,17 @@ def test_auto_records_a_fitting_group_size_and_a_resumed_run_keeps_it(tmp_path, 
     return real_run_group(cfg, run_dir, data, model, g, ids, *args, **kwargs)
 
   monkeypatch.setattr(pipeline, "run_group", first_group_only)
+  batches, real_statistics = [], trainer.canary_statistics
+
+  def statistics(*args, batch_size, **kwargs):
+    batches.append(batch_size)
+    return real_statistics(*args, batch_size=batch_size, **kwargs)
+
+  monkeypatch.setattr(trainer, "canary_statistics", statistics)
   with pytest.raises(Stop):
     pipeline.run(auto_cfg(), run_dir, progress=False)
+  assert batches == [1]  # the canaries' extraction, one row at a time where not even one model's logits fit
+  monkeypatch.setattr(trainer, "canary_statistics", real_statistics)
   with open(os.path.join(run_dir, "config.json")) as f:
     shadow = json.load(f)["shadow"]
   assert shadow["group_size"] == 1 and shadow["group_size_plan"]["chosen"] == 1
