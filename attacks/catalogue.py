@@ -95,8 +95,7 @@ RMIA_NOTE = ("RMIA: model m the target, the other M - 1 its reference models (as
 
 def _rmia(name, color):
   def options(run, s):
-    return rmia.RMIA.named(name, gamma=s["rmia_gamma"], a=s["rmia_a"], reduction=run.scoring.reduction,
-                           balance_counts=run.scoring.balance_counts)
+    return rmia.RMIA.named(name, run.scoring, gamma=s["rmia_gamma"], a=s["rmia_a"])
 
   def check(run, s):
     run.check_defined(rmia.undefined_canaries(run.keep_MxN, options(run, s)), options(run, s).name,

@@ -13,13 +13,21 @@ from lira.errors import InputError
 
 
 def option(default, help, *, choices=None, low=None, high=None, low_open=False, high_open=False, integer=False,
-           finite=True):
+           finite=True, normal=None):
   """A field of an options class: its default, its help (the flag's help too), its choices or its numeric range
-  (None: unbounded on that side); integer: a whole number; finite=False lets inf through (a clip norm's "none").
+  (None: unbounded on that side); integer: a whole number; finite=False lets inf through (a clip norm's "none");
+  normal: a function that checks a value and returns its normal form (raising InputError when it is bad).
   A field whose default is None may be None (not set)."""
   return dataclasses.field(default=default, metadata={
       "help": help, "choices": choices, "low": low, "high": high, "low_open": low_open, "high_open": high_open,
-      "integer": integer, "finite": finite})
+      "integer": integer, "finite": finite, "normal": normal})
+
+
+def shared(cls, name, help=None):
+  """Field `name` of options class `cls` for another options class that shares the setting: the same default,
+  choices, range and normal form, defined once on `cls`; `help` where the other class's flag says it its own way."""
+  field = {f.name: f for f in dataclasses.fields(cls)}[name]
+  return dataclasses.field(default=field.default, metadata={**field.metadata, "help": help or field.metadata["help"]})
 
 
 def _number(x):
@@ -62,6 +70,8 @@ def check_number(name, value, low=None, high=None, low_open=False, high_open=Fal
 def check_value(owner, field, value):
   """The field's value checked against its choices and range: InputError naming `owner` and the field."""
   m = field.metadata
+  if m.get("normal") is not None:
+    value = m["normal"](value)
   if value is None and field.default is None:
     return None
   if m.get("choices") is not None:

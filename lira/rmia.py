@@ -23,7 +23,8 @@ import numpy as np
 
 from lira.checks import check_arrays, check_losses, check_targets
 from lira.errors import InputError
-from lira.options import Options, option
+from lira.options import Options, option, shared
+from lira.scoring import Scoring
 from lira.transforms import check_reduction, parse_reduction, reduce_length
 from run_folder import names
 
@@ -44,23 +45,27 @@ class RMIA(Options):
                         low_open=True)
   a: float = option(0.3, "RMIA offline: Pr(x) = ((1 + a) Pr_OUT(x) + (1 - a)) / 2.", low=0, high=1)
   tokens: bool = option(False, "Per-position marginals (sequence-aware RMIA) instead of the sequence's.")
-  reduction: str | None = option(None, "Length reduction before Pr(x|theta): group:K, min:K or max:K.")
-  balance_counts: bool = option(True, "Online: Pr(x) = (Pr_IN + Pr_OUT) / 2 (else the mean over all models).")
+  # The settings RMIA shares with LiRA (SHARED), defined once on lira.Scoring: a run's scoring gives both.
+  reduction: str | None = shared(Scoring, "reduction", "Length reduction before Pr(x|theta): group:K, min:K or max:K.")
+  balance_counts: bool = shared(Scoring, "balance_counts",
+                                "Online: Pr(x) = (Pr_IN + Pr_OUT) / 2 (else the mean over all models).")
+
+  SHARED = ("reduction", "balance_counts")
 
   def check_fields(self):
-    kind, k = parse_reduction(self.reduction)
-    object.__setattr__(self, "reduction", None if kind is None else f"{kind}:{k}")
-    if self.tokens and kind in ("min", "max"):
+    if self.tokens and parse_reduction(self.reduction)[0] in ("min", "max"):
       raise InputError(f"token-wise RMIA compares each position across models, so it needs aligned positions: "
                        f"reduction group:K or none, got {self.reduction!r}")
 
   @classmethod
-  def named(cls, attack, **fields):
-    """The options of a command's attack name ("rmia", "rmia_offline", "rmia_tokens", "rmia_tokens_offline")."""
+  def named(cls, attack, scoring=None, **fields):
+    """The options of a command's attack name ("rmia", "rmia_offline", "rmia_tokens", "rmia_tokens_offline"), with
+    the SHARED settings of `scoring` (a lira.Scoring: the run's) unless `fields` set them."""
     if attack not in ATTACKS:
       raise InputError(f"unknown RMIA attack {attack!r}; choose from {', '.join(ATTACKS)}")
     online, tokens = ATTACKS[attack]
-    return cls(online=online, tokens=tokens, **fields)
+    common = {} if scoring is None else {n: getattr(scoring, n) for n in cls.SHARED}
+    return cls(online=online, tokens=tokens, **{**common, **fields})
 
   @property
   def name(self):

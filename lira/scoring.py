@@ -10,7 +10,7 @@ import dataclasses
 from lira.covariance import ESTIMATORS, VAR_FLOOR
 from lira.errors import InputError
 from lira.options import Options, option
-from lira.transforms import STATISTICS, member_sign, parse_reduction
+from lira.transforms import STATISTICS, member_sign, normal_reduction
 
 COVARIANCES = ESTIMATORS
 OFFLINE_SHIFTS = ("uniform", "std")
@@ -26,7 +26,8 @@ class Scoring(Options):
 
   covariance: str = option("oas", "Covariance model of the per-position vector (paper Sec. 2.4).", choices=COVARIANCES)
   shared: bool = option(True, "One covariance from IN and OUT rows centred by their own means (else class-wise).")
-  reduction: str | None = option(None, "Length reduction before fitting: group:K, min:K or max:K (default none).")
+  reduction: str | None = option(None, "Length reduction before fitting: group:K, min:K or max:K (default none).",
+                                 normal=normal_reduction)
   statistic: str = option("logit", "Per-token statistic the Gaussians model.", choices=STATISTICS)
   offline: bool = option(False, "Score with the OUT Gaussian only (one-sided; class-wise variants only).")
   offline_shift: str = option("std", "Offline test direction: the same shift at every position (uniform) or one "
@@ -40,8 +41,6 @@ class Scoring(Options):
   precision: str = option("float64", "jax backend: float64 (CPU, GPU) or float32 (TPUs).", choices=PRECISIONS)
 
   def check_fields(self):
-    kind, k = parse_reduction(self.reduction)
-    object.__setattr__(self, "reduction", None if kind is None else f"{kind}:{k}")
     if self.precision != "float64" and self.backend != "jax":
       raise InputError(f"precision={self.precision!r} is the jax backend's (for TPUs); the numpy backend runs in "
                        "float64")

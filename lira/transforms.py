@@ -42,6 +42,12 @@ def parse_reduction(reduction):
   return kind, int(k)
 
 
+def normal_reduction(reduction):
+  """A reduction in its normal form: None, or "group:K" / "min:K" / "max:K" (InputError when it is none of them)."""
+  kind, k = parse_reduction(reduction)
+  return None if kind is None else f"{kind}:{k}"
+
+
 def check_reduction(reduction, length_N):
   """Parse a reduction and check every canary has at least K scored positions (length_N of them); returns (kind, K)."""
   kind, k = parse_reduction(reduction)

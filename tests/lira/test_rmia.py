@@ -1,9 +1,12 @@
 """RMIA against the paper's formula written directly (loops over z, probabilities, not logs), and its leave-one-out
 against a refit per target."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
+import lira
 from lira import rmia
 from lira.errors import InputError
 
@@ -180,3 +183,20 @@ def test_names():
   assert rmia.RMIA().name == "RMIA"
   assert rmia.RMIA.named("rmia_offline").name == "RMIA offline (a=0.3)"
   assert rmia.RMIA.named("rmia_tokens", gamma=2).name == "RMIA token-wise (gamma=2)"
+
+
+def test_the_settings_shared_with_lira_are_scorings_and_come_from_the_runs_scoring():
+  scoring_fields = {f.name: f for f in dataclasses.fields(lira.Scoring)}
+  for f in dataclasses.fields(rmia.RMIA):
+    if f.name in rmia.RMIA.SHARED:  # default, choices, range and normal form are Scoring's; the help is RMIA's own
+      same = scoring_fields[f.name]
+      assert f.default == same.default
+      assert {k: v for k, v in f.metadata.items() if k != "help"} == {
+          k: v for k, v in same.metadata.items() if k != "help"}
+  assert rmia.RMIA(reduction="none").reduction is None and rmia.RMIA(reduction="group:04").reduction == "group:4"
+  scoring = lira.Scoring(reduction="group:4", balance_counts=False, covariance="independent")
+  options = rmia.RMIA.named("rmia_tokens", scoring, gamma=2.0)
+  assert (options.reduction, options.balance_counts, options.tokens, options.gamma) == ("group:4", False, True, 2.0)
+  assert rmia.RMIA.named("rmia", scoring, reduction=None).reduction is None  # a field given wins over the scoring
+  with pytest.raises(InputError, match="aligned positions"):  # the run's min:K cannot go to token-wise RMIA
+    rmia.RMIA.named("rmia_tokens", lira.Scoring(reduction="min:2"))
