@@ -164,3 +164,32 @@ def test_one_compile_for_the_six_variants():
   before = loo_device.jitted()._cache_size()
   lira.leave_one_out_variants(loss, keep, scorings(backend="jax", statistic="loss"), block_size=8)
   assert loo_device.jitted()._cache_size() == before + 1
+
+
+def test_eigh_asks_for_the_qr_algorithm_on_a_gpu(monkeypatch):
+  # jax's default eigh on a GPU is Jacobi iteration for n <= 32; the scorers ask for QR (syevd), LAPACK's algorithm.
+  # A CPU cannot run the GPU kernel, so the test checks the request and the (eigenvalues, eigenvectors) order.
+  import jax
+  import jax.numpy as jnp
+  from lira import gram
+  calls, real = [], jax.lax.linalg.eigh
+
+  def spy(a, **kwargs):
+    calls.append(kwargs.get("implementation"))
+    return real(a, **kwargs)
+
+  monkeypatch.setattr(jax.lax.linalg, "eigh", spy)
+  a = np.random.default_rng(0).normal(size=(3, 5, 5))
+  a = a @ np.swapaxes(a, 1, 2)
+  with x64_context("float64"):
+    want_lam, want_v = np.linalg.eigh(a)
+    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+    lam, v = gram.eigh(jnp.asarray(a))
+    assert calls == [jax.lax.linalg.EighImplementation.QR]
+    np.testing.assert_allclose(np.asarray(lam), want_lam, rtol=1e-12)
+    np.testing.assert_allclose(np.abs(np.asarray(v)), np.abs(want_v), atol=1e-10)
+    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+    gram.eigh(jnp.asarray(a))
+    assert len(calls) == 1 or calls[1] is None  # elsewhere jax's own default
+  lam, v = gram.eigh(a)  # numpy arrays: numpy's eigh
+  np.testing.assert_allclose(lam, want_lam)
