@@ -5,7 +5,10 @@
 # paper_table; then membership_structure on the first 64. Outputs (tables, JSON, figures, logs)
 # go to $OUT/m<m>/; the run folders stay in $RUNS (1.3 GB of losses at 512 models).
 # Run from the project root: OUT=out RUNS=/tmp/runs bash docs/reproduction/worst512/run.sh
-# (CONFIG, MODELS, GROUP and COUNTS override the setting for a dry run on a CPU.)
+# (CONFIG, MODELS, GROUP and COUNTS override the setting for a dry run on a CPU.) All 512 models have one IN count
+# per canary and are scored by the jax backend on the GPU; a subset's canaries have tens of counts (27 at m = 448),
+# each a program the jax backend compiles, so the subsets are scored by the numpy backend on the machine's cores
+# (SUBSET_BACKEND overrides it).
 set -u
 OUT=${OUT:?set OUT}; RUNS=${RUNS:-/tmp/runs}
 CONFIG=${CONFIG:-experiments/configs/lstm.py:reproduce_worst}; MODELS=${MODELS:-512}; GROUP=${GROUP:-64}
@@ -27,7 +30,9 @@ for m in "$MODELS" $COUNTS; do
     D=${RUN}_m$m
     $PY -m experiments.partial_run --run_dir="$RUN" --out_run_dir="$D" --num_models="$m" > /dev/null || continue
   fi
-  $PY -m experiments.evaluate --run_dir="$D" --backend=jax --noprogress > "$OUT/evaluate_m$m.txt" 2>&1
+  BACKEND=jax
+  [ "$m" != "$MODELS" ] && BACKEND=${SUBSET_BACKEND:-numpy}
+  $PY -m experiments.evaluate --run_dir="$D" --backend=$BACKEND --noprogress > "$OUT/evaluate_m$m.txt" 2>&1
   $PY -m experiments.paper_table --run_dir="$D" --setting=lstm_worst --noprogress > "$OUT/paper_table_m$m.txt" 2>&1
   save "$m" "$D"
   log "m = $m evaluated"
