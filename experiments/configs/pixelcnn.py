@@ -8,8 +8,8 @@
 model.image_shape and model.num_levels must match the data (checked before training); config.json carries them,
 so later tools lay a canary's T = H * W losses out on the image grid.
 train.compute_dtype: "float32" (every variant) or "bfloat16", mixed precision with float32 weights, optimiser state
-and likelihood (models/precision.py); the per-pixel losses are extracted in float32 either way. Whether bfloat16 is
-faster on an accelerator is to be measured.
+and likelihood (models/precision.py); the per-pixel losses are extracted in float32 either way. Its speed on a GPU is
+measured for the LSTM and GPT-NeoX (docs/shadow_models.md), not yet for PixelCNN++.
 
 cpu, chosen by measurement on the 2-core development machine while other jobs kept its load average at ~5:
 - one model per group (group_size=1): a step of the 32-filter network on a batch of 32 took 2.7 ms per image for one
