@@ -23,7 +23,7 @@ def auc_figure(aucs, intervals, epochs, shift_epoch, title, styles=None, shift="
   from matplotlib.lines import Line2D
   styles = styles or {}
   names = list(dict.fromkeys(n for col in aucs.values() for n in col))
-  fig = Figure(figsize=(10.5, 6.0), layout="constrained")
+  fig = Figure(figsize=(9.0, 7.0), layout="constrained")
   ax = fig.subplots()
   lowest = min([v for col in aucs.values() for v in col.values()], default=0.5)
   any_interval = False
@@ -59,5 +59,6 @@ def auc_figure(aucs, intervals, epochs, shift_epoch, title, styles=None, shift="
   ax.set(xlabel="pretraining epochs", ylabel="AUC (members vs non-members)", ylim=(min(0.3, lowest - 0.05), 1.02))
   ax.grid(True, alpha=0.3)
   ax.set_title(title, fontsize=9)
-  fig.legend(handles, labels, loc="outside right upper", fontsize=8)
+  # below the axes, so the axes (and the title's long lines above them) take the figure's whole width
+  fig.legend(handles, labels, loc="outside lower center", ncols=3, fontsize=8)
   return fig
