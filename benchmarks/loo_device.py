@@ -60,6 +60,27 @@ def rel_diff(a, b):
   return float((np.abs(a - b) / np.maximum(1.0, np.abs(b))).max())
 
 
+def one_count_compile(M, T, k, balanced, precision, B=64):
+  """(seconds to lower, seconds to compile) the six-variant block for one IN count k, on B canaries: what each of
+  a many-count run's programs costs the host (lowering traces Python under the GIL; compiling runs in XLA)."""
+  import jax
+  from lira import loo_device
+  from lira.loo_jax import x64_context
+  scorings = [lira.Scoring(covariance=c, shared=s, balance_counts=balanced, backend="jax", precision=precision)
+              for c, s in VARIANTS]
+  spec = loo_device.Spec.of(scorings, False)
+  keep = np.zeros((M, B), bool)
+  keep[:k] = True
+  with x64_context(precision):
+    start = time.perf_counter()
+    lowered = loo_device.jitted().lower(jax.ShapeDtypeStruct((M, B, T), np.float32),
+                                        jax.ShapeDtypeStruct((B, T), bool), keep, (None,) * len(VARIANTS),
+                                        spec=spec, k=k)
+    lowered_s = time.perf_counter() - start
+    lowered.compile()
+  return lowered_s, time.perf_counter() - start - lowered_s
+
+
 def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain")):
   loss, keep, _ = synthetic.synthetic_losses(num_models=max(M, keep_of or M), num_canaries=N, seq_len=T, shift=0.3,
                                              seed=seed)
@@ -68,6 +89,11 @@ def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain"))
   rows = []
   for balanced in [mode == "balanced" for mode in modes]:
     row = {"M": M, "N": N, "T": T, "balance_counts": balanced, "keep_of": keep_of or M, "in_counts": in_counts}
+    if in_counts > 1:  # what one count's program costs, before the calls that build all of them
+      k = int(np.median(keep.sum(axis=0)))
+      row["one_count_lower_s"], row["one_count_compile_s"] = one_count_compile(M, T, k, balanced, "float64")
+      print(f"M = {M}, one IN count (k = {k}), float64: lowered in {row['one_count_lower_s']:.2f} s, compiled in "
+            f"{row['one_count_compile_s']:.2f} s; {in_counts} counts", flush=True)
     for precision in ("float64", "float32"):
       jax_llr, first = timed(lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
       _, second = timed(lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
