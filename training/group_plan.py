@@ -193,7 +193,6 @@ class Candidate:
   fits: bool
   error: str = ""  # why no memory was measured: the compile itself ran out of the device's memory
 
-
   @property
   def bytes(self):
     return max(self.step_bytes, self.extraction_bytes)
