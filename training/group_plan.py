@@ -23,7 +23,8 @@ from training import trainer
 
 MARGIN = 0.1  # share of the limit left free: buffers outside the two programs, allocator fragmentation
 HOST_SHARE = 0.5  # CPU: the share of the host's available memory a group may take (the data and the process hold more)
-MEASURED_STEPS = 3
+MEASURED_STEPS = 5  # the plan's step time: their median, after WARMUP_STEPS
+WARMUP_STEPS = 2
 LOGIT_BUFFERS = 3  # float32 [G, B, T, V] buffers the extraction of a language model holds at once (extraction_batch)
 
 
@@ -288,8 +289,9 @@ def from_record(block):
 
 
 def measure_step(model, G, shapes, examples_ExT, steps=MEASURED_STEPS, seed=0, compiled=None, mesh=None):
-  """Seconds per training step of a group of G on rows of examples_ExT drawn at random, after one warm-up step: the
-  trainer's step (`compiled` for the same mesh, or compiled here) run `steps` times on fresh models."""
+  """Seconds per training step of a group of G on rows of examples_ExT drawn at random, after WARMUP_STEPS steps:
+  the median of `steps` runs of the trainer's step (`compiled` for the same mesh, or compiled here) on fresh models,
+  each with its batch gathered on the host as train_group gathers it."""
   rng = np.random.default_rng(seed)
   step = compiled or compile_step(model, G, shapes, mesh)
   params = trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(seed), G), mesh)
@@ -307,11 +309,14 @@ def measure_step(model, G, shapes, examples_ExT, steps=MEASURED_STEPS, seed=0, c
     jax.block_until_ready(out)
     return out
 
-  params, opt_state, _ = one(params, opt_state)
-  start = time.perf_counter()
-  for _ in range(steps):
+  for _ in range(WARMUP_STEPS):
     params, opt_state, _ = one(params, opt_state)
-  return (time.perf_counter() - start) / steps
+  seconds = []
+  for _ in range(steps):
+    start = time.perf_counter()
+    params, opt_state, _ = one(params, opt_state)
+    seconds.append(time.perf_counter() - start)
+  return float(np.median(seconds))
 
 
 def group_sizes(num_models, G):
@@ -381,6 +386,6 @@ def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, t
             f"{', '.join(map(str, sorted(set(sizes), reverse=True)))} models; {steps_per_epoch} steps per epoch, "
             f"{epochs} epochs, {steps} steps per group",
             f"estimated training time: {seconds_text(total)} ({len(sizes)} x {steps} steps at the step time measured "
-            f"over {MEASURED_STEPS} steps of G = {G} on random training rows; compiles and per-token extraction "
-            "not included)"]
+            f"as the median of {MEASURED_STEPS} steps of G = {G} on random training rows; compiles and per-token "
+            "extraction not included)"]
   return "\n".join(lines)
