@@ -351,9 +351,10 @@ def seconds_text(s):
   return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, title):
+def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, title, extraction=None):
   """The readable plan: one row per candidate (memory, per model, FLOPs, fits, step time), then the run's estimate
-  for the G the run uses (`auto`: the chosen one; else the config's), from the step time measured at that G."""
+  for the G the run uses (`auto`: the chosen one; else the config's), from the step time measured at that G.
+  extraction: (the extraction batch at that G, train.eval_batch_size), said when given."""
   lines = [title,
            f"memory limit per device: {size_text(plan.limit_bytes)} ({plan.limit_from}); margin {plan.margin:.0%}: a "
            f"group must fit in {size_text(plan.budget_bytes)}",
@@ -388,4 +389,9 @@ def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, t
             f"estimated training time: {seconds_text(total)} ({len(sizes)} x {steps} steps at the step time measured "
             f"as the median of {MEASURED_STEPS} steps of G = {G} on random training rows; compiles and per-token "
             "extraction not included)"]
+  if extraction is not None:
+    batch, configured = extraction
+    lines.append(f"per-token extraction: {batch} sequences per batch" + (
+        "" if batch >= configured else f" (train.eval_batch_size = {configured}: the logits of a group of {G} over "
+                                       "the vocabulary would not fit)"))
   return "\n".join(lines)

@@ -192,8 +192,10 @@ def plan_table(cfg, mesh=None, progress=True, title="plan"):
   G = plan.chosen if auto else cfg.shadow.group_size
   plan = group_plan.with_candidate(plan, model, G, shapes, rows, mesh)
   seconds = group_plan.measure_step(model, G, shapes, data.examples_ExT, compiled=plan.compiled.get(G), mesh=mesh)
+  extraction = group_plan.extraction_batch(model, G, shapes.example_shape, shapes.eval_batch_size, mesh)
   return group_plan.table(plan, num_models=M, G=G, auto=auto, steps_per_epoch=steps_per_epoch(cfg, data),
                           epochs=cfg.train.epochs, step_seconds=seconds,
+                          extraction=(extraction, shapes.eval_batch_size),
                           title=f"{title} on {plan.device}: M = {M} models, batch {cfg.train.batch_size} of "
                                 f"{' x '.join(map(str, shapes.example_shape))} {shapes.example_dtype}, computing in "
                                 f"{shapes.compute_dtype}")
@@ -268,8 +270,11 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
     save_checkpoint(ckpt, params)
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
   nnx.replace_by_pure_dict(state, params)
-  batch_size = group_plan.extraction_batch(model, len(model_ids), data.canaries_NxT.shape[1:],
-                                           cfg.train.get("eval_batch_size", 256), mesh)
+  eval_batch = cfg.train.get("eval_batch_size", 256)
+  batch_size = group_plan.extraction_batch(model, len(model_ids), data.canaries_NxT.shape[1:], eval_batch, mesh)
+  if progress and batch_size < eval_batch:
+    print(f"group {g}: per-token extraction in batches of {batch_size} sequences (train.eval_batch_size = "
+          f"{eval_batch}: the group's logits over the vocabulary would not fit the device's memory)", flush=True)
   population_path = population_lib.group_path(losses_path)
   if data.population_ZxT is not None and not os.path.exists(population_path):
     # the canaries' per-token loss function, on the population (the stats it also returns are not kept)

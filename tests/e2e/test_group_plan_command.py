@@ -30,6 +30,7 @@ def test_plan_prints_the_table_and_writes_nothing(tmp_path, corpus_flags):
   assert "(measured) <- chosen" in out
   assert "group size 6 (auto): 1 group(s) of 6 models; 5 steps per epoch, 2 epochs, 10 steps per group" in out
   assert "estimated training time:" in out
+  assert "per-token extraction: 256 sequences per batch\n" in out  # train.eval_batch_size: a CPU host holds it
   assert not run_dir.exists() and os.listdir(tmp_path) == []
 
 

@@ -141,6 +141,11 @@ def test_the_measured_step_time_and_the_table(capsys):
                           title="plan")
   assert "(measured) <- chosen" in text and "group size 6 (auto): 1 group(s) of 6 models" in text
   assert "20 steps per group" in text and "estimated training time" in text
+  assert "per-token extraction:" not in text  # said only when given
+  text = group_plan.table(plan, num_models=6, G=6, auto=True, steps_per_epoch=10, epochs=2, step_seconds=seconds,
+                          title="plan", extraction=(3, 256))
+  assert text.splitlines()[-1] == ("per-token extraction: 3 sequences per batch (train.eval_batch_size = 256: the "
+                                   "logits of a group of 6 over the vocabulary would not fit)")
   plan = group_plan.with_candidate(plan, MODEL, 4, SHAPES, 16)
   assert plan.candidate(4) is not None and 4 in plan.compiled
   text = group_plan.table(plan, num_models=6, G=4, auto=False, steps_per_epoch=10, epochs=2, step_seconds=0.5,
