@@ -9,7 +9,9 @@ Inputs: lira.synthetic.synthetic_losses(shift=0.3) at each M (float32 losses, Li
 and each of balanced / plain leave-one-out, all six variants in one lira.leave_one_out_variants call:
 - the jax backend in float64 and float32, twice each: the first call includes the compiles, the second does not;
 - the numpy backend (float64, the host's threads) on the same arrays, once;
-- the largest relative difference max |a - b| / max(1, |b|) of jax float64 and of jax float32 against numpy.
+- the largest relative difference max |a - b| / max(1, |b|) of jax float64 and of jax float32 against numpy;
+- on a GPU, float32 again with jax's default eigh there (lira.gram.GPU_FLOAT32_EIGH = None: Jacobi iteration up to
+  32 rows) beside the QR the fits ask for: its time and its difference from float64.
 Then (unless --noevaluate) `python -m experiments.evaluate --run_dir=D --backend=jax --noprogress` on a make_synthetic
 folder at the largest M, timed end to end as a user runs it, and the same with the numpy backend.
 --keep_of K draws the arrays for K models and keeps the first M of them, as `partial_run` does with a run: the IN
@@ -39,7 +41,10 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import jax  # noqa: E402
 import lira  # noqa: E402
+from lira import gram  # noqa: E402
+from lira import loo_device  # noqa: E402
 from lira import synthetic  # noqa: E402
 
 VARIANTS = [(c, s) for c in ("univariate", "independent", "oas") for s in (False, True)]
@@ -63,8 +68,6 @@ def rel_diff(a, b):
 def one_count_compile(M, T, k, balanced, precision, B=64):
   """(seconds to lower, seconds to compile) the six-variant block for one IN count k, on B canaries: what each of
   a many-count run's programs costs the host (lowering traces Python under the GIL; compiling runs in XLA)."""
-  import jax
-  from lira import loo_device
   from lira.loo_jax import x64_context
   scorings = [lira.Scoring(covariance=c, shared=s, balance_counts=balanced, backend="jax", precision=precision)
               for c, s in VARIANTS]
@@ -101,7 +104,22 @@ def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain"))
       print(f"M = {M}, {'balanced' if balanced else 'plain'}, jax {precision}: {second:.2f} s (first {first:.2f} s)",
             flush=True)
       row[f"jax_{precision}_llr"] = jax_llr
+    if jax.default_backend() == "gpu":  # float32 with jax's default GPU eigh (Jacobi up to 32 rows) beside QR
+      gram.GPU_FLOAT32_EIGH = None
+      jax.clear_caches()
+      loo_device.jitted.cache_clear()
+      jacobi_llr, row["jax_float32_jacobi_first_s"] = timed(
+          lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision="float32"))
+      _, row["jax_float32_jacobi_s"] = timed(
+          lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision="float32"))
+      gram.GPU_FLOAT32_EIGH = "qr"
+      jax.clear_caches()
+      loo_device.jitted.cache_clear()
     numpy_llr, row["numpy_s"] = timed(lambda: six(loss, keep, balance_counts=balanced))
+    if "jax_float32_jacobi_s" in row:
+      row["jax_float32_jacobi_vs_float64_rel_diff"] = rel_diff(jacobi_llr, row["jax_float64_llr"])
+      print(f"M = {M}, float32 with jax's default GPU eigh: {row['jax_float32_jacobi_s']:.2f} s, "
+            f"{row['jax_float32_jacobi_vs_float64_rel_diff']:.1e} from float64", flush=True)
     f32, f64 = row.pop("jax_float32_llr"), row.pop("jax_float64_llr")
     row["jax_float64_rel_diff"] = rel_diff(f64, numpy_llr)
     row["jax_float32_rel_diff"] = rel_diff(f32, numpy_llr)
@@ -149,7 +167,6 @@ def main():
   parser.add_argument("--evaluate_timeout", type=float, default=240, help="seconds per evaluate command")
   parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/loo_device_<platform>.json)")
   args = parser.parse_args()
-  import jax
   device = jax.devices()[0]
   info = {"date": datetime.date.today().isoformat(), "command": " ".join(sys.argv), "platform": device.platform,
           "device": device.device_kind, "device_count": jax.device_count(), "cpu_count": os.cpu_count(),

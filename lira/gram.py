@@ -23,12 +23,16 @@ from lira.covariance import oas_shrinkage
 _RANK_RTOL = {"float64": 1e-10, "float32": 1e-5}
 
 
+# The eigh algorithm of float32 fits on a GPU: "qr" (cuSOLVER's syevd, the algorithm LAPACK runs on a CPU) or None
+# (jax's default there: Jacobi iteration, syevj, for matrices of at most 32 rows, as the Gram matrices of a 64-model
+# run's classes are). float64 fits keep jax's default (batched Jacobi is accurate there and one kernel per batch).
+GPU_FLOAT32_EIGH = "qr"
+
+
 def eigh(a):
-  """xp.linalg.eigh of a batch of symmetric matrices, by the same algorithm on every device: QR-based (LAPACK's
-  syevd on a CPU, cuSOLVER's syevd on a GPU). jax's default on a GPU for matrices of at most 32 rows is Jacobi
-  iteration (syevj), stopped at a tolerance: the Gram matrices of 64 models' classes are 32 x 32."""
+  """xp.linalg.eigh of a batch of symmetric matrices; float32 on a GPU by GPU_FLOAT32_EIGH's algorithm."""
   xp = array_namespace(a)
-  if xp.__name__.startswith("jax"):
+  if xp.__name__.startswith("jax") and a.dtype == xp.float32 and GPU_FLOAT32_EIGH == "qr":
     import jax
     if jax.default_backend() == "gpu" and hasattr(jax.lax.linalg, "EighImplementation"):  # else jax's own choice
       v, lam = jax.lax.linalg.eigh(a, implementation=jax.lax.linalg.EighImplementation.QR)

@@ -166,8 +166,8 @@ def test_one_compile_for_the_six_variants():
   assert loo_device.jitted()._cache_size() == before + 1
 
 
-def test_eigh_asks_for_the_qr_algorithm_on_a_gpu(monkeypatch):
-  # jax's default eigh on a GPU is Jacobi iteration for n <= 32; the scorers ask for QR (syevd), LAPACK's algorithm.
+def test_float32_eigh_asks_for_the_qr_algorithm_on_a_gpu(monkeypatch):
+  # jax's default eigh on a GPU is Jacobi iteration for n <= 32; float32 fits ask for QR (syevd), LAPACK's algorithm.
   # A CPU cannot run the GPU kernel, so the test checks the request and the (eigenvalues, eigenvectors) order.
   import jax
   import jax.numpy as jnp
@@ -180,16 +180,20 @@ def test_eigh_asks_for_the_qr_algorithm_on_a_gpu(monkeypatch):
 
   monkeypatch.setattr(jax.lax.linalg, "eigh", spy)
   a = np.random.default_rng(0).normal(size=(3, 5, 5))
-  a = a @ np.swapaxes(a, 1, 2)
+  a = (a @ np.swapaxes(a, 1, 2)).astype(np.float32)
+  want_lam, want_v = np.linalg.eigh(a.astype(np.float64))
+  monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
+  lam, v = gram.eigh(jnp.asarray(a))  # float32 on a "GPU": QR
+  assert calls == [jax.lax.linalg.EighImplementation.QR] and lam.dtype == jnp.float32
+  np.testing.assert_allclose(np.asarray(lam), want_lam, rtol=1e-5)
+  np.testing.assert_allclose(np.abs(np.asarray(v)), np.abs(want_v), atol=1e-4)
+  monkeypatch.setattr(gram, "GPU_FLOAT32_EIGH", None)
+  gram.eigh(jnp.asarray(a))
+  monkeypatch.setattr(gram, "GPU_FLOAT32_EIGH", "qr")
   with x64_context("float64"):
-    want_lam, want_v = np.linalg.eigh(a)
-    monkeypatch.setattr(jax, "default_backend", lambda: "gpu")
-    lam, v = gram.eigh(jnp.asarray(a))
-    assert calls == [jax.lax.linalg.EighImplementation.QR]
-    np.testing.assert_allclose(np.asarray(lam), want_lam, rtol=1e-12)
-    np.testing.assert_allclose(np.abs(np.asarray(v)), np.abs(want_v), atol=1e-10)
-    monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
-    gram.eigh(jnp.asarray(a))
-    assert len(calls) == 1 or calls[1] is None  # elsewhere jax's own default
-  lam, v = gram.eigh(a)  # numpy arrays: numpy's eigh
+    gram.eigh(jnp.asarray(a.astype(np.float64)))  # float64: jax's default
+  monkeypatch.setattr(jax, "default_backend", lambda: "cpu")
+  gram.eigh(jnp.asarray(a))  # a CPU: jax's default
+  assert calls == [jax.lax.linalg.EighImplementation.QR]  # the other three: jnp.linalg.eigh, jax's own choice
+  lam, v = gram.eigh(a.astype(np.float64))  # numpy arrays: numpy's eigh
   np.testing.assert_allclose(lam, want_lam)
