@@ -10,6 +10,8 @@ and each of balanced / plain leave-one-out, all six variants in one lira.leave_o
 - the jax backend in float64 and float32, twice each: the first call includes the compiles, the second does not;
 - the numpy backend (float64, the host's threads) on the same arrays, once;
 - the largest relative difference max |a - b| / max(1, |b|) of jax float64 and of jax float32 against numpy;
+- on a CPU, float64 again through the device pipeline (lira.loo_jax.PIPELINE_ON_CPU_ENV=1): backend="jax" scores
+  float64 with the numpy backend where jax's devices are CPUs, so the jax float64 column is numpy's code there;
 - on a GPU, float32 again with jax's default eigh there (lira.gram.GPU_FLOAT32_EIGH = None: Jacobi iteration up to
   32 rows) beside the QR the fits ask for: its time and its difference from float64.
 Then (unless --noevaluate) `python -m experiments.evaluate --run_dir=D --backend=jax --noprogress` on a make_synthetic
@@ -45,6 +47,7 @@ import jax  # noqa: E402
 import lira  # noqa: E402
 from lira import gram  # noqa: E402
 from lira import loo_device  # noqa: E402
+from lira import loo_jax  # noqa: E402
 from lira import synthetic  # noqa: E402
 
 VARIANTS = [(c, s) for c in ("univariate", "independent", "oas") for s in (False, True)]
@@ -104,6 +107,16 @@ def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain"))
       print(f"M = {M}, {'balanced' if balanced else 'plain'}, jax {precision}: {second:.2f} s (first {first:.2f} s)",
             flush=True)
       row[f"jax_{precision}_llr"] = jax_llr
+    if jax.default_backend() == "cpu":  # backend="jax" scores float64 with numpy here; the device pipeline forced
+      os.environ[loo_jax.PIPELINE_ON_CPU_ENV] = "1"
+      pipe_llr, row["jax_float64_pipeline_first_s"] = timed(
+          lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision="float64"))
+      _, row["jax_float64_pipeline_s"] = timed(
+          lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision="float64"))
+      del os.environ[loo_jax.PIPELINE_ON_CPU_ENV]
+      row["jax_float64_pipeline_rel_diff"] = rel_diff(pipe_llr, row["jax_float64_llr"])
+      print(f"M = {M}, jax float64, the device pipeline on the CPU: {row['jax_float64_pipeline_s']:.2f} s (first "
+            f"{row['jax_float64_pipeline_first_s']:.2f} s)", flush=True)
     if jax.default_backend() == "gpu":  # float32 with jax's default GPU eigh (Jacobi up to 32 rows) beside QR
       gram.GPU_FLOAT32_EIGH = None
       jax.clear_caches()

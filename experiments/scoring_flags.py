@@ -61,6 +61,9 @@ def jax_compile_note(scoring, in_counts, where):
   subsets, whose counts always vary) under an OAS or balanced scorer; None otherwise."""
   if scoring.backend != "jax" or (in_counts is not None and in_counts <= MANY_IN_COUNTS):
     return None
+  from lira import loo_jax
+  if loo_jax.scores_on_host(scoring):  # jax on CPUs scores with the numpy backend: nothing is compiled
+    return None
   many = "many" if in_counts is None else str(in_counts)
   return (f"note: {where} {many} distinct IN counts; --backend=jax compiles its OAS and balanced scorers once per "
           "count, so --backend=numpy is likely faster here (docs/statistics.md, \"Backends\")")

@@ -7,10 +7,12 @@ each target's removal by Sherman-Morrison and the matrix determinant lemma, lira
 (the default) fits both classes on the same number of models: each class's own removals, again in closed form
 (lira/balanced.py).
 This module reads the losses block by block, runs the blocks on threads (numpy) or on the devices (jax,
-lira/loo_jax.py), and checks every input first.
+lira/loo_jax.py), and checks every input first. Where jax's devices are CPUs the jax backend's float64 scores come
+from the numpy backend (lira.loo_jax.scores_on_host: numpy's kernels are the faster there).
 """
 
 import concurrent.futures
+import dataclasses
 import os
 
 import numpy as np
@@ -76,6 +78,9 @@ def _variants(loss_MxNxT, keep_MxN, scorings, mask_NxT, on_undefined, block_size
     from lira import loo_jax
     loo_jax.check_available()
   check_arrays(loss_MxNxT, keep_MxN, mask_NxT, base.reduction, model_ids)
+  if base.backend == "jax" and loo_jax.scores_on_host(base):  # jax on CPUs only: numpy's kernels are the faster
+    scorings = [dataclasses.replace(s, backend="numpy") for s in scorings]
+    base = scorings[0]
   keep_MxN = np.asarray(keep_MxN, bool)
   M, N, T = loss_MxNxT.shape
   undefined_VxN = [gaussian.check_counts(keep_MxN, s, "leave_one_out", on_undefined) for s in scorings]

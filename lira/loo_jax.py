@@ -27,6 +27,7 @@ scores are gathered to every process (multihost_utils.process_allgather), so eac
 """
 
 import contextlib
+import os
 
 import numpy as np
 
@@ -40,6 +41,21 @@ MAX_DEVICE_BLOCK = 8192  # canaries per device and block
 # XLA's CPU backend: 8 to 32 canaries per block at M = 64, T = 128 (1-4 MiB of [B, M, T] float64) took 3.9-4.0 s for
 # the six variants of 2,000 canaries, 128 (the numpy backend's size) 5.3 s (2-core CPU, 2026-11-27).
 CPU_BLOCK_BYTES = 2 * 2**20
+
+
+# XLA's CPU code is slower than numpy's kernels on these fits (a 2-core CPU, M = 64, the six balanced variants: 1.6x
+# the numpy backend's time after the compiles, 1.9x with them; BENCHMARKS.md). Where jax's devices are CPUs the jax
+# backend's float64 scores therefore come from the numpy backend, the same functions on host threads; with this
+# variable set to 1 the device pipeline runs there too (the tests set it: it is the code a GPU or TPU runs).
+PIPELINE_ON_CPU_ENV = "SEQLIRA_JAX_PIPELINE_ON_CPU"
+
+
+def scores_on_host(scoring):
+  """True where backend="jax" scores with the numpy backend: float64, one process, every local device a CPU, and
+  PIPELINE_ON_CPU_ENV not set to 1."""
+  import jax
+  return (scoring.precision == "float64" and os.environ.get(PIPELINE_ON_CPU_ENV) != "1" and jax.process_count() == 1
+          and all(d.platform == "cpu" for d in jax.local_devices()))
 
 
 def check_available():

@@ -11,6 +11,11 @@ for _folder, _dirs, _files in sorted(os.walk(_HERE)):
 
 import xla_level  # noqa: E402
 
+# backend="jax" on CPUs scores with the numpy backend (lira.loo_jax.scores_on_host); the tests, and the commands they
+# start, run the device pipeline there instead: it is the code a GPU or TPU runs. test_loo_jax.py unsets it to test
+# the dispatch itself.
+os.environ["SEQLIRA_JAX_PIPELINE_ON_CPU"] = "1"
+
 # XLA compiles at LLVM optimisation level 0 here and in the commands the tests start (they inherit the environment):
 # set before any test module imports jax; the commands users run keep XLA's default.
 xla_level.set_level_0()

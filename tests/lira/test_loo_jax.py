@@ -212,3 +212,29 @@ def test_counts_compiled_up_front_equal_compiled_on_demand(balance_counts):
   assert len({int(c) for c in keep.sum(axis=0)}) > 1
   for a, b in zip(ahead, lazy):
     np.testing.assert_array_equal(a, b)
+
+
+def test_jax_on_cpus_scores_with_numpy(monkeypatch):
+  # Where jax's devices are CPUs, backend="jax" in float64 scores with the numpy backend (its kernels are the faster
+  # there): the numpy scores bit for bit, the device pipeline never entered. float32 keeps the device pipeline.
+  from lira import loo_jax
+  monkeypatch.delenv(loo_jax.PIPELINE_ON_CPU_ENV, raising=False)
+  assert all(d.platform == "cpu" for d in jax.local_devices())
+  assert loo_jax.scores_on_host(lira.Scoring(backend="jax"))
+  assert not loo_jax.scores_on_host(lira.Scoring(backend="jax", precision="float32"))
+  monkeypatch.setenv(loo_jax.PIPELINE_ON_CPU_ENV, "1")
+  assert not loo_jax.scores_on_host(lira.Scoring(backend="jax"))
+  monkeypatch.delenv(loo_jax.PIPELINE_ON_CPU_ENV)
+
+  def device_pipeline(*args, **kwargs):
+    raise AssertionError("the device pipeline ran on a CPU")
+  monkeypatch.setattr(loo_jax, "score_variants", device_pipeline)
+  loss, keep, mask = ragged()
+  scorings = [lira.Scoring(covariance=c, shared=s) for c, s in VARIANTS]
+  on_numpy = lira.leave_one_out_variants(loss, keep, scorings, mask_NxT=mask, block_size=4)
+  on_jax = lira.leave_one_out_variants(loss, keep, [lira.Scoring.of(s, backend="jax") for s in scorings],
+                                       mask_NxT=mask, block_size=4)
+  for a, b in zip(on_numpy, on_jax):
+    np.testing.assert_array_equal(a, b)
+  with pytest.raises(AssertionError, match="device pipeline"):
+    lira.leave_one_out(loss, keep, backend="jax", precision="float32", mask_NxT=mask)
