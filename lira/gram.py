@@ -67,6 +67,7 @@ class Fit:
       kept = lam > rtol * xp.maximum(lam[:, -1:], tiny)
     self.lam = xp.where(kept, lam, 0.0)
     self.kept = xp.astype(kept, dtype)
+    self.all_kept = _all_true(kept)
     self.rank_B = xp.sum(self.kept, axis=1)
     self.trace_B = xp.sum(xp.linalg.diagonal(gram), axis=1)
     self.fro2_B = xp.sum(gram**2, axis=(1, 2))
@@ -96,11 +97,13 @@ class Fit:
     half.xp, half.n = self.xp, n
     for name in ("v", "lam", "kept", "rank_B", "trace_B", "fro2_B", "p_B"):
       setattr(half, name, getattr(self, name)[batch])
+    half.all_kept = self.all_kept or _all_true(half.kept)
     return half
 
   def project(self, vectors_BxJxD):
     """V^T v for J vectors per canary: [B, J, R]."""
-    return (vectors_BxJxD @ self.v) * self.kept[:, None, :]
+    pv = vectors_BxJxD @ self.v
+    return pv if self.all_kept else pv * self.kept[:, None, :]
 
   def params(self, n, trace, fro2, floor):
     """OAS (alpha, beta) exactly as sklearn's formula, from n rows, trace(W) and ||W||_F^2; ridge floored."""
@@ -124,7 +127,7 @@ class Fit:
 
   def weights(self, denom):
     """kept / (alpha + beta lam_k): the eigenbasis weights of (alpha I + beta W)^-1, [B, J, R]."""
-    return self.kept[:, None, :] / denom
+    return 1.0 / denom if self.all_kept else self.kept[:, None, :] / denom
 
   @property
   def needs_residuals(self):
@@ -164,8 +167,14 @@ class Fit:
     """logdet(alpha I + beta W) on the p scored dimensions, for alpha, beta [B, J]."""
     xp = self.xp
     denom = self.denominator(alpha, beta) if denom is None else denom
-    terms = xp.log(denom) * self.kept[:, None, :]
+    terms = xp.log(denom) if self.all_kept else xp.log(denom) * self.kept[:, None, :]
     return xp.sum(terms, axis=-1) + (self.p_B - self.rank_B)[:, None] * xp.log(alpha)
+
+
+def _all_true(kept):
+  """Whether every eigenvector is kept (numpy: the multiplications by `kept` are then skipped, which changes no bit;
+  traced jax values: False)."""
+  return isinstance(kept, np.ndarray) and bool(kept.all())
 
 
 def _dot_last(a, b):
