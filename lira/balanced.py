@@ -56,6 +56,9 @@ def first_after(order_BxM, k):
 
 def _gather(rows_BxnxX, idx):
   """rows_BxnxX[b, idx[b, j, t]] -> [B, J, s, X]; idx is [B, J, s] (per canary)."""
+  if isinstance(rows_BxnxX, np.ndarray):  # whole rows by flat index: numpy copies each row at once
+    B, n, X = rows_BxnxX.shape
+    return np.take(rows_BxnxX.reshape(B * n, X), np.asarray(idx) + n * np.arange(B)[:, None, None], axis=0)
   xp = array_namespace(rows_BxnxX)
   B = rows_BxnxX.shape[0]
   return rows_BxnxX[xp.arange(B)[:, None, None], idx]
@@ -104,8 +107,10 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
       proj_delta = {c: fits[c].project(delta_BxD[:, None, :]) for c in (True, False)}
     delta_b = delta_BxD[:, None, :]  # [B, 1, D]: the gap between the class means, the same for every target
 
+  all_valid = isinstance(valid_BxD, np.ndarray) and bool(valid_BxD.all())  # numpy, no mask: skip the where
+
   def floored(var):  # floor; unscored positions (zero residuals) get variance 1 so they add nothing
-    return xp.where(valid_BxD[:, None, :], xp.maximum(var, floor), 1.0)
+    return xp.maximum(var, floor) if all_valid else xp.where(valid_BxD[:, None, :], xp.maximum(var, floor), 1.0)
 
   if not shared and not offline and 2 * k == M:
     return _classwise_paired(z_BxMxD, delta_BxD, k, first_BxM, diag_w, floored,
@@ -363,7 +368,10 @@ def _balanced_groups(x_MxBxD, keep_MxB, valid_BxD, scorings, position_features):
   M, B, _ = x_MxBxD.shape
   outs = [np.empty((M, B)) for _ in scorings]
   for k, cols, order_BxM in gram.sorted_groups(keep_MxB):
-    x_BxMxD = np.take_along_axis(np.moveaxis(x_MxBxD[:, cols], 0, 1), order_BxM[:, :, None], axis=1)
+    # x_BxMxD[b, j] = x_MxCxD[order_BxM[b, j], b], each row taken whole (take_along_axis indexes every element)
+    x_MxCxD = np.ascontiguousarray(x_MxBxD if len(cols) == B else np.take(x_MxBxD, cols, axis=1))
+    C, D = x_MxCxD.shape[1:]
+    x_BxMxD = np.take(x_MxCxD.reshape(M * C, D), order_BxM * C + np.arange(C)[:, None], axis=0)
     first_BxM = first_after(order_BxM, k)
     rows = {}  # features -> (x, valid, centring), made once per kind of features
     for out_MxB, scoring in zip(outs, scorings):

@@ -96,6 +96,7 @@ class Removal:
       trace = xp.broadcast_to(fit.trace_B[:, None], P_S.shape[:2])
       fro2 = xp.broadcast_to(fit.fro2_B[:, None], P_S.shape[:2])
     self.alpha, self.beta = fit.params(n_after, trace, fro2, floor)  # [B, J]
+    self._logdet = None
     self.denom = fit.denominator(self.alpha, self.beta)
     self.w = fit.weights(self.denom)  # kept / (alpha + beta lam), [B, J, R]
     self.full_rank = (fit.rank_B >= fit.p_B)[:, None, None, None]
@@ -151,14 +152,16 @@ class Removal:
     return xp.concat([xp.concat([H, gram._swap(X)], axis=-1), xp.concat([X, new], axis=-1)], axis=-2)
 
   def take(self, idx_BxJ):
-    """This removal as other targets see it: target j of canary b gets this removal's target idx[b, j]."""
+    """This removal as other targets see it: target j of canary b gets this removal's target idx[b, j] (its
+    log-determinant taken too: a basis extended later leaves it unchanged)."""
     xp = self.xp
     out = object.__new__(Removal)
     out.xp, out.fit, out.S, out.C, out.full_rank, out.spanned = (self.xp, self.fit, self.S, self.C, self.full_rank,
                                                                 self.spanned)
     b = xp.arange(idx_BxJ.shape[0])[:, None]
-    for name in ("alpha", "beta", "denom", "w", "H", "E"):
+    for name in ("alpha", "beta", "w", "H", "E"):
       setattr(out, name, getattr(self, name)[b, idx_BxJ])
+    out.denom, out._logdet = None, self.logdet()[b, idx_BxJ]
     return out
 
   def form(self, a, b):
@@ -174,8 +177,10 @@ class Removal:
     return out
 
   def logdet(self):
-    """logdet S' per target, [B, J]."""
-    return self.fit.logdet(self.alpha, self.beta, self.denom) + small_logdet(self.E)
+    """logdet S' per target, [B, J] (computed once)."""
+    if self._logdet is None:
+      self._logdet = self.fit.logdet(self.alpha, self.beta, self.denom) + small_logdet(self.E)
+    return self._logdet
 
 
 class Kept:
