@@ -33,12 +33,15 @@ from lira.transforms import reduce_length, to_statistic
 
 def position_features(loss_MxBxT, mask_BxT, reduction, statistic):
   """Statistic -> reduction as float64 [M, B, D] with invalid positions zeroed, and valid_BxD."""
-  loss_MxBxT = np.asarray(loss_MxBxT)
+  given = loss_MxBxT = np.asarray(loss_MxBxT)
   valid_BxT = np.ones(loss_MxBxT.shape[1:], bool) if mask_BxT is None else np.asarray(mask_BxT, bool)
-  loss_MxBxT = np.where(valid_BxT[None], loss_MxBxT, 1.0)
+  if mask_BxT is not None:
+    loss_MxBxT = np.where(valid_BxT[None], loss_MxBxT, 1.0)
   x_MxBxD, valid_BxD = reduce_length(to_statistic(loss_MxBxT, statistic), loss_MxBxT, reduction, valid_BxT)
   if valid_BxD is None:
     valid_BxD = np.ones(x_MxBxD.shape[1:], bool)
+  if x_MxBxD is not given and valid_BxD.all():  # nothing to zero, and a new array: no copy
+    return x_MxBxD, valid_BxD
   return np.where(valid_BxD[None], x_MxBxD, 0.0), valid_BxD
 
 

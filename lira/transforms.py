@@ -15,7 +15,14 @@ STATISTICS = ("logit", "loss")
 def logit_scale(loss):
   """LiRA's logit scaling ln p - ln(1 - p) of p = exp(-loss), computed stably as -l - ln(-expm1(-l))."""
   l = np.maximum(np.asarray(loss, dtype=np.float64), LOSS_FLOOR)
-  return -l - np.log(-np.expm1(-l))
+  if np.ndim(l) == 0:
+    return -l - np.log(-np.expm1(-l))
+  out = np.negative(l)  # then in place, the same bits: -(log(-expm1(-l)) + l)
+  np.expm1(out, out=out)
+  np.negative(out, out=out)
+  np.log(out, out=out)
+  out += l
+  return np.negative(out, out=out)
 
 
 def to_statistic(loss, statistic="logit"):
