@@ -1,6 +1,7 @@
 """The paper's evaluations on per-token arrays: the six-variant LOO table (Table II), the shadow-count
 sweep (Figure 5) and the length-reduction grid (Figures 11-14)."""
 
+import concurrent.futures
 import dataclasses
 import functools
 
@@ -27,14 +28,19 @@ def evaluate_variants(loss_MxNxT, keep_MxN, scoring=None, *, mask_NxT=None, vari
   # One pass over the losses for all variants (each block's statistic computed once), then one ROC per variant.
   llrs = leave_one_out_variants(loss_MxNxT, keep_MxN, [scoring.variant(c, s) for _, c, s in variants],
                                 mask_NxT=mask_NxT, progress=progress, num_threads=num_threads)
-  rows, scores = [], {}
   boot = metrics_jax.bootstrap_backend(scoring.backend)
-  for (name, covariance, shared), llr_MxN in zip(tqdm(variants, desc="variants", disable=not progress), llrs):
-    summary = metrics.summarize(llr_MxN, keep_MxN, fprs=fprs, n_boot=n_boot, seed=seed, backend=boot) \
-        if summarize else None
-    rows.append({"name": name, "covariance": covariance, "shared": shared, "summary": summary})
-    scores[name] = llr_MxN
-  return rows, scores
+
+  def summary(llr_MxN):
+    return metrics.summarize(llr_MxN, keep_MxN, fprs=fprs, n_boot=n_boot, seed=seed, backend=boot) if summarize \
+        else None
+
+  # Two variants at a time: a summary's sort and ROC run on one core, its replicates on all of them.
+  workers = 2 if summarize and boot == "numpy" and len(llrs) > 1 else 1
+  with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+    summaries = list(tqdm(pool.map(summary, llrs), total=len(llrs), desc="variants", disable=not progress))
+  rows = [{"name": name, "covariance": covariance, "shared": shared, "summary": s}
+          for (name, covariance, shared), s in zip(variants, summaries)]
+  return rows, {name: llr_MxN for (name, _, _), llr_MxN in zip(variants, llrs)}
 
 
 class ModelRows:
