@@ -5,7 +5,8 @@ Writes results.json, results.md and roc.png (all variants, log-log) into DIR (or
 the defaults are appended to the names (results_reduction-min2.json), so reports with other settings are kept.
 --attacks adds rows for the registered attacks that score a shadow run leave-one-out (attacks/catalogue.py lists them;
 `--help` names them), pooled like the LiRA rows; their settings' flags come from the registry.
---backend=jax [--precision=float32] runs the leave-one-out jitted on the local devices; several hosts share the
+--backend=jax [--precision=float32] runs the leave-one-out jitted on the local GPUs or TPUs (on CPUs float64 scores
+with the numpy backend, the faster there; docs/statistics.md, "Backends"); several hosts share the
 canaries with --num_processes/--process_id/--coordinator_address (jax.distributed; process 0 writes the report).
 Reports in the report and run folders made from a population the run no longer has (their RMIA rows stale) are named
 in a note (lira.reports.population_files).

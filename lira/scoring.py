@@ -37,7 +37,8 @@ class Scoring(Options):
   var_floor: float = option(VAR_FLOOR, "Variances below this are raised to it (squared statistic units).", low=0,
                             low_open=True)
   backend: str = option("numpy", "Leave-one-out on the host (numpy, threads) or jitted on the local devices, "
-                        "sharded over them (jax).", choices=BACKENDS)
+                        "sharded over them (jax; on CPUs float64 scores with numpy, the faster there).",
+                        choices=BACKENDS)
   precision: str = option("float64", "jax backend: float64 (CPU, GPU) or float32 (TPUs).", choices=PRECISIONS)
 
   def check_fields(self):
