@@ -29,7 +29,6 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from lira import bootstrap  # noqa: E402
 from lira import metrics  # noqa: E402
 from lira.errors import InputError  # noqa: E402
 from lira.metrics import (DEFAULT_FPRS, LEVEL, N_BOOT, _json_floats, _percentile_ci, bootstrap_weights,  # noqa: E402
@@ -114,7 +113,7 @@ def rank_pairs(scores_MxN, labels_MxN, valid_MxN=None):
 
 def weighted_stats(ranked, w_BxN, fprs):
   """The replaced replicates: lira.metrics keeps them as the fallback outside its exact-integer range."""
-  return bootstrap._weighted_stats_reference(ranked, w_BxN, fprs)
+  return metrics._weighted_stats_reference(ranked, w_BxN, fprs)
 
 
 def bootstrap_ci(scores_MxN, labels_MxN, fprs=DEFAULT_FPRS, n_boot=N_BOOT, level=LEVEL, seed=0, valid_MxN=None):
@@ -224,7 +223,7 @@ def main(argv=None):
   parser.add_argument("--seed", type=int, default=0)
   parser.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES),
                       help=f"member shifts: {CASES} (AUC ~0.99, ~0.6)")
-  parser.add_argument("--backends", nargs="+", choices=bootstrap.BACKENDS, default=list(bootstrap.BACKENDS),
+  parser.add_argument("--backends", nargs="+", choices=metrics.BACKENDS, default=list(metrics.BACKENDS),
                       help="summarize backends timed against before")
   parser.add_argument("--out", default=None,
                       help="JSON file (default benchmarks/results/bootstrap_speed_M{M}_N{N}.json)")

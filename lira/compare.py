@@ -3,12 +3,11 @@
 Two variants' TPRs each carry an interval, but the intervals overlap far more often than the difference is in doubt:
 both variants score the same canaries, so their errors are correlated. The paired bootstrap resamples the canaries
 once per replicate and computes both TPRs (and AUCs) on that same resample; the percentile interval of the replicate
-differences is the interval of the difference (the same replicates as lira.bootstrap.bootstrap_ci with the same seed).
+differences is the interval of the difference (the same replicates as lira.metrics.bootstrap_ci with the same seed).
 """
 
 import numpy as np
 
-from lira import bootstrap
 from lira import metrics
 from lira.errors import InputError
 
@@ -27,17 +26,17 @@ def paired_difference(scores_a_MxN, scores_b_MxN, labels_MxN, fprs=metrics.DEFAU
     raise InputError(f"n_boot must be >= 1, got {n_boot}")
   fprs = tuple(float(f) for f in fprs)
   ranked = [metrics.rank_pairs(s, labels_MxN, valid_MxN) for s in (scores_a_MxN, scores_b_MxN)]
-  w_BxN = bootstrap.bootstrap_weights(ranked[0].n_canaries, n_boot, seed)
-  (tpr_a_BxF, auc_a_B), (tpr_b_BxF, auc_b_B) = (bootstrap.weighted_stats(r, w_BxN, fprs) for r in ranked)
+  w_BxN = metrics.bootstrap_weights(ranked[0].n_canaries, n_boot, seed)
+  (tpr_a_BxF, auc_a_B), (tpr_b_BxF, auc_b_B) = (metrics.weighted_stats(r, w_BxN, fprs) for r in ranked)
   ones_1xN = np.ones((1, ranked[0].n_canaries), np.int64)
   (tpr_a_F, auc_a), (tpr_b_F, auc_b) = (
-      (t[0], a[0]) for t, a in (bootstrap.weighted_stats(r, ones_1xN, fprs) for r in ranked))
+      (t[0], a[0]) for t, a in (metrics.weighted_stats(r, ones_1xN, fprs) for r in ranked))
   ok_B = np.isfinite(auc_a_B) & np.isfinite(auc_b_B)
 
   def entry(a, b, d_B):
     d_B = d_B[ok_B]
     return {"a": float(a), "b": float(b), "diff": float(a - b),
-            "ci": [float(x) for x in bootstrap._percentile_ci(d_B, level)],
+            "ci": [float(x) for x in metrics._percentile_ci(d_B, level)],
             "p_le_0": float(np.mean(d_B <= 0)) if d_B.size else None}
 
   tpr = {}

@@ -2,8 +2,8 @@
 
 import numpy as np
 
-from lira import bootstrap
 from lira import covariance
+from lira import metrics
 from lira import transforms
 from lira.evaluation import default_shadow_counts  # noqa: F401 (one definition; experiments use it from here)
 from lira.checks import check_arrays
@@ -174,7 +174,7 @@ def paired_differences(errors, n_boot=1000, level=0.95, seed=0, weights_BxN=None
 
   `errors` is canary_errors' output. The point estimate is the mean over draws of the canary-averaged difference
   (the difference of covariance_errors' averages when no canary is skipped). A replicate resamples the canaries
-  (the same multinomial counts for every m, class and comparison: lira.bootstrap.bootstrap_weights) and the draws of m
+  (the same multinomial counts for every m, class and comparison: lira.metrics.bootstrap_weights) and the draws of m
   (with replacement; m = M has one draw), so the interval carries both the canaries' spread and the model subsets'.
   weights_BxN / draw_weights_BxD, if given, are the replicates' counts (for tests). Returns one dict per
   (m, class, comparison): m, class, a, b ("estimator mode"), difference, ci_low, ci_high, draws, n_canaries.
@@ -185,7 +185,7 @@ def paired_differences(errors, n_boot=1000, level=0.95, seed=0, weights_BxN=None
   for (m, d, *_rest) in errors:
     draws_by_m.setdefault(m, set()).add(d)
   N = len(next(iter(errors.values())))
-  w_BxN = bootstrap.bootstrap_weights(N, n_boot, seed) if weights_BxN is None else np.asarray(weights_BxN)
+  w_BxN = metrics.bootstrap_weights(N, n_boot, seed) if weights_BxN is None else np.asarray(weights_BxN)
   rng = np.random.default_rng(seed + 1)
   out = []
   for m in sorted(draws_by_m):
@@ -202,7 +202,7 @@ def paired_differences(errors, n_boot=1000, level=0.95, seed=0, weights_BxN=None
         with np.errstate(invalid="ignore", divide="ignore"):
           mean_BxD = (w_BxN @ np.where(ok_DxN, d_DxN, 0.0).T) / (w_BxN @ ok_DxN.T)
           rep_B = np.nansum(mean_BxD * wd_BxD, axis=1) / np.sum(np.where(np.isfinite(mean_BxD), wd_BxD, 0), axis=1)
-        low, high = bootstrap._percentile_ci(rep_B, level)
+        low, high = metrics._percentile_ci(rep_B, level)
         out.append({"m": m, "class": c, "a": f"{ea} {ma}", "b": f"{eb} {mb}", "difference": point,
                     "ci_low": float(low), "ci_high": float(high), "draws": len(draws),
                     "n_canaries": int(ok_DxN.any(axis=0).sum())})

@@ -8,7 +8,6 @@ import functools
 import numpy as np
 from tqdm.auto import tqdm
 
-from lira import bootstrap
 from lira import metrics
 from lira import metrics_jax
 from lira.checks import check_arrays
@@ -155,7 +154,7 @@ def length_grid(loss_MxNxT, keep_MxN, scoring=None, *, lengths=None, strategies=
     llr_MxN = leave_one_out(loss_MxNxT, keep_MxN, cell, mask_NxT=mask_NxT)
     tpr_ci, auc_ci, n_undefined = (None, None), (None, None), 0
     if n_boot > 0:
-      tpr_ci_1x2, auc_ci_2, n_undefined = bootstrap.bootstrap_ci(llr_MxN, keep_MxN, fprs=(fpr,), n_boot=n_boot,
+      tpr_ci_1x2, auc_ci_2, n_undefined = metrics.bootstrap_ci(llr_MxN, keep_MxN, fprs=(fpr,), n_boot=n_boot,
                                                                level=level, seed=seed)
       tpr_ci, auc_ci = tuple(float(v) for v in tpr_ci_1x2[0]), tuple(float(v) for v in auc_ci_2)
     rows.append({"strategy": strategy or "none", "K": k, "covariance": covariance, "shared": scoring.shared,

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 
-from lira import bootstrap
 from lira import compare
 from lira import metrics
 from lira.errors import InputError
@@ -11,7 +10,7 @@ from lira.errors import InputError
 
 def _brute_force(a_MxN, b_MxN, labels_MxN, fprs, n_boot, seed):
   """Each replicate: repeat every canary's column by its bootstrap count and score both attacks with sklearn."""
-  w_BxN = bootstrap.bootstrap_weights(a_MxN.shape[1], n_boot, seed)
+  w_BxN = metrics.bootstrap_weights(a_MxN.shape[1], n_boot, seed)
   diffs_BxF, auc_B = [], []
   for w_N in w_BxN:
     cols = np.repeat(np.arange(a_MxN.shape[1]), w_N)

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 from sklearn import metrics as skm
 
-from lira import bootstrap
 from lira import metrics
 from lira.errors import InputError
 from lira.reports import tables
@@ -79,8 +78,8 @@ def test_tpr_at_fpr_random_matches_brute_force():
 def _ranked_curve(ranked, w_N):
   """The ROC (fpr, tpr, thresholds) that rank_pairs' tie groups describe when pair (m, n) weighs w_N[n]."""
   w_1xN = np.asarray(w_N, dtype=np.int64)[None]
-  cn_P1 = bootstrap._cumulative(w_1xN, ranked.canary_neg_Pn)[0]
-  cp_P1 = bootstrap._cumulative(w_1xN, ranked.canary_pos_Pp)[0]
+  cn_P1 = metrics._cumulative(w_1xN, ranked.canary_neg_Pn)[0]
+  cp_P1 = metrics._cumulative(w_1xN, ranked.canary_pos_Pp)[0]
   fps_G1 = cn_P1[ranked.nneg_upto_G1].astype(np.float64)
   tps_G1 = cp_P1[ranked.npos_upto_G1].astype(np.float64)
   thresholds_G1 = np.r_[np.inf, ranked.score_P[ranked.end_P_G]]
@@ -99,7 +98,7 @@ def test_ranked_tie_groups_with_unit_weights_give_sklearns_roc_exactly():
     np.testing.assert_array_equal(fpr, sk_fpr)
     np.testing.assert_array_equal(tpr, sk_tpr)
     np.testing.assert_array_equal(thresholds, sk_thr)
-    tpr_BxF, auc_B = bootstrap.weighted_stats(ranked, np.ones((1, 30), dtype=int), [0.01, 0.1, 0.5])
+    tpr_BxF, auc_B = metrics.weighted_stats(ranked, np.ones((1, 30), dtype=int), [0.01, 0.1, 0.5])
     sk = [metrics.tpr_at_fpr(scores_MxN[valid_MxN], keep_MxN[valid_MxN], f) for f in (0.01, 0.1, 0.5)]
     np.testing.assert_array_equal(tpr_BxF[0], sk)
     # AUC sums ~100 float64 products in another order than sklearn's trapezoid: ~1e-15 relative.
@@ -120,8 +119,8 @@ def test_weighted_stats_equal_sklearn_with_sample_weight():
   np.testing.assert_array_equal(tpr, sk_tpr)
   # Bootstrap-like weights with zeros: TPR@FPR and AUC match sklearn with sample_weight.
   fprs = [0.0, 0.01, 0.05, 0.1, 0.25, 0.5]
-  w_BxN = np.r_[bootstrap.bootstrap_weights(n, 5, seed=3), rng.integers(0, 4, size=(3, n))]
-  tpr_BxF, auc_B = bootstrap.weighted_stats(ranked, w_BxN, fprs)
+  w_BxN = np.r_[metrics.bootstrap_weights(n, 5, seed=3), rng.integers(0, 4, size=(3, n))]
+  tpr_BxF, auc_B = metrics.weighted_stats(ranked, w_BxN, fprs)
   for b, w_N in enumerate(w_BxN):
     sw = np.broadcast_to(w_N, (m, n)).ravel()
     expect = [metrics.tpr_at_fpr(scores_MxN, keep_MxN, f, sample_weight=sw) for f in fprs]
@@ -137,7 +136,7 @@ def test_bootstrap_counts_and_leaves_out_replicates_without_a_roc():
   valid_MxN = keep_MxN.copy()
   valid_MxN[:, 0] = True  # only canary 0 has non-member pairs: a replicate without it has no ROC
   n_boot, fprs = 200, (0.1, 0.5)
-  w_BxN = bootstrap.bootstrap_weights(4, n_boot, seed=5)
+  w_BxN = metrics.bootstrap_weights(4, n_boot, seed=5)
   defined_B = w_BxN[:, 0] > 0
   assert 0 < (~defined_B).sum() < n_boot  # P(canary 0 not drawn) = (3/4)^4 ~ 0.32
   summary = metrics.summarize(scores_MxN, keep_MxN, fprs=fprs, n_boot=n_boot, seed=5, valid_MxN=valid_MxN)
@@ -154,19 +153,19 @@ def test_bootstrap_counts_and_leaves_out_replicates_without_a_roc():
 
 
 def test_bootstrap_weights_resample_canaries():
-  w_BxN = bootstrap.bootstrap_weights(50, 7, seed=0)
+  w_BxN = metrics.bootstrap_weights(50, 7, seed=0)
   assert w_BxN.shape == (7, 50)
   np.testing.assert_array_equal(w_BxN.sum(1), 50)
-  np.testing.assert_array_equal(w_BxN, bootstrap.bootstrap_weights(50, 7, seed=0))
+  np.testing.assert_array_equal(w_BxN, metrics.bootstrap_weights(50, 7, seed=0))
 
 
 def test_bootstrap_steps_do_not_change_results(monkeypatch):
   rng = np.random.default_rng(4)
   for decimals in (None, 1):  # steps are cut between tie groups, even where a group is longer than a step
     scores_MxN, keep_MxN = _random_pairs(rng, 8, 60, decimals)
-    full = bootstrap.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
-    monkeypatch.setattr(bootstrap, "_BLOCK", 5)  # ~50 steps, positives in chunks of 5
-    stepped = bootstrap.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
+    full = metrics.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
+    monkeypatch.setattr(metrics, "_BLOCK", 5)  # ~50 steps, positives in chunks of 5
+    stepped = metrics.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
     monkeypatch.undo()
     np.testing.assert_array_equal(full[0], stepped[0])
     np.testing.assert_array_equal(full[1], stepped[1])
@@ -320,7 +319,7 @@ def _equality_cases():
     scores_MxN, keep_MxN = _random_pairs(rng, m, n, decimals)
     valid_MxN = rng.uniform(size=keep_MxN.shape) > 0.25 if masked else None
     ranked = metrics.rank_pairs(scores_MxN, keep_MxN, valid_MxN)
-    for w_BxN in (bootstrap.bootstrap_weights(n, 9, seed=m), rng.integers(0, 5, size=(4, n)),
+    for w_BxN in (metrics.bootstrap_weights(n, 9, seed=m), rng.integers(0, 5, size=(4, n)),
                   rng.integers(0, 3, size=(5, n)) * (rng.uniform(size=(5, 1)) < 0.6), np.ones((1, n), np.int64)):
       yield ranked, w_BxN
 
@@ -336,7 +335,7 @@ def test_weighted_stats_equal_the_previous_implementation_bit_for_bit():
   n_undefined = 0
   for ranked, w_BxN in _equality_cases():
     want = _ref_weighted_stats(ranked, w_BxN, _EQUALITY_FPRS)
-    _assert_equal_stats(bootstrap.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS), want)
+    _assert_equal_stats(metrics.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS), want)
     n_undefined += np.isnan(want[1]).sum()
   assert n_undefined > 0  # some replicates drew no positive or no negative pair
 
@@ -347,7 +346,7 @@ def test_weighted_stats_outside_the_exact_bounds_run_the_reference():
   ranked = metrics.rank_pairs(scores_MxN, keep_MxN)
   # Weights too large for the 32-bit halves, and negative weights: the reference's own arithmetic.
   for w_BxN in (rng.integers(0, 2**22, size=(3, 20)), rng.integers(-2, 3, size=(3, 20))):
-    _assert_equal_stats(bootstrap.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS),
+    _assert_equal_stats(metrics.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS),
                         _ref_weighted_stats(ranked, w_BxN, _EQUALITY_FPRS))
 
 
@@ -391,11 +390,11 @@ def test_summary_points_are_sklearns_and_intervals_the_references():
   keep = metrics.downsample_roc(fpr_G, tpr_G, fprs=fprs)
   assert summary["roc"] == {"fpr": fpr_G[keep].tolist(), "tpr": tpr_G[keep].tolist()}
   tpr_BxF, auc_B = _ref_weighted_stats(metrics.rank_pairs(scores_MxN, keep_MxN, valid_MxN),
-                                       bootstrap.bootstrap_weights(120, 40, seed=3), fprs)
+                                       metrics.bootstrap_weights(120, 40, seed=3), fprs)
   for f, fpr in enumerate(fprs):
     assert summary["tpr"][metrics.fpr_key(fpr)]["tpr"] == metrics.curve_tpr_at_fpr(fpr_G, tpr_G, fpr)
-    assert summary["tpr"][metrics.fpr_key(fpr)]["ci"] == list(bootstrap._percentile_ci(tpr_BxF[:, f], 0.95))
-  assert summary["auc_ci"] == list(bootstrap._percentile_ci(auc_B, 0.95))
+    assert summary["tpr"][metrics.fpr_key(fpr)]["ci"] == list(metrics._percentile_ci(tpr_BxF[:, f], 0.95))
+  assert summary["auc_ci"] == list(metrics._percentile_ci(auc_B, 0.95))
 
 
 def test_jax_backend_equals_numpy():
@@ -404,8 +403,8 @@ def test_jax_backend_equals_numpy():
     by_pairs.setdefault(id(ranked), (ranked, []))[1].append(w_BxN)
   for ranked, w_list in by_pairs.values():
     w_BxN = np.concatenate(w_list)
-    _assert_equal_stats(bootstrap._weighted_stats_on_device(ranked, w_BxN, _EQUALITY_FPRS),
-                        bootstrap.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS))
+    _assert_equal_stats(metrics._weighted_stats_on_device(ranked, w_BxN, _EQUALITY_FPRS),
+                        metrics.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS))
   rng = np.random.default_rng(16)
   scores_MxN, keep_MxN = _random_pairs(rng, 8, 60, decimals=1)
   kwargs = {"fprs": (0.01, 0.1), "n_boot": 25, "seed": 2}
@@ -418,7 +417,7 @@ def test_bad_backend_raises():
   with pytest.raises(InputError, match="backend"):
     metrics.summarize(scores_MxN, keep_MxN, backend="torch")
   with pytest.raises(InputError, match="backend"):
-    bootstrap.bootstrap_ci(scores_MxN, keep_MxN, backend="cuda")
+    metrics.bootstrap_ci(scores_MxN, keep_MxN, backend="cuda")
 
 
 def test_bootstrap_runs_on_the_host_unless_a_device_is_there():
