@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The open GPU measurements as two prepared device calls, each well inside one 10-minute call; together with two
-# machine starts they fit a 15-minute device budget. Here, first: bash ../shared/tools/device-wheels.sh (or the
-# pip download line in BENCHMARKS.md) fills .whl/. On the device, from the project root, with carry [".whl"]:
+# machine starts they fit a 15-minute device budget. Here, first, the pip download line of BENCHMARKS.md ("The jax
+# backend's device pipeline") fills .whl/ with the wheels a GPU image lacks. On the device, from the project root:
 #
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
 #     && export PYTHONPATH=/tmp/site:$PWD || exit 1; PART=checks bash benchmarks/device_call.sh

@@ -43,8 +43,8 @@ MAX_DEVICE_BLOCK = 8192  # canaries per device and block
 CPU_BLOCK_BYTES = 2 * 2**20
 
 
-# XLA's CPU code is slower than numpy's kernels on these fits (a 2-core CPU, M = 64, the six balanced variants: 1.6x
-# the numpy backend's time after the compiles, 1.9x with them; BENCHMARKS.md). Where jax's devices are CPUs the jax
+# XLA's CPU code is slower than numpy's kernels on these fits (a 2-core CPU, M = 64, N = 10,000, the six variants:
+# 1.2-1.3x the numpy backend's time after the compiles, 1.6x with them; BENCHMARKS.md). Where jax's devices are CPUs the jax
 # backend's float64 scores therefore come from the numpy backend, the same functions on host threads; with this
 # variable set to 1 the device pipeline runs there too (the tests set it: it is the code a GPU or TPU runs).
 PIPELINE_ON_CPU_ENV = "SEQLIRA_JAX_PIPELINE_ON_CPU"
