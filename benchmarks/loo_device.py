@@ -17,8 +17,9 @@ and each of balanced / plain leave-one-out, all six variants in one lira.leave_o
 Then (unless --noevaluate) `python -m experiments.evaluate --run_dir=D --backend=jax --noprogress` on a make_synthetic
 folder at the largest M, timed end to end as a user runs it, and the same with the numpy backend.
 --keep_of K draws the arrays for K models and keeps the first M of them, as `partial_run` does with a run: the IN
-counts then differ between canaries (tens of counts at M = 448 of 512, each a program of its own), where LiRA's
-balanced keep matrix of M models gives every canary M / 2. The row records how many distinct counts there are.
+counts then differ between canaries (tens of counts at M = 448 of 512), where LiRA's balanced keep matrix of M
+models gives every canary M / 2. The row records how many distinct counts there are and how many programs they
+compile (balanced: one per bucket of counts, lira/balanced_padded.py; plain OAS: one per count).
 Writes one JSON (device, versions, every timing and difference) and prints a table. Runs as it is on a GPU machine
 with jax, flax, optax, orbax, numpy, scipy, scikit-learn and matplotlib installed and the project importable.
 The JSON is rewritten after every row, so a run stopped by a time limit keeps what it measured; each evaluate
@@ -45,6 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 import jax  # noqa: E402
 import lira  # noqa: E402
+from lira import balanced_padded  # noqa: E402
 from lira import gram  # noqa: E402
 from lira import loo_device  # noqa: E402
 from lira import loo_jax  # noqa: E402
@@ -68,9 +70,10 @@ def rel_diff(a, b):
   return float((np.abs(a - b) / np.maximum(1.0, np.abs(b))).max())
 
 
-def one_count_compile(M, T, k, balanced, precision, B=64):
-  """(seconds to lower, seconds to compile) the six-variant block for one IN count k, on B canaries: what each of
-  a many-count run's programs costs the host (lowering traces Python under the GIL; compiling runs in XLA)."""
+def one_count_compile(M, T, k, balanced, precision, key, B=64):
+  """(seconds to lower, seconds to compile) the six-variant block of IN count k's program (key: k itself, or its
+  bucket's lira.balanced_padded.Layout), on B canaries: what each of a many-count run's programs costs the host
+  (lowering traces Python under the GIL; compiling runs in XLA)."""
   from lira.loo_jax import x64_context
   scorings = [lira.Scoring(covariance=c, shared=s, balance_counts=balanced, backend="jax", precision=precision)
               for c, s in VARIANTS]
@@ -81,7 +84,7 @@ def one_count_compile(M, T, k, balanced, precision, B=64):
     start = time.perf_counter()
     lowered = loo_device.jitted().lower(jax.ShapeDtypeStruct((M, B, T), np.float32),
                                         jax.ShapeDtypeStruct((B, T), bool), keep, (None,) * len(VARIANTS),
-                                        spec=spec, k=k)
+                                        spec=spec, k=key)
     lowered_s = time.perf_counter() - start
     lowered.compile()
   return lowered_s, time.perf_counter() - start - lowered_s
@@ -95,11 +98,14 @@ def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain"))
   rows = []
   for balanced in [mode == "balanced" for mode in modes]:
     row = {"M": M, "N": N, "T": T, "balance_counts": balanced, "keep_of": keep_of or M, "in_counts": in_counts}
-    if in_counts > 1:  # what one count's program costs, before the calls that build all of them
+    if in_counts > 1:  # what one program costs, before the calls that build all of them
+      counts = sorted({int(c) for c in keep.sum(axis=0)})
+      keys = balanced_padded.program_keys(counts, M) if balanced else {c: c for c in counts}
+      row["programs"] = len(set(keys.values()))
       k = int(np.median(keep.sum(axis=0)))
-      row["one_count_lower_s"], row["one_count_compile_s"] = one_count_compile(M, T, k, balanced, "float64")
-      print(f"M = {M}, one IN count (k = {k}), float64: lowered in {row['one_count_lower_s']:.2f} s, compiled in "
-            f"{row['one_count_compile_s']:.2f} s; {in_counts} counts", flush=True)
+      row["one_count_lower_s"], row["one_count_compile_s"] = one_count_compile(M, T, k, balanced, "float64", keys[k])
+      print(f"M = {M}, the program of IN count {k}, float64: lowered in {row['one_count_lower_s']:.2f} s, compiled "
+            f"in {row['one_count_compile_s']:.2f} s; {in_counts} counts, {row['programs']} programs", flush=True)
     for precision in ("float64", "float32"):
       jax_llr, first = timed(lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
       _, second = timed(lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision=precision))

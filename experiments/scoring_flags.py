@@ -52,7 +52,8 @@ def scoring(flag_values=FLAGS, **fields):
   return Scoring.of(None, **{name: flag_values[name].value for name in names}, **fields)
 
 
-# The jax backend compiles its OAS and balanced scorers once per distinct IN count (docs/statistics.md, "Backends").
+# The jax backend compiles its plain OAS scorer once per distinct IN count and its balanced one once per bucket of
+# counts (docs/statistics.md, "Backends").
 MANY_IN_COUNTS = 4
 
 
@@ -66,4 +67,4 @@ def jax_compile_note(scoring, in_counts, where):
     return None
   many = "many" if in_counts is None else str(in_counts)
   return (f"note: {where} {many} distinct IN counts; --backend=jax compiles its OAS and balanced scorers once per "
-          "count, so --backend=numpy is likely faster here (docs/statistics.md, \"Backends\")")
+          "count or bucket of counts, so --backend=numpy is likely faster here (docs/statistics.md, \"Backends\")")

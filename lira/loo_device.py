@@ -12,7 +12,8 @@ columns, and this function does on the device everything the numpy backend does 
      .sorted_balanced (balanced), lira.gram.sorted_loo (plain OAS), lira.gaussian.loo_diag (plain diagonal); the
      univariate variants take each model's mean over the scored positions, as lira.gaussian.univariate;
   5. the scores put back in model order.
-The block's canaries share one IN count k where the models are sorted (balanced, or plain OAS), so k is static.
+The block's canaries share one IN count k where the models are sorted (balanced, or plain OAS). k is static, or,
+balanced with canaries of several counts, a traced value: one program per bucket of counts (lira/balanced_padded.py).
 
 Precision: float32 matmuls run at full float32 precision (`jax.default_matmul_precision("highest")` around the
 traced body): the default on GPUs (TF32, 10-bit mantissa) and TPUs (bfloat16 passes) cost two orders of magnitude
@@ -23,9 +24,9 @@ flush subnormals to zero would otherwise take the log of 0).
 import dataclasses
 import functools
 
-import numpy as np
 
 from lira import balanced
+from lira import balanced_padded
 from lira import gaussian
 from lira import gram
 from lira.transforms import LOSS_FLOOR, logit_scale, member_sign, parse_reduction
@@ -146,7 +147,9 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
   """Scores [V, B, M] of every variant of spec on one block (llr; offline: z times the statistic's member sign).
 
   loss_MxBxT as stored (any float dtype), mask_BxT bool (ignored unless spec.masked), keep_MxB bool; global_vars:
-  per variant None or LiRA's fixed (var_in_M, var_out_M); k: the block's IN count where spec sorts the models.
+  per variant None or LiRA's fixed (var_in_M, var_out_M); k: the block's IN count where spec sorts the models, or
+  (balanced) the lira.balanced_padded.Layout of a program for every count of its bucket, the count then read from
+  keep_MxB on the device.
   """
   import jax
   import jax.numpy as jnp
@@ -162,12 +165,14 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
     D = x_BxMxD.shape[2]
     keep_BxM = keep_MxB.T
     sorts = spec.sorts_models(T)
+    padded = isinstance(k, balanced_padded.Layout)
     if sorts:
       order_BxM = jnp.argsort((~keep_BxM).astype(jnp.int8), axis=1, stable=True)
       inverse_BxM = jnp.argsort(order_BxM, axis=1)
       xs_BxMxD = jnp.take_along_axis(x_BxMxD, order_BxM[:, :, None], axis=1)
-      pos_M = jnp.asarray(np.concatenate([np.arange(k), np.arange(M - k)]), jnp.int32)
-      first_BxM = (order_BxM - pos_M[None]).astype(jnp.int32)
+      # a padded program's count is traced: the block's (every canary of a block has the same)
+      n_in = jnp.sum(keep_BxM[0].astype(jnp.int32)) if padded else k
+      first_BxM = balanced_padded.first_after(order_BxM, n_in)
     sign = member_sign(spec.statistic)
     rows = {}  # univariate or not -> (x, valid, centring) of the sorted rows, shared by the variants
     outs = []
@@ -177,12 +182,16 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
       if spec.balance_counts or oas:
         if uni not in rows:
           x, valid = _univariate(xs_BxMxD, valid_BxD) if uni else (xs_BxMxD, valid_BxD)
-          rows[uni] = (x, valid, balanced.centred(x, k) if spec.balance_counts else None)
+          rows[uni] = (x, valid, balanced.centred(x, k) if spec.balance_counts and not padded else None)
         x, valid, centring = rows[uni]
         if oas and outs:  # the eigh calls read x (plain) or its centred rows (balanced)
           x = _after(x, outs[-1])
           centring = None if centring is None else (_after(centring[0], outs[-1]),) + tuple(centring[1:])
-        if spec.balance_counts:
+        if padded:
+          out = balanced_padded.padded_balanced(x, n_in, first_BxM, valid, k, oas=oas, shared=shared,
+                                                offline=spec.offline, floor=spec.floor,
+                                                offline_shift=spec.offline_shift)
+        elif spec.balance_counts:
           out = balanced.sorted_balanced(x, k, first_BxM, valid, oas=oas, shared=shared, offline=spec.offline,
                                          floor=spec.floor, offline_shift=spec.offline_shift, centring=centring)
         else:

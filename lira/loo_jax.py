@@ -7,8 +7,9 @@ IN-first model order and every requested variant's scores on the device and retu
 The maths is not copied: lira/gaussian.py (loo_diag), lira/gram.py (sorted_loo) and lira/balanced.py
 (sorted_balanced) are written against the Python array API, and the numpy backend runs the same functions. What
 stays on the host: the input checks, LiRA's pooled variance (--fix_variance, a pass of its own) and splitting the
-canaries into blocks (grouped by IN count where the models are sorted, so a block's IN count is static; on one GPU or
-TPU every count's block is compiled up front, concurrently in host threads).
+canaries into blocks (grouped by IN count where the models are sorted, so a block has one IN count). Balanced runs
+with several counts compile one program per bucket of counts, the count a traced value (lira/balanced_padded.py),
+plain OAS one per count; on one GPU or TPU every program is compiled up front, concurrently in host threads.
 
 Blocks have one fixed size (the last padded by repeating its last canary, whose scores are dropped), chosen from the
 devices' free memory on GPUs and TPUs (lira.loo_device.bytes_per_canary) and cache-sized on CPUs. Two host threads
@@ -31,6 +32,7 @@ import os
 
 import numpy as np
 
+from lira import balanced_padded
 from lira import loo_device
 from lira.errors import MissingPackageError
 
@@ -145,8 +147,8 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
   only in (covariance, shared); global_vars: per scoring None or LiRA's fixed (var_in_M, var_out_M).
 
   Over several processes each scores its slice and every process gets all of them (process_allgather).
-  precompile: compile the block for every IN count up front, concurrently (`_compiled`); default: on one GPU or TPU
-  when the canaries have more than one IN count (model subsets, keep matrices drawn per canary).
+  precompile: compile every program the blocks need up front, concurrently (`_compiled`); default: on one GPU or TPU
+  when they need more than one (canaries of several IN counts: model subsets, keep matrices drawn per canary).
   """
   import jax
   from tqdm.auto import tqdm
@@ -182,17 +184,20 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
     gv = tuple(None if g is None else tuple(placer.put_replicated(np.asarray(v, dtype)) for v in g)
                for g in global_vars)
     counts = sorted({int(keep_MxN[:, mine[b[0]]].sum()) for b in blocks}) if sorts else [0]
+    # each count's program: its own (k static), or its bucket's (balanced with several counts: k traced)
+    key = balanced_padded.program_keys(counts, M) if base.balance_counts else {k: k for k in counts}
+    programs = list(dict.fromkeys(key.values()))
     if precompile is None:
-      precompile = placer.platform != "cpu" and placer.mesh is None and len(counts) > 1
+      precompile = placer.platform != "cpu" and placer.mesh is None and len(programs) > 1
     first = read(blocks[0])
-    compiled = (_compiled(fn, [placer.put(a, ax) for a, ax in zip(first[1:], (1, 0, 1))], gv, spec, counts,
+    compiled = (_compiled(fn, [placer.put(a, ax) for a, ax in zip(first[1:], (1, 0, 1))], gv, spec, programs,
                           base.precision) if precompile else None)
     for at, loss, mask, keep in tqdm(_prefetched(read, blocks), total=len(blocks), disable=not progress,
                                      leave=False, desc=desc):
       args = (placer.put(loss, 1), placer.put(mask, 0), placer.put(keep, 1))
       while len(in_flight) > ahead:
         _collect(in_flight.pop(0), llr_VxMxL)
-      k = int(keep[:, 0].sum()) if sorts else 0
+      k = key[int(keep[:, 0].sum()) if sorts else 0]
       in_flight.append((at, compiled[k](*args, gv) if compiled else fn(*args, gv, spec=spec, k=k)))
     while in_flight:
       _collect(in_flight.pop(0), llr_VxMxL)
@@ -201,12 +206,13 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
   return [_gather(llr_MxL, bounds) for llr_MxL in llr_VxMxL]
 
 
-def _compiled(fn, args, gv, spec, counts, precision):
-  """{k: the block compiled for IN count k} for every count, compiled in host threads at once.
+def _compiled(fn, args, gv, spec, programs, precision):
+  """{k: the block compiled for k} for every program key k (an IN count, or a lira.balanced_padded.Layout), compiled
+  in host threads at once.
 
-  The sorted scorers' shapes depend on k, so each count is a program of its own; XLA compiles outside Python's GIL, so
-  the counts of a model subset (tens of them) compile side by side on the host's cores instead of one after another
-  as the blocks reach them. Each thread enters the precision's 64-bit mode itself (a thread-local setting).
+  XLA compiles outside Python's GIL, so the programs of a model subset (a count's own, or a bucket's) compile side
+  by side on the host's cores instead of one after another as the blocks reach them. Each thread enters the
+  precision's 64-bit mode itself (a thread-local setting).
   """
   import concurrent.futures
   import os
@@ -215,8 +221,8 @@ def _compiled(fn, args, gv, spec, counts, precision):
     with x64_context(precision):
       return k, fn.lower(*args, gv, spec=spec, k=k).compile()
 
-  with concurrent.futures.ThreadPoolExecutor(max(1, min(len(counts), os.cpu_count() or 1))) as pool:
-    return dict(pool.map(one, counts))
+  with concurrent.futures.ThreadPoolExecutor(max(1, min(len(programs), os.cpu_count() or 1))) as pool:
+    return dict(pool.map(one, programs))
 
 
 def _columns(loss_MxNxT, cols):

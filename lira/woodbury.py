@@ -60,6 +60,65 @@ def small_logdet(E):
   return xp.linalg.slogdet(E)[1]
 
 
+def lapack_deadlocks(a):
+  """Whether the solves of `a`'s computation avoid LAPACK: jax arrays where jax's backend is the CPU (XLA's CPU
+  backend runs the LAPACK calls of independent operations concurrently in one batch pool, and two batched LU calls
+  deadlocked it, jaxlib 0.10.2 on 2 cores). Elsewhere (numpy; GPUs and TPUs) solves and log-determinants beyond two
+  rows are LAPACK's (or the device's solver), which compile faster than `cholesky` written out."""
+  if isinstance(a, np.ndarray):
+    return False
+  import jax
+  return jax.default_backend() == "cpu"
+
+
+def cholesky(K):
+  """(F, log det K) for batches of symmetric positive definite K [..., s, s], F lower triangular with F F^T = K,
+  written out in s array operations, no LAPACK call (`lapack_deadlocks`)."""
+  xp = array_namespace(K)
+  s = K.shape[-1]
+  rows = np.arange(s)
+  F = xp.zeros_like(K)
+  logdet = xp.zeros(K.shape[:-2], dtype=K.dtype)
+  for j in range(s):
+    v = K[..., :, j] - xp.sum(F * F[..., j:j + 1, :], axis=-1)  # column j less the factor's columns before it
+    d = xp.sqrt(v[..., j])
+    logdet = logdet + 2.0 * xp.log(d)
+    F = F + xp.where(xp.asarray(rows >= j), v / d[..., None], 0.0)[..., :, None] * xp.asarray(rows == j,
+                                                                                              dtype=K.dtype)
+  return F, logdet
+
+
+def cholesky_solve(F, b):
+  """K^-1 b for K = F F^T (`cholesky`) and b [..., s]: forward then backward substitution, one array operation per
+  row."""
+  xp = array_namespace(F)
+  s = F.shape[-1]
+  unit = [xp.asarray(np.arange(s) == j, dtype=F.dtype) for j in range(s)]
+  w = xp.zeros_like(b)  # F w = b
+  for j in range(s):
+    w = w + unit[j] * ((b[..., j] - xp.sum(F[..., j, :] * w, axis=-1)) / F[..., j, j])[..., None]
+  y = xp.zeros_like(b)  # F^T y = w
+  for j in reversed(range(s)):
+    y = y + unit[j] * ((w[..., j] - xp.sum(F[..., :, j] * y, axis=-1)) / F[..., j, j])[..., None]
+  return y
+
+
+def removal_inverse(xp, dtype, sizes, L):
+  """(C^-1, log det C) of removal_matrix(sizes, L) in closed form, L a number or a traced scalar: per block of s
+  rows (I + 1 1^T / L)^-1 = I - 1 1^T / (L + s) and det = 1 + s / L."""
+  S = sum(sizes)
+  inv = xp.asarray(np.eye(S), dtype=dtype)
+  logdet = xp.zeros((), dtype=dtype)
+  at = 0
+  for s in sizes:
+    block = np.zeros((S, S))
+    block[at:at + s, at:at + s] = 1.0
+    inv = inv - xp.asarray(block, dtype=dtype) / (L + s)
+    logdet = logdet + xp.log(xp.asarray(1.0 + s / L, dtype=dtype)) if s else logdet
+    at += s
+  return inv, logdet
+
+
 def removal_matrix(sizes, L, dtype=np.float64):
   """C for removal blocks of the given sizes from classes left with L rows each: blockdiag(I + 1 1^T / L)."""
   C = np.eye(sum(sizes), dtype=dtype)
@@ -82,10 +141,15 @@ class Removal:
   downdated OAS parameters [B, J]; call `basis` with the full basis before `form`.
   """
 
-  def __init__(self, fit, P_S, G_S, C_SxS, n_after, floor):
+  def __init__(self, fit, P_S, G_S, C_SxS, n_after, floor, inverse=None):
+    """inverse: (C^-1, log det C) (`removal_inverse`); with it, jax on a CPU solves with more than two removed rows by
+    a Cholesky factorisation of the symmetric positive definite C^-1 - beta' Z_S A^-1 Z_S^T (E = C times it), without
+    LAPACK (`lapack_deadlocks`); elsewhere E is solved by LAPACK or the device's solver."""
     xp = self.xp = fit.xp
     self.fit, self.S = fit, C_SxS.shape[0]
     self.C = xp.asarray(C_SxS, dtype=fit.lam.dtype)
+    self.inverse = inverse if self.S > 2 and lapack_deadlocks(fit.lam) else None
+    self.F = None
     if self.S:
       ZWZ = pairs(P_S * fit.lam[:, None, None, :], P_S)
       CG = _mm(self.C, G_S)
@@ -125,6 +189,10 @@ class Removal:
     the span it does not cancel."""
     self.H = self._grown(None, [], _with_residuals(parts))
     S = self.S
+    if self.inverse is not None:  # E = C K, K = C^-1 - beta' H_SS: E^-1 C h = K^-1 h, log det E = log det C + log det K
+      self.F, logdet_K = cholesky(self.inverse[0] - self.beta[..., None, None] * self.H[..., :S, :S])
+      self.logdet_E = self.inverse[1] + logdet_K
+      return self
     self.E = self.xp.eye(S, dtype=self.H.dtype) - self.beta[..., None, None] * _mm(self.C, self.H[..., :S, :S])
     return self
 
@@ -156,11 +224,12 @@ class Removal:
     log-determinant taken too: a basis extended later leaves it unchanged)."""
     xp = self.xp
     out = object.__new__(Removal)
-    out.xp, out.fit, out.S, out.C, out.full_rank, out.spanned = (self.xp, self.fit, self.S, self.C, self.full_rank,
-                                                                self.spanned)
+    out.xp, out.fit, out.S, out.C, out.full_rank, out.spanned, out.inverse = (
+        self.xp, self.fit, self.S, self.C, self.full_rank, self.spanned, self.inverse)
     b = xp.arange(idx_BxJ.shape[0])[:, None]
-    for name in ("alpha", "beta", "w", "H", "E"):
+    for name in ("alpha", "beta", "w", "H") + (("F", "logdet_E") if self.F is not None else ("E",)):
       setattr(out, name, getattr(self, name)[b, idx_BxJ])
+    out.F = out.F if self.F is not None else None
     out.denom, out._logdet = None, self.logdet()[b, idx_BxJ]
     return out
 
@@ -172,14 +241,18 @@ class Removal:
     if self.S:
       Ha = Hb if a is b else xp.sum(self.H * a[..., None, :], axis=-1)
       S = self.S
-      y = small_solve(self.E, xp.sum(self.C * Hb[..., None, :S], axis=-1))  # E^-1 C (Z_S A^-1 b)
+      if self.F is not None:
+        y = cholesky_solve(self.F, Hb[..., :S])  # E^-1 C (Z_S A^-1 b) = K^-1 (Z_S A^-1 b)
+      else:
+        y = small_solve(self.E, xp.sum(self.C * Hb[..., None, :S], axis=-1))  # E^-1 C (Z_S A^-1 b)
       out = out + self.beta * xp.sum(Ha[..., :S] * y, axis=-1)
     return out
 
   def logdet(self):
     """logdet S' per target, [B, J] (computed once)."""
     if self._logdet is None:
-      self._logdet = self.fit.logdet(self.alpha, self.beta, self.denom) + small_logdet(self.E)
+      logdet_E = self.logdet_E if self.F is not None else small_logdet(self.E)
+      self._logdet = self.fit.logdet(self.alpha, self.beta, self.denom) + logdet_E
     return self._logdet
 
 
@@ -199,15 +272,19 @@ class Kept:
     self.alpha, self.beta = xp.maximum(rho * mu, floor), (1.0 - rho) / L  # as lira.gram.Fit.params, n = L
     self.A = self.alpha[..., None, None] * xp.eye(L, dtype=G.dtype) + self.beta[..., None, None] * G
     self.extra_logdet = (p - L) * xp.log(self.alpha)
+    # jax on a CPU factors A (symmetric positive definite) without LAPACK beyond two rows (`lapack_deadlocks`)
+    self.F = None
+    if L > 2 and lapack_deadlocks(G):
+      self.F, self.logdet_A = cholesky(self.A)
 
   def bilinear(self, u_BxJxD, v_BxJxD):
     """u^T S^-1 v per target, [B, J]."""
     xp = self.xp
     Ku = gram._dot_last(self.Kc, u_BxJxD[:, :, None, :])
     Kv = Ku if v_BxJxD is u_BxJxD else gram._dot_last(self.Kc, v_BxJxD[:, :, None, :])
-    y = small_solve(self.A, Kv)
+    y = small_solve(self.A, Kv) if self.F is None else cholesky_solve(self.F, Kv)
     return (gram._dot_last(u_BxJxD, v_BxJxD) - self.beta * xp.sum(Ku * y, axis=-1)) / self.alpha
 
   def logdet(self):
     """logdet S on the p scored positions, [B, J]."""
-    return small_logdet(self.A) + self.extra_logdet
+    return (small_logdet(self.A) if self.F is None else self.logdet_A) + self.extra_logdet

@@ -1,0 +1,141 @@
+"""lira/balanced_padded.py: balanced leave-one-out with a traced IN count equals lira.balanced's static programs for
+every count of a bucket (empty slots and removal rows padded with zeros), and the jax backend compiles one program
+per bucket of counts instead of one per count."""
+
+import itertools
+
+import numpy as np
+import pytest
+
+import lira
+from lira import balanced
+from lira import balanced_padded as bp
+from lira import loo_device
+from lira.scoring import VARIANTS
+from test_loo_jax import assert_backends_equal
+
+M = 40  # buckets with several downdated counts: |M - 2k| in {6, 8} (k = 16, 17) and {10, ..., 16} (k = 14, 15)
+
+
+def sorted_rows(k, B, D, seed):
+  """(x_BxMxD, first_BxM) of B canaries with k IN models of M, sorted IN-first, and a valid mask with a ragged row."""
+  rng = np.random.default_rng(seed)
+  keep_MxB = np.stack([rng.permutation(M) < k for _ in range(B)], axis=1)
+  x_BxMxD = rng.normal(size=(B, M, D)) + 0.3 * keep_MxB.T[:, :, None]
+  order_BxM = np.argsort(~keep_MxB.T, axis=1, kind="stable")
+  valid_BxD = np.ones((B, D), bool)
+  valid_BxD[0, D // 2:] = False
+  return np.take_along_axis(x_BxMxD, order_BxM[:, :, None], axis=1), balanced.first_after(order_BxM, k), valid_BxD
+
+
+def test_layouts():
+  for k in range(1, M):
+    if not bp.downdated(k, M):
+      with pytest.raises(ValueError, match=f"IN count {k} of {M} models"):
+        bp.layout(k, M)
+      continue
+    lay = bp.layout(k, M)
+    assert lay.n_in >= k and lay.n_out >= M - k
+    for (s_own, s_oth, L), (S_own, S_oth) in zip(balanced.removal_counts(k, M), (lay.sizes_in, lay.sizes_out)):
+      assert s_own <= S_own <= 2 * s_own and s_oth <= S_oth <= 2 * s_oth  # padded at most twice a count's own
+  assert bp.layout(16, M) == bp.layout(17, M) != bp.layout(15, M) == bp.layout(14, M)
+  assert not bp.downdated(13, M) and bp.downdated(14, M)  # 13: the larger class drops 14 rows and keeps 13
+  # one count: its own static program; several: a bucket's Layout where the count is downdated
+  assert bp.program_keys([16], M) == {16: 16}
+  keys = bp.program_keys([10, 14, 15, 16, 17, 20], M)
+  assert keys[10] == 10 and keys[14] == keys[15] != keys[16] == keys[17] and isinstance(keys[20], bp.Layout)
+
+
+@pytest.mark.parametrize("D", [6, 30])  # each class's fit in position space (slots >= D) or in Gram space
+def test_padded_equals_static_for_every_count(D):
+  # The same formulas on padded rows: equal up to summation order (masked sums against means) and eigh of a larger
+  # Gram matrix with zero rows; assert_backends_equal's argument bounds both.
+  worst = 0.0
+  for k in (14, 15, 16, 17, 20, 23, 24, 25, 26):
+    lay = bp.layout(k, M)
+    x, first, valid = sorted_rows(k, B=3, D=D, seed=k)
+    assert lay.n_in + lay.n_out > M or k == 20  # every bucket but the half/half one pads some slots
+    for oas, shared, offline in itertools.product((False, True), repeat=3):
+      if shared and offline:
+        continue
+      kw = dict(oas=oas, shared=shared, offline=offline, floor=1e-6)
+      want = balanced.sorted_balanced(x, k, first, valid, **kw)
+      got = bp.padded_balanced(x, np.int32(k), first, valid, lay, **kw)
+      assert_backends_equal(want, got)
+      worst = max(worst, np.abs(got - want).max())
+  assert worst > 0  # the padded program is a different computation, not the static one
+
+
+def test_first_after_with_a_traced_count():
+  rng = np.random.default_rng(0)
+  for k in (1, 7, 20, 39):
+    keep_MxB = np.stack([rng.permutation(M) < k for _ in range(4)], axis=1)
+    order_BxM = np.argsort(~keep_MxB.T, axis=1, kind="stable")
+    np.testing.assert_array_equal(bp.first_after(order_BxM, np.int32(k)), balanced.first_after(order_BxM, k))
+
+
+def unequal_run(counts, T=6, seed=0):
+  rng = np.random.default_rng(seed)
+  keep_MxN = np.stack([rng.permutation(M) < k for k in counts], axis=1)
+  loss_MxNxT = rng.gamma(2.0, 0.5, size=(M, len(counts), T)) * np.where(keep_MxN, 0.8, 1.0)[:, :, None]
+  mask_NxT = rng.uniform(size=(len(counts), T)) < 0.8
+  mask_NxT[:, :2] = True
+  return loss_MxNxT.astype(np.float32), keep_MxN, mask_NxT
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_jax_backend_compiles_one_program_per_bucket(offline):
+  # Canaries with 14, 15, 16 and 17 IN models of 40 (two buckets) and one with 12 (a class fitted on its kept rows:
+  # a static program of its own): three compiles for five counts, scores equal to the numpy backend's.
+  counts = [14, 15, 16, 17, 12] * 2
+  loss, keep, mask = unequal_run(counts)
+  kept, _ = lira.scoring.applicable_variants(VARIANTS, lira.Scoring(offline=offline))
+  fields = dict(offline=offline, statistic="logit")
+  numpy_s = [lira.Scoring(covariance=c, shared=s, **fields) for _, c, s in kept]
+  jax_s = [lira.Scoring(covariance=c, shared=s, backend="jax", **fields) for _, c, s in kept]
+  before = loo_device.jitted()._cache_size()
+  got = lira.leave_one_out_variants(loss, keep, jax_s, mask_NxT=mask, block_size=2)
+  assert loo_device.jitted()._cache_size() == before + 3
+  want = lira.leave_one_out_variants(loss, keep, numpy_s, mask_NxT=mask, block_size=2)
+  assert_backends_equal(np.stack(want), np.stack(got))
+
+
+def test_cholesky_and_the_removal_inverse_equal_lapack():
+  import jax.numpy as jnp
+  from lira import woodbury
+  from lira.loo_jax import x64_context
+  rng = np.random.default_rng(5)
+  A = rng.normal(size=(4, 3, 7, 7))
+  K = A @ np.swapaxes(A, -1, -2) + 0.1 * np.eye(7)
+  b = rng.normal(size=(4, 3, 7))
+  with x64_context("float64"):
+    F, logdet = woodbury.cholesky(jnp.asarray(K))
+    y = woodbury.cholesky_solve(F, jnp.asarray(b))
+    # the factor of a symmetric positive definite matrix is unique: LAPACK's to rounding (condition ~1e3 here)
+    np.testing.assert_allclose(np.asarray(F), np.linalg.cholesky(K), rtol=1e-10, atol=1e-12)
+    np.testing.assert_allclose(np.asarray(logdet), np.linalg.slogdet(K)[1], rtol=1e-12)
+    np.testing.assert_allclose(np.asarray(y), np.linalg.solve(K, b[..., None])[..., 0], rtol=1e-9, atol=1e-11)
+    for sizes, L in (((3,), 5.0), ((2, 4), 7.0), ((1, 0), 3.0)):
+      inv, logdet_C = woodbury.removal_inverse(jnp, jnp.float64, sizes, jnp.asarray(L))
+      C = woodbury.removal_matrix(sizes, L)
+      np.testing.assert_allclose(np.asarray(inv), np.linalg.inv(C), rtol=1e-13, atol=1e-15)
+      np.testing.assert_allclose(float(logdet_C), np.linalg.slogdet(C)[1], rtol=1e-13, atol=1e-15)
+
+
+def test_padded_programs_with_the_devices_solver(monkeypatch):
+  # GPUs and TPUs solve removals of more than two rows with the device's solver (LAPACK's LU on a CPU, where the
+  # tests run it at sizes too small for the batch pool to deadlock), not the Cholesky written out for XLA's CPU.
+  import jax
+  import jax.numpy as jnp
+  from lira import woodbury
+  from lira.loo_jax import x64_context
+  monkeypatch.setattr(woodbury, "lapack_deadlocks", lambda a: False)
+  fn = jax.jit(bp.padded_balanced, static_argnames=("lay", "oas", "shared", "offline", "floor", "offline_shift"))
+  for k in (14, 23):
+    lay = bp.layout(k, M)
+    x, first, valid = sorted_rows(k, B=2, D=30, seed=k)
+    for shared in (False, True):
+      kw = dict(oas=True, shared=shared, offline=False, floor=1e-6)
+      with x64_context("float64"):
+        got = np.asarray(fn(jnp.asarray(x), jnp.asarray(k), jnp.asarray(first), jnp.asarray(valid), lay=lay, **kw))
+      assert_backends_equal(balanced.sorted_balanced(x, k, first, valid, **kw), got)
