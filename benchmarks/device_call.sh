@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# The open GPU measurements as two prepared device calls, each well inside one 10-minute call; together with two
-# machine starts they fit a 15-minute device budget. Here, first, the pip download line of BENCHMARKS.md ("The jax
+# The open GPU measurements as two prepared device calls, each inside one 10-minute call; together (about 16-17
+# minutes with one machine start) they exceed a 15-minute device budget, so a session runs the sweep first (the
+# science of REPRODUCTION.md) and the checks with what is left, or the checks alone. Here, first, the pip download line of BENCHMARKS.md ("The jax
 # backend's device pipeline") fills .whl/ with the wheels a GPU image lacks. On the device, from the project root:
 #
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
 #     && export PYTHONPATH=/tmp/site:$PWD || exit 1; PART=checks bash benchmarks/device_call.sh
 #
-# PART=checks (about 6 minutes): the leave-one-out pipeline at M = 64 in both precisions (float32 with QR eigh beside
+# PART=checks (about 7 minutes): the leave-one-out pipeline at M = 64 in both precisions (float32 with QR eigh beside
 # jax's default Jacobi: is float32 within 1e-3 of float64?), the paper-shape LSTM step in bf16 with G = auto (no
 # out-of-memory candidate, the plan's estimate against the measured step, train_shadows' first group) and the parts
-# of its step, then one many-IN-count evaluation (the first 448 of 512 models) for as long as its limit allows.
+# of its step, then one many-IN-count evaluation (the first 448 of 512 models: 27 counts, 11 bucketed programs).
 # PART=sweep (about 9-10 minutes): the worst-case LSTM with 512 models trained and evaluated at m = 512, 64, 128,
 # 256, 448 with paper_table's paired differences, then membership_structure (docs/reproduction/worst512/run.sh).
 # Every step has its own time limit and writes what it measured under $OUT as it goes.
@@ -33,7 +34,7 @@ case $PART in
     step train_lstm_bf16 180 $PY benchmarks/train_device.py --shapes lstm_paper --notorch --dtypes bfloat16 \
       --budget_s 150 --out "$OUT/train_device.json"
     step lstm_parts 70 $PY benchmarks/lstm_step_parts.py --dtypes bfloat16 --budget_s 50 --out "$OUT/lstm_parts.json"
-    step many_counts 60 $PY benchmarks/loo_device.py --Ms 448 --keep_of 512 --N 5000 --counts balanced --noevaluate \
+    step many_counts 90 $PY benchmarks/loo_device.py --Ms 448 --keep_of 512 --N 5000 --counts balanced --noevaluate \
       --out "$OUT/many_counts.json"
     ;;
   sweep)
