@@ -65,6 +65,14 @@ def program_keys(counts, M):
   return {k: layout(k, M) if downdated(k, M) else k for k in counts}
 
 
+def removed_rows(key, M):
+  """The most rows a target removes (or, fitted on its kept rows, gathers: 2L) in the program of `key` (an IN count
+  or a Layout): what a block's memory grows with beyond LiRA's half/half split (lira.loo_device.bytes_per_canary)."""
+  if isinstance(key, Layout):
+    return max(sum(key.sizes_in), sum(key.sizes_out))
+  return max(s_own + s_oth if max(s_own, s_oth) <= L else 2 * L for s_own, s_oth, L in balanced.removal_counts(key, M))
+
+
 def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offline, floor, offline_shift="std"):
   """lira.balanced.sorted_balanced of canaries whose first k models are IN, k a traced integer scalar of the
   bucket of `lay`: scores [B, M] in the sorted order."""

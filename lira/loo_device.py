@@ -212,7 +212,7 @@ def jitted():
   return jax.jit(block_scores, static_argnames=("spec", "k"))
 
 
-def bytes_per_canary(M, T, spec):
+def bytes_per_canary(M, T, spec, removed=2):
   """An upper bound on the device memory one canary of a block takes (inputs and XLA's temporaries), in bytes.
 
   Per canary the block holds the [M, T] losses, statistic and features (a few copies, sorted and centred), the
@@ -220,7 +220,8 @@ def bytes_per_canary(M, T, spec):
   bounded by the kept-rows fits' [M, L, D] with L < M / 2 per class), and for OAS the Gram or position-space
   eigenbases ([M, M] or [D, D] plus the [D, min(M, D)] basis) and each target's projections ([M, min(M, D)]). The
   result is about 3x XLA's memory analysis of the compiled block on a CPU (M = 64 and 484, T = 128: 3.1 and 3.3x;
-  tests/lira/test_loo_device.py checks it is never below), a margin for other backends' fusion.
+  tests/lira/test_loo_device.py checks it is never below), a margin for other backends' fusion. removed: the most
+  rows a target of the block's programs removes (lira.balanced_padded.removed_rows; unequal IN counts remove more).
   """
   item = 8 if spec.precision == "float64" else 4
   D = spec.width(T)
@@ -228,6 +229,8 @@ def bytes_per_canary(M, T, spec):
   per = 4 * M * T + 24 * M * D
   if spec.balance_counts:
     per += 8 * M * D
+    if removed > 2:  # each target's removed rows beyond two: gathered rows, projections, their Gram and basis forms
+      per += 6 * M * (removed - 2) * (3 * D + min(M, D) + 2 * removed)
   if any(c == "oas" for c, _ in spec.variants) and D > 1:
     per += 12 * M * R + 4 * (min(M, D) ** 2) + 4 * D * R
   return (item * per * len(spec.variants) // 2 + item * 4 * M * T) // 3

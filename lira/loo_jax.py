@@ -123,13 +123,14 @@ class _Placer:
     return min(free)
 
 
-def block_size(M, T, spec, placer, scorings):
+def block_size(M, T, spec, placer, scorings, removed=2):
   """Canaries per block: on devices that report their memory (GPUs, TPUs), as many as fit in a share of it
-  (per device, times the device count); on CPUs, cache-sized blocks (CPU_BLOCK_BYTES of float64 [B, M, T])."""
+  (per device, times the device count; removed: the most rows a target removes, lira.balanced_padded.removed_rows);
+  on CPUs, cache-sized blocks (CPU_BLOCK_BYTES of float64 [B, M, T])."""
   free = None if placer.platform == "cpu" else placer.free_bytes()
   if free is None:
     return max(1, CPU_BLOCK_BYTES // (8 * M * T)) * len(placer.devices)
-  per_device = int(DEVICE_MEMORY_SHARE * free // loo_device.bytes_per_canary(M, T, spec))
+  per_device = int(DEVICE_MEMORY_SHARE * free // loo_device.bytes_per_canary(M, T, spec, removed))
   return max(1, min(MAX_DEVICE_BLOCK, per_device)) * len(placer.devices)
 
 
@@ -158,13 +159,18 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
   placer = _Placer()
   ndev = len(placer.devices)
   M, _, T = loss_MxNxT.shape
-  bs = block_size or globals()["block_size"](M, T, spec, placer, scorings)
+  sorts = spec.sorts_models(T)
+  counts = sorted({int(c) for c in np.asarray(keep_MxN[:, mine], bool).sum(axis=0)}) if sorts else [0]
+  # each count's program: its own (k static), or its bucket's (balanced with several counts: k traced)
+  key = balanced_padded.program_keys(counts, M) if base.balance_counts else {k: k for k in counts}
+  programs = list(dict.fromkeys(key.values()))
+  removed = max([2] + [balanced_padded.removed_rows(p, M) for p in programs if base.balance_counts and sorts])
+  bs = block_size or globals()["block_size"](M, T, spec, placer, scorings, removed)
   bs = max(1, min(bs, len(mine)))
   bs = -(-bs // ndev) * ndev  # a multiple of the local device count, so every device gets an equal share
   fn = loo_device.jitted()
   store = np.float32 if base.precision == "float32" else None
   llr_VxMxL = np.empty((len(scorings), M, len(mine)))
-  sorts = spec.sorts_models(T)
   blocks = _blocks(keep_MxN[:, mine], bs, by_in_count=sorts)
 
   def read(at):  # host: the block's raw arrays, padded to bs canaries
@@ -183,10 +189,6 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
     dtype = np.float64 if base.precision == "float64" else np.float32
     gv = tuple(None if g is None else tuple(placer.put_replicated(np.asarray(v, dtype)) for v in g)
                for g in global_vars)
-    counts = sorted({int(keep_MxN[:, mine[b[0]]].sum()) for b in blocks}) if sorts else [0]
-    # each count's program: its own (k static), or its bucket's (balanced with several counts: k traced)
-    key = balanced_padded.program_keys(counts, M) if base.balance_counts else {k: k for k in counts}
-    programs = list(dict.fromkeys(key.values()))
     if precompile is None:
       precompile = placer.platform != "cpu" and placer.mesh is None and len(programs) > 1
     first = read(blocks[0])

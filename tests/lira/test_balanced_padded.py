@@ -139,3 +139,20 @@ def test_padded_programs_with_the_devices_solver(monkeypatch):
       with x64_context("float64"):
         got = np.asarray(fn(jnp.asarray(x), jnp.asarray(k), jnp.asarray(first), jnp.asarray(valid), lay=lay, **kw))
       assert_backends_equal(balanced.sorted_balanced(x, k, first, valid, **kw), got)
+
+
+def test_memory_estimate_bounds_xla_for_padded_programs():
+  # Unequal counts remove more rows per target (lira.balanced_padded.removed_rows); the block size on GPUs and TPUs
+  # follows bytes_per_canary with that count, which must not undercount what XLA allocates for the bucket's program.
+  from lira.loo_jax import x64_context
+  B, T = 4, 12
+  lay = bp.layout(15, M)
+  assert bp.removed_rows(lay, M) == 14 and bp.removed_rows(20, M) == 2 and bp.removed_rows(12, M) == 24
+  scorings = [lira.Scoring(covariance=c, shared=s, backend="jax") for _, c, s in VARIANTS]
+  spec = loo_device.Spec.of(scorings, masked=True)
+  loss, keep, mask = unequal_run([15] * B, T=T)
+  with x64_context("float64"):
+    analysis = loo_device.jitted().lower(loss, mask, keep, (None,) * len(scorings), spec=spec,
+                                         k=lay).compile().memory_analysis()
+  used = analysis.temp_size_in_bytes + analysis.argument_size_in_bytes + analysis.output_size_in_bytes
+  assert used <= B * loo_device.bytes_per_canary(M, T, spec, bp.removed_rows(lay, M))
