@@ -123,10 +123,3 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
   i_M = xp.asarray(np.arange(M), dtype=xp.int32)
   return xp.take(scores_BxN, xp.where(i_M < kk, i_M, lay.n_in + i_M - kk), axis=1)
 
-
-def first_after(order_BxM, k):
-  """lira.balanced.first_after for a traced k: per target, the position in the other class of its first model
-  after it in cyclic order."""
-  xp = array_namespace(order_BxM)
-  i_M = xp.asarray(np.arange(order_BxM.shape[1]), dtype=xp.int32)
-  return xp.astype(order_BxM - xp.where(i_M < k, i_M, i_M - k)[None], xp.int32)

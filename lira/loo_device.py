@@ -172,7 +172,7 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
       xs_BxMxD = jnp.take_along_axis(x_BxMxD, order_BxM[:, :, None], axis=1)
       # a padded program's count is traced: the block's (every canary of a block has the same)
       n_in = jnp.sum(keep_BxM[0].astype(jnp.int32)) if padded else k
-      first_BxM = balanced_padded.first_after(order_BxM, n_in)
+      first_BxM = balanced.first_after(order_BxM, n_in)
     sign = member_sign(spec.statistic)
     rows = {}  # univariate or not -> (x, valid, centring) of the sorted rows, shared by the variants
     outs = []

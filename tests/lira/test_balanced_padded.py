@@ -67,11 +67,19 @@ def test_padded_equals_static_for_every_count(D):
 
 
 def test_first_after_with_a_traced_count():
+  # Against a loop: a target's first model of the other class after it is at the position that counts the other
+  # class's models with smaller ids; the same under jit with k traced.
+  import jax
+  import jax.numpy as jnp
   rng = np.random.default_rng(0)
+  traced = jax.jit(balanced.first_after)
   for k in (1, 7, 20, 39):
     keep_MxB = np.stack([rng.permutation(M) < k for _ in range(4)], axis=1)
     order_BxM = np.argsort(~keep_MxB.T, axis=1, kind="stable")
-    np.testing.assert_array_equal(bp.first_after(order_BxM, np.int32(k)), balanced.first_after(order_BxM, k))
+    want = np.array([[np.sum(~keep_MxB[:, b] if keep_MxB[m, b] else keep_MxB[:, b], where=np.arange(M) < m)
+                      for m in order_BxM[b]] for b in range(4)])
+    np.testing.assert_array_equal(balanced.first_after(order_BxM, k), want)
+    np.testing.assert_array_equal(np.asarray(traced(jnp.asarray(order_BxM), jnp.asarray(k))), want)
 
 
 def unequal_run(counts, T=6, seed=0):
