@@ -46,13 +46,15 @@ def removal_counts(k, M):
 def first_after(order_BxM, k):
   """For canaries sorted IN-first (each class in ascending model id, lira.gram.sorted_groups): per target, the
   position in the OTHER class of the first of its models after the target in cyclic order, [B, M] int32 (array
-  API; k a number, or a traced scalar in the jax backend's padded programs).
+  API; k a number, a traced scalar, or one count per canary [B] in the jax backend's padded programs).
 
   The i-th model of its class with id m has m - i models of the other class below it, so that many come before it.
   """
   xp = array_namespace(order_BxM)
   i_M = xp.asarray(np.arange(order_BxM.shape[1]), dtype=xp.int32)
-  return xp.astype(order_BxM - xp.where(i_M < k, i_M, i_M - k)[None], xp.int32)
+  k = xp.asarray(k, dtype=xp.int32)
+  k = k[:, None] if k.ndim == 1 else k  # [B, 1]: a count per canary
+  return xp.astype(order_BxM - xp.where(i_M < k, i_M, i_M - k), xp.int32)
 
 
 def _gather(rows_BxnxX, idx):

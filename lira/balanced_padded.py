@@ -14,7 +14,9 @@ numpy backend's.
 Buckets: d = M - 2k (the count's distance from LiRA's half/half split) with the same sign and |d| in one of
 {0}, {1}, {2}, {3, 4}, {5, ..., 8}, ... share a layout, so the padded removal sizes are at most twice a count's own.
 Counts where a class would drop more rows than it keeps (lira.balanced fits those kept rows directly) keep their
-own static program.
+own static program. A block of the jax backend mixes the counts of a bucket (`per_canary`: the program of one canary,
+its count a traced scalar, mapped over the block's canaries), so a run with many counts pads at most one block per
+bucket.
 """
 
 import dataclasses
@@ -123,3 +125,12 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
   i_M = xp.asarray(np.arange(M), dtype=xp.int32)
   return xp.take(scores_BxN, xp.where(i_M < kk, i_M, lay.n_in + i_M - kk), axis=1)
 
+
+def per_canary(x_BxMxD, k_B, first_BxM, valid_BxD, lay, **options):
+  """`padded_balanced` of canaries with one IN count each (k_B [B] int, every count of the bucket of `lay`), by
+  jax.vmap over the canaries: scores [B, M] in each canary's sorted order. options: padded_balanced's keywords."""
+  import jax
+
+  def one(x_MxD, k, first_M, valid_D):
+    return padded_balanced(x_MxD[None], k, first_M[None], valid_D[None], lay, **options)[0]
+  return jax.vmap(one)(x_BxMxD, k_B, first_BxM, valid_BxD)

@@ -12,8 +12,9 @@ columns, and this function does on the device everything the numpy backend does 
      .sorted_balanced (balanced), lira.gram.sorted_loo (plain OAS), lira.gaussian.loo_diag (plain diagonal); the
      univariate variants take each model's mean over the scored positions, as lira.gaussian.univariate;
   5. the scores put back in model order.
-The block's canaries share one IN count k where the models are sorted (balanced, or plain OAS). k is static, or,
-balanced with canaries of several counts, a traced value: one program per bucket of counts (lira/balanced_padded.py).
+Where the models are sorted (balanced, or plain OAS) a block's canaries share one IN count k, static, or, balanced
+with canaries of several counts, one program per bucket of counts whose canaries each carry their own count, a
+traced value (lira/balanced_padded.py).
 
 Precision: float32 matmuls run at full float32 precision (`jax.default_matmul_precision("highest")` around the
 traced body): the default on GPUs (TF32, 10-bit mantissa) and TPUs (bfloat16 passes) cost two orders of magnitude
@@ -148,8 +149,8 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
 
   loss_MxBxT as stored (any float dtype), mask_BxT bool (ignored unless spec.masked), keep_MxB bool; global_vars:
   per variant None or LiRA's fixed (var_in_M, var_out_M); k: the block's IN count where spec sorts the models, or
-  (balanced) the lira.balanced_padded.Layout of a program for every count of its bucket, the count then read from
-  keep_MxB on the device.
+  (balanced) the lira.balanced_padded.Layout of a program for every count of its bucket, each canary's count then
+  read from keep_MxB on the device.
   """
   import jax
   import jax.numpy as jnp
@@ -170,8 +171,8 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
       order_BxM = jnp.argsort((~keep_BxM).astype(jnp.int8), axis=1, stable=True)
       inverse_BxM = jnp.argsort(order_BxM, axis=1)
       xs_BxMxD = jnp.take_along_axis(x_BxMxD, order_BxM[:, :, None], axis=1)
-      # a padded program's count is traced: the block's (every canary of a block has the same)
-      n_in = jnp.sum(keep_BxM[0].astype(jnp.int32)) if padded else k
+      # a padded program's counts are traced, one per canary (a block mixes the counts of its bucket)
+      n_in = jnp.sum(keep_BxM.astype(jnp.int32), axis=1) if padded else k
       first_BxM = balanced.first_after(order_BxM, n_in)
     sign = member_sign(spec.statistic)
     rows = {}  # univariate or not -> (x, valid, centring) of the sorted rows, shared by the variants
@@ -188,9 +189,8 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
           x = _after(x, outs[-1])
           centring = None if centring is None else (_after(centring[0], outs[-1]),) + tuple(centring[1:])
         if padded:
-          out = balanced_padded.padded_balanced(x, n_in, first_BxM, valid, k, oas=oas, shared=shared,
-                                                offline=spec.offline, floor=spec.floor,
-                                                offline_shift=spec.offline_shift)
+          out = balanced_padded.per_canary(x, n_in, first_BxM, valid, k, oas=oas, shared=shared,
+                                           offline=spec.offline, floor=spec.floor, offline_shift=spec.offline_shift)
         elif spec.balance_counts:
           out = balanced.sorted_balanced(x, k, first_BxM, valid, oas=oas, shared=shared, offline=spec.offline,
                                          floor=spec.floor, offline_shift=spec.offline_shift, centring=centring)

@@ -7,9 +7,10 @@ IN-first model order and every requested variant's scores on the device and retu
 The maths is not copied: lira/gaussian.py (loo_diag), lira/gram.py (sorted_loo) and lira/balanced.py
 (sorted_balanced) are written against the Python array API, and the numpy backend runs the same functions. What
 stays on the host: the input checks, LiRA's pooled variance (--fix_variance, a pass of its own) and splitting the
-canaries into blocks (grouped by IN count where the models are sorted, so a block has one IN count). Balanced runs
-with several counts compile one program per bucket of counts, the count a traced value (lira/balanced_padded.py),
-plain OAS one per count; on one GPU or TPU every program is compiled up front, concurrently in host threads.
+canaries into blocks (grouped by program where the models are sorted). Balanced runs with several counts compile
+one program per bucket of counts, each canary's count a traced value, so a block mixes the counts of its bucket
+(lira/balanced_padded.py); plain OAS compiles one per count; on one GPU or TPU every program is compiled up front,
+concurrently in host threads.
 
 Blocks have one fixed size (the last padded by repeating its last canary, whose scores are dropped), chosen from the
 devices' free memory on GPUs and TPUs (lira.loo_device.bytes_per_canary) and cache-sized on CPUs. Two host threads
@@ -171,7 +172,12 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
   fn = loo_device.jitted()
   store = np.float32 if base.precision == "float32" else None
   llr_VxMxL = np.empty((len(scorings), M, len(mine)))
-  blocks = _blocks(keep_MxN[:, mine], bs, by_in_count=sorts)
+  program_L = None
+  if sorts:  # each canary's program, as an index into `programs`: a block holds one program's canaries
+    index = {p: i for i, p in enumerate(programs)}
+    n_in_L = np.asarray(keep_MxN[:, mine], bool).sum(axis=0)
+    program_L = np.array([index[key[int(c)]] for c in n_in_L], dtype=np.int64)
+  blocks = _blocks(program_L, len(mine), bs)
 
   def read(at):  # host: the block's raw arrays, padded to bs canaries
     at = np.sort(at)
@@ -259,18 +265,17 @@ def _one_blas_thread():
   return threadpoolctl.threadpool_limits(1, user_api="blas")
 
 
-def _blocks(keep_MxL, bs, by_in_count):
-  """Blocks of at most bs canary positions; by_in_count: each block's canaries share one IN count (a static k).
+def _blocks(program_L, L, bs):
+  """Blocks of at most bs of the L canary positions; program_L (or None): each canary's program, and a block holds
+  the canaries of one program (one static IN count, or a bucket of counts, lira/balanced_padded.py).
 
-  Canaries are stably sorted by IN count, so runs where every canary has the same count (LiRA's usual half/half
-  split) keep contiguous, memory-map-friendly blocks; each count's last block is padded, at most one per count.
+  Canaries are stably sorted by program, so runs where every canary has the same count (LiRA's usual half/half
+  split) keep contiguous, memory-map-friendly blocks; each program's last block is padded, at most one per program.
   """
-  L = keep_MxL.shape[1]
-  if not by_in_count:
+  if program_L is None:
     return [np.arange(lo, min(lo + bs, L)) for lo in range(0, L, bs)]
-  n_in_L = keep_MxL.sum(axis=0)
-  order = np.argsort(n_in_L, kind="stable")
-  starts = np.flatnonzero(np.r_[True, np.diff(n_in_L[order]) != 0, True])
+  order = np.argsort(program_L, kind="stable")
+  starts = np.flatnonzero(np.r_[True, np.diff(program_L[order]) != 0, True])
   return [order[lo:min(lo + bs, hi)] for lo_g, hi in zip(starts[:-1], starts[1:]) for lo in range(lo_g, hi, bs)]
 
 

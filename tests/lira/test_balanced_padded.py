@@ -11,6 +11,7 @@ import lira
 from lira import balanced
 from lira import balanced_padded as bp
 from lira import loo_device
+from lira import loo_jax
 from lira.scoring import VARIANTS
 from test_loo_jax import assert_backends_equal
 
@@ -80,6 +81,13 @@ def test_first_after_with_a_traced_count():
                       for m in order_BxM[b]] for b in range(4)])
     np.testing.assert_array_equal(balanced.first_after(order_BxM, k), want)
     np.testing.assert_array_equal(np.asarray(traced(jnp.asarray(order_BxM), jnp.asarray(k))), want)
+  # one count per canary (a block of the jax backend mixes the counts of a bucket): each canary's row as its own
+  counts = np.array([14, 15, 17, 16, 15])
+  keep_MxB = np.stack([rng.permutation(M) < k for k in counts], axis=1)
+  order_BxM = np.argsort(~keep_MxB.T, axis=1, kind="stable")
+  want = np.stack([balanced.first_after(order_BxM[b:b + 1], int(k))[0] for b, k in enumerate(counts)])
+  np.testing.assert_array_equal(balanced.first_after(order_BxM, counts), want)
+  np.testing.assert_array_equal(np.asarray(traced(jnp.asarray(order_BxM), jnp.asarray(counts))), want)
 
 
 def unequal_run(counts, T=6, seed=0):
@@ -94,7 +102,8 @@ def unequal_run(counts, T=6, seed=0):
 @pytest.mark.parametrize("offline", [False, True])
 def test_jax_backend_compiles_one_program_per_bucket(offline):
   # Canaries with 14, 15, 16 and 17 IN models of 40 (two buckets) and one with 12 (a class fitted on its kept rows:
-  # a static program of its own): three compiles for five counts, scores equal to the numpy backend's.
+  # a static program of its own): three compiles for five counts, blocks of three that mix the counts of a bucket,
+  # scores equal to the numpy backend's.
   counts = [14, 15, 16, 17, 12] * 2
   loss, keep, mask = unequal_run(counts)
   kept, _ = lira.scoring.applicable_variants(VARIANTS, lira.Scoring(offline=offline))
@@ -102,10 +111,23 @@ def test_jax_backend_compiles_one_program_per_bucket(offline):
   numpy_s = [lira.Scoring(covariance=c, shared=s, **fields) for _, c, s in kept]
   jax_s = [lira.Scoring(covariance=c, shared=s, backend="jax", **fields) for _, c, s in kept]
   before = loo_device.jitted()._cache_size()
-  got = lira.leave_one_out_variants(loss, keep, jax_s, mask_NxT=mask, block_size=2)
+  got = lira.leave_one_out_variants(loss, keep, jax_s, mask_NxT=mask, block_size=3)
   assert loo_device.jitted()._cache_size() == before + 3
   want = lira.leave_one_out_variants(loss, keep, numpy_s, mask_NxT=mask, block_size=2)
   assert_backends_equal(np.stack(want), np.stack(got))
+
+
+def test_blocks_mix_the_counts_of_a_bucket():
+  # One block per program where it fits: the four counts of two buckets in two blocks, the static count in a third;
+  # every canary once, and no block with canaries of two programs.
+  counts = np.array([14, 15, 16, 17, 12] * 2)
+  keys = bp.program_keys(sorted(set(counts.tolist())), M)
+  programs = list(dict.fromkeys(keys.values()))
+  program_L = np.array([programs.index(keys[int(c)]) for c in counts])
+  blocks = loo_jax._blocks(program_L, len(counts), 4)
+  assert sorted(np.concatenate(blocks).tolist()) == list(range(len(counts)))
+  assert len(blocks) == 3 and all(len(set(program_L[b].tolist())) == 1 for b in blocks)
+  assert sorted(len(set(counts[b].tolist())) for b in blocks) == [1, 2, 2]
 
 
 def test_cholesky_and_the_removal_inverse_equal_lapack():
