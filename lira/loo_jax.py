@@ -12,8 +12,9 @@ one program per bucket of counts, each canary's count a traced value, so a block
 (lira/balanced_padded.py); plain OAS compiles one per count; on one GPU or TPU every program is compiled up front,
 concurrently in host threads.
 
-Blocks have one fixed size (the last padded by repeating its last canary, whose scores are dropped), chosen from the
-devices' free memory on GPUs and TPUs (lira.loo_device.bytes_per_canary) and cache-sized on CPUs. Two host threads
+A program's blocks have one fixed size (the last padded by repeating its last canary, whose scores are dropped),
+chosen from the devices' free memory on GPUs and TPUs (lira.loo_device.bytes_per_canary) and cache-sized on CPUs,
+or smaller for a program with fewer canaries than that. Two host threads
 read the next blocks while the device scores; on GPUs and TPUs the next block is uploaded and queued behind the
 current one (double buffering).
 
@@ -177,14 +178,18 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
     index = {p: i for i, p in enumerate(programs)}
     n_in_L = np.asarray(keep_MxN[:, mine], bool).sum(axis=0)
     program_L = np.array([index[key[int(c)]] for c in n_in_L], dtype=np.int64)
-  blocks = _blocks(program_L, len(mine), bs)
+  blocks = _blocks(program_L, len(mine), bs, ndev)
 
-  def read(at):  # host: the block's raw arrays, padded to bs canaries
+  def read(block):  # host: the block's raw arrays, padded to its program's block size
+    at, size = block
     at = np.sort(at)
     cols = mine[at]
     loss = np.asarray(_columns(loss_MxNxT, cols), dtype=store)
     mask = np.asarray(mask_NxT[cols], bool) if mask_NxT is not None else np.ones((len(cols), 1), bool)
-    return at, _pad(loss, bs, 1), _pad(mask, bs, 0), _pad(np.asarray(keep_MxN[:, cols], bool), bs, 1)
+    return at, _pad(loss, size, 1), _pad(mask, size, 0), _pad(np.asarray(keep_MxN[:, cols], bool), size, 1)
+
+  def program(keep_MxB):  # a block's program key (its first canary's: a block holds one program's canaries)
+    return key[int(keep_MxB[:, 0].sum()) if sorts else 0]
 
   # XLA's CPU backend scores one block at a time (jaxlib 0.10.2 deadlocked with two blocks' eigh calls in its LAPACK
   # batch pool on 2 cores); a GPU or TPU queues the next block behind the current one on its stream.
@@ -197,15 +202,20 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
                for g in global_vars)
     if precompile is None:
       precompile = placer.platform != "cpu" and placer.mesh is None and len(programs) > 1
-    first = read(blocks[0])
-    compiled = (_compiled(fn, [placer.put(a, ax) for a, ax in zip(first[1:], (1, 0, 1))], gv, spec, programs,
-                          base.precision) if precompile else None)
+    compiled = None
+    if precompile:  # each program at its first block's shapes (a program's blocks share one size)
+      firsts = {}
+      for at, size in blocks:
+        p = programs[program_L[at[0]]] if sorts else key[0]
+        if p not in firsts:
+          firsts[p] = [placer.put(a, ax) for a, ax in zip(read((at, size))[1:], (1, 0, 1))]
+      compiled = _compiled(fn, firsts, gv, spec, base.precision)
     for at, loss, mask, keep in tqdm(_prefetched(read, blocks), total=len(blocks), disable=not progress,
                                      leave=False, desc=desc):
       args = (placer.put(loss, 1), placer.put(mask, 0), placer.put(keep, 1))
       while len(in_flight) > ahead:
         _collect(in_flight.pop(0), llr_VxMxL)
-      k = key[int(keep[:, 0].sum()) if sorts else 0]
+      k = program(keep)
       in_flight.append((at, compiled[k](*args, gv) if compiled else fn(*args, gv, spec=spec, k=k)))
     while in_flight:
       _collect(in_flight.pop(0), llr_VxMxL)
@@ -214,9 +224,9 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
   return [_gather(llr_MxL, bounds) for llr_MxL in llr_VxMxL]
 
 
-def _compiled(fn, args, gv, spec, programs, precision):
-  """{k: the block compiled for k} for every program key k (an IN count, or a lira.balanced_padded.Layout), compiled
-  in host threads at once.
+def _compiled(fn, args_by_program, gv, spec, precision):
+  """{k: the block compiled for k} for every program key k (an IN count, or a lira.balanced_padded.Layout) of
+  args_by_program ({k: a block's device arrays (loss, mask, keep)}), compiled in host threads at once.
 
   XLA compiles outside Python's GIL, so the programs of a model subset (a count's own, or a bucket's) compile side
   by side on the host's cores instead of one after another as the blocks reach them. Each thread enters the
@@ -227,10 +237,10 @@ def _compiled(fn, args, gv, spec, programs, precision):
 
   def one(k):
     with x64_context(precision):
-      return k, fn.lower(*args, gv, spec=spec, k=k).compile()
+      return k, fn.lower(*args_by_program[k], gv, spec=spec, k=k).compile()
 
-  with concurrent.futures.ThreadPoolExecutor(max(1, min(len(programs), os.cpu_count() or 1))) as pool:
-    return dict(pool.map(one, programs))
+  with concurrent.futures.ThreadPoolExecutor(max(1, min(len(args_by_program), os.cpu_count() or 1))) as pool:
+    return dict(pool.map(one, args_by_program))
 
 
 def _columns(loss_MxNxT, cols):
@@ -265,18 +275,25 @@ def _one_blas_thread():
   return threadpoolctl.threadpool_limits(1, user_api="blas")
 
 
-def _blocks(program_L, L, bs):
-  """Blocks of at most bs of the L canary positions; program_L (or None): each canary's program, and a block holds
-  the canaries of one program (one static IN count, or a bucket of counts, lira/balanced_padded.py).
+def _blocks(program_L, L, bs, ndev=1):
+  """[(canary positions, padded size)] of blocks of at most bs of the L canary positions; program_L (or None): each
+  canary's program, and a block holds the canaries of one program (one static IN count, or a bucket of counts,
+  lira/balanced_padded.py).
 
   Canaries are stably sorted by program, so runs where every canary has the same count (LiRA's usual half/half
-  split) keep contiguous, memory-map-friendly blocks; each program's last block is padded, at most one per program.
+  split) keep contiguous, memory-map-friendly blocks. A program's blocks share one size (one compile): bs, or, for a
+  program with fewer canaries, their count rounded up to a multiple of ndev (the local devices), so a model subset's
+  small programs are not padded to a block sized for the whole run.
   """
   if program_L is None:
-    return [np.arange(lo, min(lo + bs, L)) for lo in range(0, L, bs)]
+    return [(np.arange(lo, min(lo + bs, L)), bs) for lo in range(0, L, bs)]
   order = np.argsort(program_L, kind="stable")
   starts = np.flatnonzero(np.r_[True, np.diff(program_L[order]) != 0, True])
-  return [order[lo:min(lo + bs, hi)] for lo_g, hi in zip(starts[:-1], starts[1:]) for lo in range(lo_g, hi, bs)]
+  out = []
+  for lo_g, hi in zip(starts[:-1], starts[1:]):
+    size = min(bs, -(-(hi - lo_g) // ndev) * ndev)
+    out += [(order[lo:min(lo + size, hi)], size) for lo in range(lo_g, hi, size)]
+  return out
 
 
 def _collect(block, llr_VxMxL):

@@ -118,16 +118,20 @@ def test_jax_backend_compiles_one_program_per_bucket(offline):
 
 
 def test_blocks_mix_the_counts_of_a_bucket():
-  # One block per program where it fits: the four counts of two buckets in two blocks, the static count in a third;
-  # every canary once, and no block with canaries of two programs.
+  # One block per program where it fits: the four counts of two buckets in two blocks, the static count in a third,
+  # sized to its two canaries (a multiple of the device count, 2 here), not to the run's block size; every canary
+  # once, and no block with canaries of two programs.
   counts = np.array([14, 15, 16, 17, 12] * 2)
   keys = bp.program_keys(sorted(set(counts.tolist())), M)
   programs = list(dict.fromkeys(keys.values()))
   program_L = np.array([programs.index(keys[int(c)]) for c in counts])
-  blocks = loo_jax._blocks(program_L, len(counts), 4)
-  assert sorted(np.concatenate(blocks).tolist()) == list(range(len(counts)))
-  assert len(blocks) == 3 and all(len(set(program_L[b].tolist())) == 1 for b in blocks)
-  assert sorted(len(set(counts[b].tolist())) for b in blocks) == [1, 2, 2]
+  blocks = loo_jax._blocks(program_L, len(counts), 6, ndev=2)
+  ats = [at for at, _ in blocks]
+  assert sorted(np.concatenate(ats).tolist()) == list(range(len(counts)))
+  assert len(blocks) == 3 and all(len(set(program_L[at].tolist())) == 1 for at in ats)
+  assert sorted((len(set(counts[at].tolist())), size) for at, size in blocks) == [(1, 2), (2, 4), (2, 4)]
+  # a program with more canaries than the block size: full blocks, the last padded to the same size
+  assert [size for _, size in loo_jax._blocks(np.zeros(7, int), 7, 3)] == [3, 3, 3]
 
 
 def test_cholesky_and_the_removal_inverse_equal_lapack():

@@ -222,15 +222,17 @@ def test_float32_within_its_error_at_paper_shape(covariance, shared, balance_cou
 
 
 @pytest.mark.parametrize("balance_counts", [False, True])
-def test_counts_compiled_up_front_equal_compiled_on_demand(balance_counts):
+@pytest.mark.parametrize("block_size", [2, 4])
+def test_counts_compiled_up_front_equal_compiled_on_demand(balance_counts, block_size):
   # A device with several IN counts compiles every count's block at once in host threads (on GPUs and TPUs by
-  # default); forced here on the CPU, the scores are those of the blocks compiled one by one, bit for bit.
+  # default); forced here on the CPU, the scores are those of the blocks compiled one by one, bit for bit. With 4
+  # canaries per block the two programs' blocks differ in size (6 and 3 canaries of counts 6 and 7: 4 and 3).
   from lira import loo_jax
   loss, keep, mask = ragged()
   scorings = [lira.Scoring(covariance=c, shared=s, balance_counts=balance_counts, backend="jax")
               for c, s in (("oas", False), ("independent", True))]
   idx = np.arange(loss.shape[1])
-  kw = dict(global_vars=[None, None], block_size=2)
+  kw = dict(global_vars=[None, None], block_size=block_size)
   ahead = loo_jax.score_variants(loss, mask, keep, idx, scorings, precompile=True, **kw)
   lazy = loo_jax.score_variants(loss, mask, keep, idx, scorings, precompile=False, **kw)
   assert len({int(c) for c in keep.sum(axis=0)}) > 1
