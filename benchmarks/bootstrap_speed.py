@@ -30,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lira import metrics  # noqa: E402
+from lira import weighted_roc  # noqa: E402
 from lira.errors import InputError  # noqa: E402
 from lira.metrics import (DEFAULT_FPRS, LEVEL, N_BOOT, _json_floats, _percentile_ci, bootstrap_weights,  # noqa: E402
                           check_pairs, curve_tpr_at_fpr, downsample_roc, fpr_key, is_resolved, min_negatives)
@@ -113,7 +114,7 @@ def rank_pairs(scores_MxN, labels_MxN, valid_MxN=None):
 
 def weighted_stats(ranked, w_BxN, fprs):
   """The replaced replicates: lira.metrics keeps them as the fallback outside its exact-integer range."""
-  return metrics._weighted_stats_reference(ranked, w_BxN, fprs)
+  return weighted_roc.weighted_stats_reference(ranked, w_BxN, fprs)
 
 
 def bootstrap_ci(scores_MxN, labels_MxN, fprs=DEFAULT_FPRS, n_boot=N_BOOT, level=LEVEL, seed=0, valid_MxN=None):

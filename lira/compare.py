@@ -9,6 +9,7 @@ differences is the interval of the difference (the same replicates as lira.metri
 import numpy as np
 
 from lira import metrics
+from lira import weighted_roc
 from lira.errors import InputError
 
 
@@ -27,10 +28,10 @@ def paired_difference(scores_a_MxN, scores_b_MxN, labels_MxN, fprs=metrics.DEFAU
   fprs = tuple(float(f) for f in fprs)
   ranked = [metrics.rank_pairs(s, labels_MxN, valid_MxN) for s in (scores_a_MxN, scores_b_MxN)]
   w_BxN = metrics.bootstrap_weights(ranked[0].n_canaries, n_boot, seed)
-  (tpr_a_BxF, auc_a_B), (tpr_b_BxF, auc_b_B) = (metrics.weighted_stats(r, w_BxN, fprs) for r in ranked)
+  (tpr_a_BxF, auc_a_B), (tpr_b_BxF, auc_b_B) = (weighted_roc.weighted_stats(r, w_BxN, fprs) for r in ranked)
   ones_1xN = np.ones((1, ranked[0].n_canaries), np.int64)
   (tpr_a_F, auc_a), (tpr_b_F, auc_b) = (
-      (t[0], a[0]) for t, a in (metrics.weighted_stats(r, ones_1xN, fprs) for r in ranked))
+      (t[0], a[0]) for t, a in (weighted_roc.weighted_stats(r, ones_1xN, fprs) for r in ranked))
   ok_B = np.isfinite(auc_a_B) & np.isfinite(auc_b_B)
 
   def entry(a, b, d_B):

@@ -1,10 +1,10 @@
 """The canary bootstrap's replicates with jax.numpy on jax's default device: lira.metrics.bootstrap_ci(backend="jax").
 
-The host sorts the pairs once (lira.metrics.rank_pairs) and turns the integer sums into TPRs and AUCs with the numpy
-backend's float64 operations (lira.metrics._finish); the device computes each replicate's exact integer sums (running
-negative weights, the AUC's sum over positives, the TPR numerators) in jax's 64-bit mode, entered as a context. The
-replicates go in chunks of one fixed size (the last padded with zero weights) and the tie groups' counts are padded to
-the number of pairs, so the attack variants of one run (same pairs, other scores) share one compilation.
+The host sorts the pairs once (lira.metrics.rank_pairs) and turns the integer sums into TPRs and AUCs with the
+numpy backend's float64 operations (lira.weighted_roc._finish); the device computes each replicate's exact integer
+sums (running negative weights, the AUC's sum over positives, the TPR numerators) in jax's 64-bit mode, entered as a
+context. The replicates go in chunks of one fixed size (the last padded with zero weights) and the tie groups' counts
+are padded to the number of pairs, so the attack variants of one run (same pairs, other scores) share one compilation.
 """
 
 import functools
@@ -15,7 +15,7 @@ _CHUNK_BYTES = 2**30  # one [replicates, pairs] integer array of a chunk stays u
 
 
 def pair_sums(ranked, w_BxN, bound_BxF, dtype):
-  """Each replicate's exact AUC sum [B] and TPR numerators [B, F] (lira.metrics._pair_sums' quantities, int64)
+  """Each replicate's exact AUC sum [B] and TPR numerators [B, F] (lira.weighted_roc._pair_sums' quantities, int64)
   on jax's default device; w_BxN integer weights, bound_BxF the negative-count bounds, dtype the running sums'."""
   n_boot, n_pairs = w_BxN.shape[0], max(1, ranked.score_P.size)
   s_B, num_BxF = np.zeros(n_boot, np.int64), np.zeros(bound_BxF.shape, np.int64)
@@ -39,7 +39,7 @@ def pair_sums(ranked, w_BxN, bound_BxF, dtype):
 
 @functools.lru_cache(maxsize=None)
 def _sums():
-  """The jitted kernel: a chunk's AUC sums [C] and TPR numerators [C, F] (lira.metrics._pair_sums' quantities)."""
+  """The jitted kernel: a chunk's AUC sums [C] and TPR numerators [C, F] (lira.weighted_roc._pair_sums' quantities)."""
   import jax
   import jax.numpy as jnp
 

@@ -9,6 +9,7 @@ import pytest
 from sklearn import metrics as skm
 
 from lira import metrics
+from lira import weighted_roc
 from lira.errors import InputError
 from lira.reports import tables
 
@@ -78,8 +79,8 @@ def test_tpr_at_fpr_random_matches_brute_force():
 def _ranked_curve(ranked, w_N):
   """The ROC (fpr, tpr, thresholds) that rank_pairs' tie groups describe when pair (m, n) weighs w_N[n]."""
   w_1xN = np.asarray(w_N, dtype=np.int64)[None]
-  cn_P1 = metrics._cumulative(w_1xN, ranked.canary_neg_Pn)[0]
-  cp_P1 = metrics._cumulative(w_1xN, ranked.canary_pos_Pp)[0]
+  cn_P1 = weighted_roc._cumulative(w_1xN, ranked.canary_neg_Pn)[0]
+  cp_P1 = weighted_roc._cumulative(w_1xN, ranked.canary_pos_Pp)[0]
   fps_G1 = cn_P1[ranked.nneg_upto_G1].astype(np.float64)
   tps_G1 = cp_P1[ranked.npos_upto_G1].astype(np.float64)
   thresholds_G1 = np.r_[np.inf, ranked.score_P[ranked.end_P_G]]
@@ -98,7 +99,7 @@ def test_ranked_tie_groups_with_unit_weights_give_sklearns_roc_exactly():
     np.testing.assert_array_equal(fpr, sk_fpr)
     np.testing.assert_array_equal(tpr, sk_tpr)
     np.testing.assert_array_equal(thresholds, sk_thr)
-    tpr_BxF, auc_B = metrics.weighted_stats(ranked, np.ones((1, 30), dtype=int), [0.01, 0.1, 0.5])
+    tpr_BxF, auc_B = weighted_roc.weighted_stats(ranked, np.ones((1, 30), dtype=int), [0.01, 0.1, 0.5])
     sk = [metrics.tpr_at_fpr(scores_MxN[valid_MxN], keep_MxN[valid_MxN], f) for f in (0.01, 0.1, 0.5)]
     np.testing.assert_array_equal(tpr_BxF[0], sk)
     # AUC sums ~100 float64 products in another order than sklearn's trapezoid: ~1e-15 relative.
@@ -120,7 +121,7 @@ def test_weighted_stats_equal_sklearn_with_sample_weight():
   # Bootstrap-like weights with zeros: TPR@FPR and AUC match sklearn with sample_weight.
   fprs = [0.0, 0.01, 0.05, 0.1, 0.25, 0.5]
   w_BxN = np.r_[metrics.bootstrap_weights(n, 5, seed=3), rng.integers(0, 4, size=(3, n))]
-  tpr_BxF, auc_B = metrics.weighted_stats(ranked, w_BxN, fprs)
+  tpr_BxF, auc_B = weighted_roc.weighted_stats(ranked, w_BxN, fprs)
   for b, w_N in enumerate(w_BxN):
     sw = np.broadcast_to(w_N, (m, n)).ravel()
     expect = [metrics.tpr_at_fpr(scores_MxN, keep_MxN, f, sample_weight=sw) for f in fprs]
@@ -164,7 +165,7 @@ def test_bootstrap_steps_do_not_change_results(monkeypatch):
   for decimals in (None, 1):  # steps are cut between tie groups, even where a group is longer than a step
     scores_MxN, keep_MxN = _random_pairs(rng, 8, 60, decimals)
     full = metrics.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
-    monkeypatch.setattr(metrics, "_BLOCK", 5)  # ~50 steps, positives in chunks of 5
+    monkeypatch.setattr(weighted_roc, "_BLOCK", 5)  # ~50 steps, positives in chunks of 5
     stepped = metrics.bootstrap_ci(scores_MxN, keep_MxN, (0.01, 0.1), n_boot=30)
     monkeypatch.undo()
     np.testing.assert_array_equal(full[0], stepped[0])
@@ -335,7 +336,7 @@ def test_weighted_stats_equal_the_previous_implementation_bit_for_bit():
   n_undefined = 0
   for ranked, w_BxN in _equality_cases():
     want = _ref_weighted_stats(ranked, w_BxN, _EQUALITY_FPRS)
-    _assert_equal_stats(metrics.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS), want)
+    _assert_equal_stats(weighted_roc.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS), want)
     n_undefined += np.isnan(want[1]).sum()
   assert n_undefined > 0  # some replicates drew no positive or no negative pair
 
@@ -346,7 +347,7 @@ def test_weighted_stats_outside_the_exact_bounds_run_the_reference():
   ranked = metrics.rank_pairs(scores_MxN, keep_MxN)
   # Weights too large for the 32-bit halves, and negative weights: the reference's own arithmetic.
   for w_BxN in (rng.integers(0, 2**22, size=(3, 20)), rng.integers(-2, 3, size=(3, 20))):
-    _assert_equal_stats(metrics.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS),
+    _assert_equal_stats(weighted_roc.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS),
                         _ref_weighted_stats(ranked, w_BxN, _EQUALITY_FPRS))
 
 
@@ -403,8 +404,8 @@ def test_jax_backend_equals_numpy():
     by_pairs.setdefault(id(ranked), (ranked, []))[1].append(w_BxN)
   for ranked, w_list in by_pairs.values():
     w_BxN = np.concatenate(w_list)
-    _assert_equal_stats(metrics._weighted_stats_on_device(ranked, w_BxN, _EQUALITY_FPRS),
-                        metrics.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS))
+    _assert_equal_stats(weighted_roc.weighted_stats_on_device(ranked, w_BxN, _EQUALITY_FPRS),
+                        weighted_roc.weighted_stats(ranked, w_BxN, _EQUALITY_FPRS))
   rng = np.random.default_rng(16)
   scores_MxN, keep_MxN = _random_pairs(rng, 8, 60, decimals=1)
   kwargs = {"fprs": (0.01, 0.1), "n_boot": 25, "seed": 2}
