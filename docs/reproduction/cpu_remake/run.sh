@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The worst-case LSTM (lstm.py:reproduce_worst: 64 models, 5,000 canaries, T = 128) re-made on a 2-core CPU, then,
 # on that run: the six-variant evaluation and paper_table; membership_structure with the IN-OUT gap scaled x1, x1.5,
-# x2, x4 (experiment 1 of the central question); the pre-registered kappa rule (REPRODUCTION.md, "The kappa
-# exclusion, pre-registered"). Tables and figures go to $OUT (default docs/reproduction/cpu_remake), the run folders
-# to $RUNS (default runs). Resumable: training resumes from its folder, membership_structure from its cells.
+# x2, x4, one draw per cell (experiment 1 of the central question); the pre-registered kappa rule (REPRODUCTION.md,
+# "The kappa exclusion, pre-registered"). Tables and figures go to $OUT (default docs/reproduction/cpu_remake), the
+# run folders to $RUNS (default runs). Resumable: training resumes from its folder, membership_structure from its
+# cells.
 # Run from the project root: bash docs/reproduction/cpu_remake/run.sh
 set -eu
 # (CONFIG, NAME and N, the canary count of the random control, override the setting for a dry run.)
@@ -41,7 +42,7 @@ for d in no_kappa10 no_random10; do
   cp "${R}_$d/paper_table_lstm_worst.md" "$OUT/paper_table_$d.md"
   log "kappa rule: $d"
 done
-log "membership_structure, gaps x1, x1.5, x2, x4"
-$PY -m experiments.membership_structure --run_dir="$R" --gaps=1,1.5,2,4 --noprogress > /dev/null
-for f in md png; do cp "$R/membership_structure/membership_structure_gaps-1+1.5+2+4.$f" "$OUT/membership_structure.$f"; done
+log "membership_structure, gaps x1, x1.5, x2, x4, one draw per cell"
+$PY -m experiments.membership_structure --run_dir="$R" --gaps=1,1.5,2,4 --draws=1 --noprogress > /dev/null
+for f in md png; do cp "$R/membership_structure/membership_structure_gaps-1+1.5+2+4_draws-1.$f" "$OUT/membership_structure.$f"; done
 log "done"
