@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# The worst-case LSTM (lstm.py:reproduce_worst: 64 models, 5,000 canaries, T = 128) re-made on a 2-core CPU, then,
-# on that run: the six-variant evaluation and paper_table; membership_structure with the IN-OUT gap scaled x1, x1.5,
-# x2, x4, one draw per cell (experiment 1 of the central question); the pre-registered kappa rule (REPRODUCTION.md,
-# "The kappa exclusion, pre-registered"). Tables and figures go to $OUT (default docs/reproduction/cpu_remake), the
-# run folders to $RUNS (default runs). Resumable: training resumes from its folder, membership_structure from its
-# cells.
+# A worst-case run re-made on a 2-core CPU (default: the LSTM, lstm.py:reproduce_worst: 64 models, 5,000 canaries,
+# T = 128; the GPT-NeoX: CONFIG=experiments/configs/pythia.py:reproduce_worst NAME=reproduce_pythia_worst_cpu N=2500
+# SETTING=pythia_worst OUT=docs/reproduction/cpu_remake_pythia), then, on that run: the six-variant evaluation and
+# paper_table; membership_structure with the IN-OUT gap scaled x1, x1.5, x2, x4, one draw per cell (experiment 1 of
+# the central question); the pre-registered kappa rule (REPRODUCTION.md, "The kappa exclusion, pre-registered").
+# Tables and figures go to $OUT (default docs/reproduction/cpu_remake), the run folders to $RUNS (default runs).
+# Resumable: training resumes from its folder, membership_structure from its cells.
 # Run from the project root: bash docs/reproduction/cpu_remake/run.sh
 set -eu
-# (CONFIG, NAME and N, the canary count of the random control, override the setting for a dry run.)
+# (CONFIG, NAME, N (the canary count of the random control) and SETTING (paper_table's column) choose the run.)
 OUT=${OUT:-docs/reproduction/cpu_remake}; RUNS=${RUNS:-runs}; PY=${PY:-python}
-CONFIG=${CONFIG:-experiments/configs/lstm.py:reproduce_worst}; N=${N:-5000}
+CONFIG=${CONFIG:-experiments/configs/lstm.py:reproduce_worst}; N=${N:-5000}; SETTING=${SETTING:-lstm_worst}
 R=$RUNS/${NAME:-reproduce_lstm_worst_cpu}
 mkdir -p "$OUT"
 log() { echo "$(date -u +%H:%M:%S) $*" | tee -a "$OUT/log.txt"; }
@@ -20,8 +21,8 @@ cp "$R/config.json" "$OUT/train_config.json"
 log "evaluate"
 $PY -m experiments.evaluate --run_dir="$R" --noprogress > /dev/null
 cp "$R/results.md" "$OUT/results.md"; cp "$R/roc.png" "$OUT/roc.png"
-$PY -m experiments.paper_table --run_dir="$R" --setting=lstm_worst --noprogress > /dev/null
-cp "$R/paper_table_lstm_worst.md" "$OUT/paper_table.md"
+$PY -m experiments.paper_table --run_dir="$R" --setting="$SETTING" --noprogress > /dev/null
+cp "$R/paper_table_$SETTING.md" "$OUT/paper_table.md"
 log "the kappa rule (gaps 1, one draw, as written)"
 $PY -m experiments.membership_structure --run_dir="$R" --gaps=1 --draws=1 --out_dir="${R}_structure" --noprogress \
   > /dev/null
@@ -38,8 +39,8 @@ part no_kappa10 --drop_canaries="$TOP"
 part no_random10 --drop_canaries="$RANDOM10"
 for d in no_kappa10 no_random10; do
   $PY -m experiments.evaluate --run_dir="${R}_$d" --noprogress > /dev/null
-  $PY -m experiments.paper_table --run_dir="${R}_$d" --setting=lstm_worst --noprogress > /dev/null
-  cp "${R}_$d/paper_table_lstm_worst.md" "$OUT/paper_table_$d.md"
+  $PY -m experiments.paper_table --run_dir="${R}_$d" --setting="$SETTING" --noprogress > /dev/null
+  cp "${R}_$d/paper_table_$SETTING.md" "$OUT/paper_table_$d.md"
   log "kappa rule: $d"
 done
 log "membership_structure, gaps x1, x1.5, x2, x4, one draw per cell"
