@@ -1,4 +1,5 @@
-"""Shadow training on one accelerator: the trainer's step against PyTorch, float32 and bfloat16, fixed G and G = auto.
+"""Shadow training on one accelerator: the trainer's step against PyTorch, float32 and bfloat16, fixed G and the group
+size rules (auto, fastest).
 
   python benchmarks/train_device.py                                  # on a GPU machine, within one 10-minute call
   python benchmarks/train_device.py --smoke --out /tmp/train_device.json   # CPU smoke test: tiny shapes, minutes
@@ -14,9 +15,10 @@ Rows of each shape, on random tokens read after BOS with every position scored:
 - seqlira: the trainer's step (training.trainer.make_step, compiled through training.group_plan.compile_step) for
   each G of the shape's grid, at float32 and, where the configs have `train.compute_dtype`, bfloat16; XLA's memory
   estimate and FLOPs beside the measured time;
-- seqlira G = auto: group_plan.make_plan on this device (--M = 64 models, the paper's), the chosen G timed the same
-  way; beside it the plan's own step time (group_plan.measure_step, what `train_shadows --plan` prints) and the
-  G = 1 row's time scaled by XLA's FLOPs, each against the measured time.
+- seqlira G = auto and G = fastest: group_plan.make_plan on this device (--M = 64 models, the paper's; fastest
+  times the step of the groups it compares), the chosen G timed the same way; beside it the plan's own step time
+  (group_plan.measure_step, what `train_shadows --plan` prints) and the G = 1 row's time scaled by XLA's FLOPs, each
+  against the measured time. The fixed-G rows of the same shape are the hand-measured grid to hold the choice to.
 Then `train_shadows` of the paper LSTM config's first group (16 models, one epoch, no evaluation) on the Chit-Chat
 corpus cut into words by a local word-level tokenizer of the paper's vocabulary size (no hub on the device): the
 command's wall time and its group's time as it prints it.
@@ -124,16 +126,17 @@ def seqlira_row(name, s, model, G, dtype, args, compiled=None):
               tflops_per_s=flops / seconds / 1e12, flops=flops, memory_bytes=group_plan.program_bytes(compiled))
 
 
-def auto_row(name, s, model, dtype, args, g1_row):
+def plan_row(name, s, model, dtype, args, g1_row, rule):
   shapes = plan_shapes(s, dtype)
+  examples = np.random.default_rng(1).integers(1, s["fields"]["vocab_size"], (4096, s["T"])).astype(np.int32)
   start = time.perf_counter()
-  plan = group_plan.make_plan(model, args.M, shapes, 256)
+  plan = group_plan.make_plan(model, args.M, shapes, 256, examples_ExT=examples if rule == "fastest" else None)
   plan_s = time.perf_counter() - start
   G = plan.chosen
-  examples = np.random.default_rng(1).integers(1, s["fields"]["vocab_size"], (4096, s["T"])).astype(np.int32)
-  estimate = group_plan.measure_step(model, G, shapes, examples, compiled=plan.compiled.get(G))
+  estimate = plan.candidate(G).step_seconds or group_plan.measure_step(model, G, shapes, examples,
+                                                                       compiled=plan.compiled.get(G))
   row = seqlira_row(name, s, model, G, dtype, args, compiled=plan.compiled.get(G))
-  row.update(G_label="auto", plan_seconds=plan_s, plan=plan.record(), plan_step_s=estimate,
+  row.update(G_label=rule, plan_seconds=plan_s, plan=plan.record(), plan_step_s=estimate,
              plan_step_rel_error=estimate / row["step_s"] - 1)
   if g1_row is not None and g1_row.get("flops"):
     scaled = g1_row["step_s"] * row["flops"] / g1_row["flops"]
@@ -252,7 +255,7 @@ def fmt(row):
     group = f"{row['group_s']:.1f} s" if row.get("group_s") is not None else "n/a"
     return (f"{row['shape']:11} {row['framework']:13} {row['dtype']:9} {row['G']:>8}  command {row['wall_s']:.1f} s, "
             f"group 0 {group} (exit {row['returncode']})")
-  G = f"auto={row['G']}" if row.get("G_label") == "auto" else str(row["G"])
+  G = f"{row['G_label']}={row['G']}" if row.get("G_label") else str(row["G"])
   extra = ""
   if "plan_step_s" in row:
     extra = f"  plan {row['plan_step_s'] * 1e3:.1f} ms ({row['plan_step_rel_error']:+.0%})"
@@ -272,7 +275,9 @@ def main():
   ap.add_argument("--reps", type=int, default=10)
   ap.add_argument("--budget_s", type=float, default=500, help="start no row after this many seconds")
   ap.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated seqlira compute dtypes")
-  ap.add_argument("--noauto", action="store_true", help="skip the G = auto rows")
+  ap.add_argument("--rules", default="auto,fastest", help="comma-separated group size rules to plan and time ('' for "
+                  "none)")
+  ap.add_argument("--noauto", action="store_true", help="skip the group size rules' rows (as --rules '')")
   ap.add_argument("--notorch", action="store_true", help="skip the PyTorch rows")
   ap.add_argument("--notrain_shadows", action="store_true", help="skip the train_shadows row")
   ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "train_device.json"))
@@ -333,8 +338,8 @@ def main():
       for G in s["grid"]:
         row = run(f"{name} seqlira {dtype} {G}", lambda: seqlira_row(name, s, model, G, dtype, args))
         g1 = row if G == 1 and row is not None and "step_s" in row else g1
-      if not args.noauto:
-        run(f"{name} seqlira {dtype} auto", lambda: auto_row(name, s, model, dtype, args, g1))
+      for rule in [r for r in args.rules.split(",") if r and not args.noauto]:
+        run(f"{name} seqlira {dtype} {rule}", lambda: plan_row(name, s, model, dtype, args, g1, rule))
     if name == "lstm_paper" and not args.notrain_shadows:
       run("lstm_paper train_shadows float32 16",
           lambda: train_shadows_row(args, args.budget_s - (time.perf_counter() - start) + 60))

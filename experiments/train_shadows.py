@@ -15,9 +15,9 @@ python -m experiments.train_shadows --config=experiments/configs/pixelcnn.py:cpu
 RMIA's population (config.population: Z sequences no model trains on) is scored on every model into
 RUN_DIR/population_losses.npy; a run folder from before that block resumes without one unless --config.population.*
 is given (experiments.population_losses adds one to a finished run).
---config.shadow.group_size=auto: the largest group that fits the device's memory (training.group_plan), recorded in
-RUN_DIR/config.json; --plan prints the plan (memory and FLOPs per group size, the step time, the estimated training
-time) and exits without training.
+--config.shadow.group_size=auto: the largest group that fits the device's memory (training.group_plan); =fastest: the
+group that fits and trains the run fastest, timed on the device; either recorded in RUN_DIR/config.json. --plan prints
+the plan (memory and FLOPs per group size, the step time, the estimated training time) and exits without training.
 Without progress bars (--noprogress) a line is still printed when resuming and for each finished group.
 Re-running the same command on the same --run_dir resumes; several hosts share the groups with
 --num_processes/--process_id (and --coordinator_address for jax.distributed). SIGTERM keeps the finished groups and
@@ -61,7 +61,7 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0, the sa
 flags.DEFINE_bool("evaluate", True, "Run the six-variant leave-one-out evaluation when all groups are done.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 flags.DEFINE_bool("plan", False, "Print the group plan of the config on the local devices (memory and FLOPs per "
-                  "group size, the G shadow.group_size=auto chooses, a measured step time and the estimated training "
+                  "group size, the G shadow.group_size=auto or =fastest chooses, a measured step time and the estimated training "
                   "time) and exit without training or writing anything.")
 
 _GROUP_SIZE = "--config.shadow.group_size"

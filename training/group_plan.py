@@ -1,13 +1,19 @@
-"""The group size G from the device's memory (`shadow.group_size=auto`), and the plan table of `train_shadows --plan`.
+"""The group size G from the device's memory and speed (`shadow.group_size=auto` or `fastest`), and the plan table of
+`train_shadows --plan`.
 
 For each candidate G (powers of two up to M and M's divisors, ascending) the trainer's step (trainer.make_step, the
 program train_group runs) and the per-token extraction over one batch of canaries (what canary_statistics runs) are
 compiled on abstract inputs, never run. A candidate's memory is the larger of the two programs' XLA estimates,
 arguments + outputs - aliased (donated) buffers + temporaries + generated code, per device; its cost is the step's
-FLOPs (XLA's cost analysis). The chosen G is the largest candidate whose memory is within the limit less a margin:
-the accelerator allocator's `bytes_limit` less what is in use, or on a CPU a share of the host's available memory.
-Memory grows with G, so the largest candidate is compiled first and the others bisected: a few compiles, not one per
-candidate.
+FLOPs (XLA's cost analysis). A candidate fits when its memory is within the limit less a margin: the accelerator
+allocator's `bytes_limit` less what is in use, or on a CPU a share of the host's available memory. Memory grows with
+G, so the largest candidate is compiled first and the others bisected: a few compiles, not one per candidate.
+
+Two rules choose among the candidates that fit. "auto": the largest. "fastest": the one whose run is estimated to
+train fastest, from step times measured on the device (the median of MEASURED_STEPS steps of the trainer's step on
+random training rows): the largest that fits and the powers of two below it are timed, largest first, until one is
+SLOWER_STOP times slower per run than the best so far; among those within TIE of the best the largest G is chosen
+(fewer groups: fewer compiles, extraction passes and checkpoints, which the step time leaves out).
 """
 
 import dataclasses
@@ -26,17 +32,28 @@ HOST_SHARE = 0.5  # CPU: the share of the host's available memory a group may ta
 MEASURED_STEPS = 5  # the plan's step time: their median, after WARMUP_STEPS
 WARMUP_STEPS = 2
 LOGIT_BUFFERS = 3  # float32 [G, B, T, V] buffers the extraction of a language model holds at once (extraction_batch)
+RULES = ("auto", "fastest")  # shadow.group_size values the plan resolves to an integer
+SLOWER_STOP = 1.5  # "fastest": stop timing smaller groups once one is this many times slower per run than the best
+TIE = 0.03  # "fastest": the largest G whose estimated run time is within this share of the fastest
+
+
+BAD_VALUE = 'shadow.group_size must be a positive integer, "auto" or "fastest", got {!r}'
 
 
 def parse(value):
-  """shadow.group_size as the config or a flag gives it: a positive int, or "auto"; ValueError otherwise."""
-  if isinstance(value, str) and value.strip().lower() == "auto":
-    return "auto"
+  """shadow.group_size as the config or a flag gives it: a positive int, or one of RULES; ValueError otherwise."""
+  if isinstance(value, str) and value.strip().lower() in RULES:
+    return value.strip().lower()
   if isinstance(value, str) and value.strip().isdigit():
     value = int(value)
   if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
-    raise ValueError(f'shadow.group_size must be a positive integer or "auto", got {value!r}')
+    raise ValueError(BAD_VALUE.format(value))
   return int(value)
+
+
+def planned(group_size):
+  """Whether shadow.group_size is a rule the plan resolves (RULES), not an integer."""
+  return isinstance(group_size, str) and group_size in RULES
 
 
 def candidates(num_models, multiple=1):
@@ -193,6 +210,7 @@ class Candidate:
   flops: float  # of one training step of the whole group
   fits: bool
   error: str = ""  # why no memory was measured: the compile itself ran out of the device's memory
+  step_seconds: float = 0.0  # the group's measured step time ("fastest" times the candidates it compares); 0: not timed
 
   @property
   def bytes(self):
@@ -210,6 +228,7 @@ class Plan:
   candidates: tuple
   chosen: int
   compiled: dict = dataclasses.field(default=None, compare=False, repr=False)  # G -> its compiled step
+  rule: str = "auto"  # how `chosen` was chosen (RULES)
 
   @property
   def budget_bytes(self):
@@ -222,7 +241,7 @@ class Plan:
     """The plan as config.json's shadow.group_size_plan block."""
     return {"device": self.device, "compute_dtype": self.compute_dtype, "limit_bytes": self.limit_bytes,
             "limit_from": self.limit_from, "margin": self.margin, "budget_bytes": self.budget_bytes,
-            "chosen": self.chosen,
+            "chosen": self.chosen, "rule": self.rule,
             "candidates": [dataclasses.asdict(c) for c in self.candidates]}
 
 
@@ -256,10 +275,11 @@ def with_candidate(plan, model, G, shapes, num_examples, mesh=None):
                              compiled={**plan.compiled, G: step})
 
 
-def make_plan(model, num_models, shapes, num_examples, mesh=None, limit=None):
+def make_plan(model, num_models, shapes, num_examples, mesh=None, limit=None, examples_ExT=None):
   """Choose the largest candidate that fits (1 when none does), compiling as few as memory's growth with G allows:
   the largest candidate first, then a bisection of the rest. `limit`: (bytes, where from), default
-  memory_limit(mesh). The plan lists the candidates compiled."""
+  memory_limit(mesh). With examples_ExT (training rows to time the step on) the rule is "fastest": among the
+  candidates that fit, the one of the least estimated run time (`fastest`). The plan lists the candidates compiled."""
   limit_bytes, limit_from = limit or memory_limit(mesh)
   multiple = mesh.size if mesh is not None and "models" in mesh.axis_names else 1
   budget = int(limit_bytes * (1 - MARGIN))
@@ -277,15 +297,49 @@ def make_plan(model, num_models, shapes, num_examples, mesh=None, limit=None):
     mid = (lo + hi) // 2
     lo, hi = (mid, hi) if fits(mid) else (lo, mid)
   chosen = sizes[lo] if lo >= 0 else sizes[0]
-  return Plan(device_name(mesh), shapes.compute_dtype, int(limit_bytes), limit_from, MARGIN,
+  plan = Plan(device_name(mesh), shapes.compute_dtype, int(limit_bytes), limit_from, MARGIN,
               tuple(tried[G] for G in sorted(tried)), chosen, compiled)
+  if examples_ExT is None or lo < 0:
+    return plan
+  timed = [G for G in sizes[:lo] if _power_of_two(G // multiple)] + [sizes[lo]]
+  return fastest(plan, model, num_models, shapes, num_examples, examples_ExT, timed, mesh)
+
+
+def _power_of_two(n):
+  return n > 0 and n & (n - 1) == 0
+
+
+def fastest(plan, model, num_models, shapes, num_examples, examples_ExT, sizes, mesh=None):
+  """The plan with the rule "fastest": the sizes (ascending, each fitting) timed largest first (measure_step) until
+  one's estimated run is SLOWER_STOP times the best's; chosen: the largest G within TIE of the least estimated run
+  time (estimate_run_seconds, per step of every group)."""
+  run_s = {}
+  for G in reversed(sizes):
+    plan = with_candidate(plan, model, G, shapes, num_examples, mesh)
+    if not plan.candidate(G).fits:
+      continue
+    seconds = measure_step(model, G, shapes, examples_ExT, compiled=plan.compiled.get(G), mesh=mesh)
+    plan = _timed(plan, G, seconds)
+    run_s[G] = estimate_run_seconds(plan, num_models, G, 1, seconds)
+    if run_s[G] > SLOWER_STOP * min(run_s.values()):
+      break
+  # again with every candidate compiled by now (a smaller last group is costed by its own FLOPs where known)
+  run_s = {G: estimate_run_seconds(plan, num_models, G, 1, plan.candidate(G).step_seconds) for G in run_s}
+  best = min(run_s.values())
+  chosen = max(G for G, s in run_s.items() if s <= (1 + TIE) * best)
+  return dataclasses.replace(plan, chosen=chosen, rule="fastest")
+
+
+def _timed(plan, G, seconds):
+  cands = tuple(dataclasses.replace(c, step_seconds=seconds) if c.G == G else c for c in plan.candidates)
+  return dataclasses.replace(plan, candidates=cands)
 
 
 def from_record(block):
   """A Plan from config.json's shadow.group_size_plan block."""
   cands = tuple(Candidate(**c) for c in block["candidates"])
   return Plan(block["device"], block["compute_dtype"], block["limit_bytes"], block["limit_from"], block["margin"],
-              cands, block["chosen"])
+              cands, block["chosen"], rule=block.get("rule", "auto"))
 
 
 def measure_step(model, G, shapes, examples_ExT, steps=MEASURED_STEPS, seed=0, compiled=None, mesh=None):
@@ -352,8 +406,9 @@ def seconds_text(s):
 
 
 def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, title, extraction=None):
-  """The readable plan: one row per candidate (memory, per model, FLOPs, fits, step time), then the run's estimate
-  for the G the run uses (`auto`: the chosen one; else the config's), from the step time measured at that G.
+  """The readable plan: one row per candidate (memory, per model, FLOPs, fits, step time: measured where it was,
+  else scaled by FLOPs from G's), then the run's estimate for the G the run uses (`auto`: the plan's choice by its
+  rule; else the config's), from the step time measured at that G.
   extraction: (the extraction batch at that G, train.eval_batch_size), said when given."""
   lines = [title,
            f"memory limit per device: {size_text(plan.limit_bytes)} ({plan.limit_from}); margin {plan.margin:.0%}: a "
@@ -363,8 +418,8 @@ def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, t
            f"{'-' * 5}  {'-' * 10}  {'-' * 10}  {'-' * 11}  {'-' * 4}  {'-' * 24}"]
   ref = plan.candidate(G)
   for c in plan.candidates:
-    if c.G == G:
-      when = f"{seconds_text(step_seconds)} (measured)"
+    if c.G == G or c.step_seconds:
+      when = f"{seconds_text(step_seconds if c.G == G else c.step_seconds)} (measured)"
     elif ref is not None and ref.flops:
       when = f"{seconds_text(step_seconds * c.flops / ref.flops)} (from FLOPs)"
     else:
@@ -382,7 +437,7 @@ def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, t
   total = estimate_run_seconds(plan, num_models, G, steps, step_seconds)
   sizes = group_sizes(num_models, G)
   lines += ["",
-            f"group size {G} ({'auto' if auto else f'the config; auto would choose {plan.chosen}'}): "
+            f"group size {G} ({plan.rule if auto else f'the config; {plan.rule} would choose {plan.chosen}'}): "
             f"{len(sizes)} group(s) of "
             f"{', '.join(map(str, sorted(set(sizes), reverse=True)))} models; {steps_per_epoch} steps per epoch, "
             f"{epochs} epochs, {steps} steps per group",

@@ -40,8 +40,8 @@ def validate(cfg):
   M, G = cfg.shadow.num_models, cfg.shadow.group_size
   if M < 2 or M % 2:
     raise InputError(f"shadow.num_models must be even and >= 2 (every canary IN for exactly M/2 models), got {M}")
-  if G != "auto" and (isinstance(G, bool) or not isinstance(G, int) or G < 1):
-    raise InputError(f'shadow.group_size must be a positive integer or "auto", got {G!r}')
+  if not group_plan.planned(G) and (isinstance(G, bool) or not isinstance(G, int) or G < 1):
+    raise InputError(group_plan.BAD_VALUE.format(G))
   images = family(cfg).data_kind == "images"
   if not images and cfg.data.seq_len < 2:
     raise InputError(f"data.seq_len must be >= 2, got {cfg.data.seq_len}")
@@ -155,20 +155,23 @@ def steps_per_epoch(cfg, data):
 
 
 def plan_group_size(cfg, run_dir, data, model, dp, mesh=None, process_id=0, log=True, poll_s=1.0):
-  """The config with shadow.group_size "auto" resolved: process 0 plans (group_plan.make_plan) and records the
-  chosen G and the plan in config.json; the other processes wait for that record."""
+  """The config with shadow.group_size "auto" or "fastest" resolved: process 0 plans (group_plan.make_plan; for
+  "fastest" timing the step on the run's training rows) and records the chosen G and the plan in config.json; the
+  other processes wait for that record."""
   if process_id != 0:
-    while (resolved := run_config.recorded_group_size(cfg, run_dir)).shadow.group_size == "auto":
+    while group_plan.planned((resolved := run_config.recorded_group_size(cfg, run_dir)).shadow.group_size):
       preemption.check()
       time.sleep(poll_s)
     return resolved
-  plan = group_plan.make_plan(model, cfg.shadow.num_models, plan_shapes(cfg, data, dp), extraction_rows(data), mesh)
+  plan = group_plan.make_plan(model, cfg.shadow.num_models, plan_shapes(cfg, data, dp), extraction_rows(data), mesh,
+                              examples_ExT=_timing_rows(cfg, data))
   run_config.record_group_size(run_dir, plan.record())
   if log:
     c = plan.candidate(plan.chosen)
-    print(f"group size: auto chose G = {plan.chosen} of {', '.join(str(c.G) for c in plan.candidates)} "
+    timed = (f", step {group_plan.seconds_text(c.step_seconds)} measured" if c.step_seconds else "")
+    print(f"group size: {plan.rule} chose G = {plan.chosen} of {', '.join(str(c.G) for c in plan.candidates)} "
           f"({group_plan.size_text(c.bytes)} per device of a {group_plan.size_text(plan.budget_bytes)} budget on "
-          f"{plan.device}; recorded in config.json)", flush=True)
+          f"{plan.device}{timed}; recorded in config.json)", flush=True)
   return run_config.with_group_size(cfg, plan.chosen)
 
 
@@ -187,11 +190,12 @@ def plan_table(cfg, mesh=None, progress=True, title="plan"):
       model = build_model(cfg, data, tmp, progress)
     dp = dp_setup(cfg, tmp, data)
   shapes, rows, M = plan_shapes(cfg, data, dp), extraction_rows(data), cfg.shadow.num_models
-  plan = group_plan.make_plan(model, M, shapes, rows, mesh)
-  auto = cfg.shadow.group_size == "auto"
+  plan = group_plan.make_plan(model, M, shapes, rows, mesh, examples_ExT=_timing_rows(cfg, data))
+  auto = group_plan.planned(cfg.shadow.group_size)
   G = plan.chosen if auto else cfg.shadow.group_size
   plan = group_plan.with_candidate(plan, model, G, shapes, rows, mesh)
-  seconds = group_plan.measure_step(model, G, shapes, data.examples_ExT, compiled=plan.compiled.get(G), mesh=mesh)
+  seconds = plan.candidate(G).step_seconds or group_plan.measure_step(
+      model, G, shapes, data.examples_ExT, compiled=plan.compiled.get(G), mesh=mesh)
   extraction = group_plan.extraction_batch(model, G, shapes.example_shape, shapes.eval_batch_size, mesh)
   return group_plan.table(plan, num_models=M, G=G, auto=auto, steps_per_epoch=steps_per_epoch(cfg, data),
                           epochs=cfg.train.epochs, step_seconds=seconds,
@@ -199,6 +203,11 @@ def plan_table(cfg, mesh=None, progress=True, title="plan"):
                           title=f"{title} on {plan.device}: M = {M} models, batch {cfg.train.batch_size} of "
                                 f"{' x '.join(map(str, shapes.example_shape))} {shapes.example_dtype}, computing in "
                                 f"{shapes.compute_dtype}")
+
+
+def _timing_rows(cfg, data):
+  """The training rows "fastest" times the step on (None for the other rules)."""
+  return data.examples_ExT if cfg.shadow.group_size == "fastest" else None
 
 
 def groups_of(cfg, process_id=0, num_processes=1):
@@ -359,7 +368,7 @@ def is_finished(cfg, run_dir):
   """Whether the run is complete (config.json, every group's losses and losses.npy, and population_losses.npy with
   a population): re-running it then writes nothing into the run folder, which may be read-only. `cfg` as
   run_config.effective_config gives it."""
-  if cfg.shadow.group_size == "auto":  # not planned yet: no group has trained
+  if group_plan.planned(cfg.shadow.group_size):  # not planned yet: no group has trained
     return False
   population = population_lib.settings(cfg)[0] == 0 or os.path.exists(
     os.path.join(run_dir, population_lib.LOSSES_FILE))
@@ -398,7 +407,7 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   run_config.record_population(cfg, run_dir)
   model = build_model(cfg, data, run_dir, progress)
   dp = dp_setup(cfg, run_dir, data)
-  if cfg.shadow.group_size == "auto":  # planned once, before the first group; a resumed run keeps the recorded G
+  if group_plan.planned(cfg.shadow.group_size):  # planned once, before the first group; a resume keeps the record
     cfg = plan_group_size(cfg, run_dir, data, model, dp, mesh, process_id, log_groups)
   if process_id == 0 and not is_finished(cfg, run_dir):  # a finished run's folder is left untouched (read-only)
     write_base_losses(cfg, run_dir, data, model, mesh)

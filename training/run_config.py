@@ -1,8 +1,9 @@
 """A run's config against its run folder: config.json records the config that started the run, and a resumed run
 must bring the same one (training/pipeline.py calls these before it loads any data).
 
-A run started with shadow.group_size "auto" records the G it chose and the plan behind it (training/group_plan.py)
-in config.json's shadow section before its first group trains; resumed with "auto", it keeps that G.
+A run started with shadow.group_size "auto" or "fastest" records the G it chose and the plan behind it
+(training/group_plan.py) in config.json's shadow section before its first group trains; resumed with either rule, it
+keeps that G.
 
 `train.compute_dtype` (compute_dtype) is the one compute-dtype field of every family; GPT-NeoX configs once had
 `model.dtype`, which is read as its alias: a config or config.json with both must give the same value, and one
@@ -123,16 +124,17 @@ def record_population(cfg, run_dir):
 
 
 def with_group_size(cfg, group_size):
-  """A copy of the config with shadow.group_size set to `group_size` (an int or "auto", whatever the field held)."""
+  """A copy of the config with shadow.group_size set to `group_size` (an int, "auto" or "fastest", whatever the field
+  held)."""
   d = cfg.to_dict()
   d["shadow"] = {**d["shadow"], "group_size": group_size}
   return ml_collections.ConfigDict(d)
 
 
 def recorded_group_size(cfg, run_dir):
-  """The config with shadow.group_size "auto" replaced by the integer the run folder's config.json records: a resumed
-  run keeps the G it was started with (and planned). The config itself otherwise."""
-  if cfg.shadow.group_size != "auto" or not os.path.exists(run_folder.config_path(run_dir)):
+  """The config with shadow.group_size "auto" or "fastest" replaced by the integer the run folder's config.json
+  records: a resumed run keeps the G it was started with (and planned). The config itself otherwise."""
+  if not isinstance(cfg.shadow.group_size, str) or not os.path.exists(run_folder.config_path(run_dir)):
     return cfg
   G = run_folder.load_config(run_dir).get("shadow", {}).get("group_size")
   return with_group_size(cfg, G) if isinstance(G, int) and not isinstance(G, bool) else cfg

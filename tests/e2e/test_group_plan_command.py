@@ -34,12 +34,26 @@ def test_plan_prints_the_table_and_writes_nothing(tmp_path, corpus_flags):
   assert not run_dir.exists() and os.listdir(tmp_path) == []
 
 
+@pytest.mark.slow
+def test_plan_with_fastest_times_the_groups_it_compares(tmp_path, corpus_flags):
+  proc = train_shadows("--config=experiments/configs/lstm.py:tiny", *corpus_flags,
+                       "--config.shadow.group_size=fastest", "--plan", f"--run_dir={tmp_path / 'run'}", "--noprogress",
+                       cwd=str(tmp_path))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = [line for line in proc.stdout.splitlines() if line.strip()[:1].isdigit() and " yes " in line]
+  assert sum("(measured)" in row for row in rows) >= 2  # M = 6 fits: 6 timed, then smaller groups
+  chosen = [row for row in rows if row.endswith("<- chosen")]
+  assert len(chosen) == 1 and "(measured)" in chosen[0]
+  assert f"group size {chosen[0].split()[0]} (fastest): " in proc.stdout
+  assert os.listdir(tmp_path) == []
+
+
 @pytest.mark.parametrize("value, shown", [("0", "0"), ("many", "'many'")])
 def test_a_bad_group_size_is_one_line_and_exit_status_2(tmp_path, value, shown):
   proc = train_shadows("--config=experiments/configs/lstm.py:tiny", f"--config.shadow.group_size={value}",
                        f"--run_dir={tmp_path / 'run'}", "--plan")
   assert proc.returncode == 2
   assert proc.stderr.strip().splitlines() == [
-      f'error: --config.shadow.group_size={value}: shadow.group_size must be a positive integer or "auto", got '
-      f"{shown} (see --help)"]
+      f'error: --config.shadow.group_size={value}: shadow.group_size must be a positive integer, "auto" or "fastest", '
+      f"got {shown} (see --help)"]
   assert not (tmp_path / "run").exists()

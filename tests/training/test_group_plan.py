@@ -47,9 +47,11 @@ SHAPES = group_plan.Shapes((T,), "int32", B, 16, 1e-2, 0.0, bos_id=0)
 
 def test_group_size_values_are_parsed_or_refused_in_one_line():
   assert group_plan.parse("auto") == "auto" and group_plan.parse("AUTO") == "auto"
+  assert group_plan.parse("fastest") == "fastest" and group_plan.parse(" Fastest") == "fastest"
   assert group_plan.parse("8") == 8 and group_plan.parse(3) == 3
-  for bad in (0, -1, "0", "abc", 2.5, True, None):
-    with pytest.raises(ValueError, match=r'^shadow.group_size must be a positive integer or "auto", got '):
+  assert group_plan.planned("auto") and group_plan.planned("fastest") and not group_plan.planned(8)
+  for bad in (0, -1, "0", "abc", "fast", 2.5, True, None):
+    with pytest.raises(ValueError, match=r'^shadow.group_size must be a positive integer, "auto" or "fastest", got '):
       group_plan.parse(bad)
 
 
@@ -157,6 +159,61 @@ def test_the_measured_step_time_and_the_table(capsys):
   assert group_plan.from_record(record) == plan
 
 
+EXAMPLES = np.random.default_rng(0).integers(1, V, (40, T)).astype(np.int32)
+
+
+@pytest.mark.parametrize("per_model_ms, timed, chosen", [
+    # ms per step of one model in a group of G (G = 1, 2, 4, 6): the step of a group of G takes G times that
+    # (runs of 6 models, ms per step of every group: G = 6: 33; 4: 16 + ~8 (a group of 2 at G = 4's pace); 2: 39)
+    ({1: 10, 2: 6.5, 4: 4, 6: 5.5}, [2, 4, 6], 4),  # 2's run is over SLOWER_STOP x 4's: 1 is never timed
+    ({1: 1, 2: 2, 4: 3, 6: 4}, [1, 2, 4, 6], 1),  # as on a CPU: one model per group is fastest; every size timed
+    ({1: 100, 2: 50, 4: 5, 6: 5}, [2, 4, 6], 6),  # 4's run (20 + ~10) ties 6's (30): the larger group
+])
+def test_fastest_times_the_fitting_groups_largest_first_and_takes_the_fastest_run(monkeypatch, per_model_ms, timed,
+                                                                                    chosen):
+  calls = []
+
+  def measure_step(model, G, shapes, examples_ExT, compiled=None, mesh=None):
+    assert compiled is not None and examples_ExT is EXAMPLES  # the step the plan compiled, the rows it was given
+    calls.append(G)
+    return G * per_model_ms[G] / 1e3
+
+  monkeypatch.setattr(group_plan, "measure_step", measure_step)
+  plan = group_plan.make_plan(MODEL, 6, SHAPES, 16, examples_ExT=EXAMPLES)
+  assert calls == timed[::-1] and plan.rule == "fastest" and plan.chosen == chosen
+  # the choice against a brute force over the timed sizes: each run's seconds per step of all its groups, by hand
+  # (groups of G, then the rest; a smaller last group costs its share of G's FLOPs)
+  flops = {c.G: c.flops for c in plan.candidates}
+  run = {G: sum(G * per_model_ms[G] * (flops[n] / flops[G] if n in flops else n / G)
+                for n in group_plan.group_sizes(6, G)) for G in timed}
+  assert plan.chosen == max(G for G in timed if run[G] <= (1 + group_plan.TIE) * min(run.values()))
+  assert {c.G: c.step_seconds for c in plan.candidates if c.step_seconds} == {
+      G: pytest.approx(G * per_model_ms[G] / 1e3) for G in timed}
+  assert group_plan.from_record(json.loads(json.dumps(plan.record()))) == plan  # rule and times survive config.json
+  text = group_plan.table(plan, num_models=6, G=plan.chosen, auto=True, steps_per_epoch=1, epochs=1,
+                          step_seconds=plan.candidate(plan.chosen).step_seconds, title="plan")
+  assert f"group size {chosen} (fastest)" in text
+  assert sum("(measured)" in line for line in text.splitlines()) == len(timed)
+
+
+def test_fastest_keeps_to_the_groups_that_fit(monkeypatch):
+  monkeypatch.setattr(group_plan, "measure_step", lambda model, G, *a, **k: 1e-3)  # larger groups: faster runs
+  every = {G: group_plan.compile_candidate(MODEL, G, SHAPES, 16, budget=0)[0] for G in (3, 4)}
+  budget = (every[3].bytes + every[4].bytes) // 2  # 1, 2 and 3 fit, 4 and 6 do not
+  plan = group_plan.make_plan(MODEL, 6, SHAPES, 16, limit=(budget / (1 - group_plan.MARGIN) + 1, "test"),
+                              examples_ExT=EXAMPLES)
+  assert plan.chosen == 3 and plan.candidate(3).fits
+  assert all(c.fits for c in plan.candidates if c.step_seconds)
+
+
+def test_fastest_on_this_cpu_measures_the_groups_it_compares():
+  plan = group_plan.make_plan(MODEL, 6, SHAPES, 16, examples_ExT=EXAMPLES)  # the real step, timed on this CPU
+  timed = {c.G: c.step_seconds for c in plan.candidates if c.step_seconds}
+  assert plan.rule == "fastest" and plan.chosen in timed and 6 in timed  # the largest that fits is timed first
+  run = {G: group_plan.estimate_run_seconds(plan, 6, G, 1, s) for G, s in timed.items()}
+  assert run[plan.chosen] <= (1 + group_plan.TIE) * min(run.values())
+
+
 # ---- shadow.group_size=auto in a run ---------------------------------------------------------------------------
 
 
@@ -235,9 +292,24 @@ def test_auto_on_the_cpu_picks_a_group_whose_step_fits(tmp_path):
   assert run_config.recorded_group_size(auto_cfg(), run_dir).shadow.group_size == 4
 
 
+@pytest.mark.slow
+def test_fastest_in_a_run_records_its_timed_choice(tmp_path):
+  run_dir = str(tmp_path / "run")
+  assert pipeline.run(run_config.with_group_size(auto_cfg(), "fastest"), run_dir, progress=False)
+  with open(os.path.join(run_dir, "config.json")) as f:
+    shadow = json.load(f)["shadow"]
+  plan = group_plan.from_record(shadow["group_size_plan"])
+  assert plan.rule == "fastest" and shadow["group_size"] == plan.chosen
+  assert plan.candidate(plan.chosen).fits and plan.candidate(plan.chosen).step_seconds > 0
+  assert len(os.listdir(os.path.join(run_dir, "checkpoints"))) == len(group_plan.group_sizes(4, plan.chosen))
+  for rule in ("fastest", "auto"):  # resumed with either rule: the recorded G, nothing planned again
+    assert run_config.recorded_group_size(run_config.with_group_size(auto_cfg(), rule), run_dir).shadow.group_size \
+        == plan.chosen
+
+
 @pytest.mark.parametrize("value", [0, -2, "many", 1.5])
 def test_bad_group_sizes_are_refused_before_anything_is_written(tmp_path, value):
-  with pytest.raises(ValueError, match=r'shadow.group_size must be a positive integer or "auto", got '):
+  with pytest.raises(ValueError, match=r'shadow.group_size must be a positive integer, "auto" or "fastest", got '):
     pipeline.run(run_config.with_group_size(auto_cfg(), value), str(tmp_path / "run"), progress=False)
   assert not (tmp_path / "run").exists()
 

@@ -171,7 +171,7 @@ def test_a_diverging_group_names_the_model_and_keeps_finished_groups(tmp_path, m
 
 @pytest.mark.parametrize("overrides, message", [
     (dict(shadow__num_models=5), r"shadow.num_models must be even"),
-    (dict(shadow__group_size=0), r"shadow.group_size must be a positive integer or \"auto\", got 0"),
+    (dict(shadow__group_size=0), r"shadow.group_size must be a positive integer, \"auto\" or \"fastest\", got 0"),
     (dict(canaries__kind="best"), r"canaries.kind must be 'worst' or 'average'"),
     (dict(canaries__kind="average", canaries__num_canaries=100_000),
      r"canaries.num_canaries=100000 is more than the \d+ distinct held-out sequences"),
