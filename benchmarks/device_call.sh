@@ -8,9 +8,10 @@
 #     && export PYTHONPATH=/tmp/site:$PWD || exit 1; PART=checks bash benchmarks/device_call.sh
 #
 # PART=checks (about 7 minutes): the leave-one-out pipeline at M = 64 in both precisions (float32 with QR eigh beside
-# jax's default Jacobi: is float32 within 1e-3 of float64?), the paper-shape LSTM step in bf16 with G = auto and G = fastest (no
-# out-of-memory candidate, the plan's estimate against the measured step, train_shadows' first group) and the parts
-# of its step, then one many-IN-count evaluation (the first 448 of 512 models: 27 counts, 11 bucketed programs).
+# jax's default Jacobi: is float32 within 1e-3 of float64?), the paper-shape LSTM step in bf16 with G = auto and
+# G = fastest (no out-of-memory candidate, the plan's estimate against the measured step, train_shadows' first
+# group) and the parts of its step, then one many-IN-count evaluation (the first 448 of 512 models: 27 counts, 11
+# bucketed programs).
 # PART=sweep (about 9-10 minutes): the worst-case LSTM with 512 models trained and evaluated at m = 512, 64, 128,
 # 256, 448 with paper_table's paired differences, then membership_structure (docs/reproduction/worst512/run.sh).
 # Every step has its own time limit and writes what it measured under $OUT as it goes.
