@@ -61,8 +61,8 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0, the sa
 flags.DEFINE_bool("evaluate", True, "Run the six-variant leave-one-out evaluation when all groups are done.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 flags.DEFINE_bool("plan", False, "Print the group plan of the config on the local devices (memory and FLOPs per "
-                  "group size, the G shadow.group_size=auto or =fastest chooses, a measured step time and the estimated training "
-                  "time) and exit without training or writing anything.")
+                  "group size, the G shadow.group_size=auto or =fastest chooses, a measured step time, the estimated "
+                  "training time) and exit without training or writing anything.")
 
 _GROUP_SIZE = "--config.shadow.group_size"
 _group_size_arg = []  # the --config.shadow.group_size value, taken off argv (the config's field is typed int)

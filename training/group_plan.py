@@ -1,5 +1,5 @@
-"""The group size G from the device's memory and speed (`shadow.group_size=auto` or `fastest`), and the plan table of
-`train_shadows --plan`.
+"""The group size G from the device's memory and speed (`shadow.group_size=auto` or `fastest`); the readable plan of
+`train_shadows --plan` is training/plan_table.py.
 
 For each candidate G (powers of two up to M and M's divisors, ascending) the trainer's step (trainer.make_step, the
 program train_group runs) and the per-token extraction over one batch of canaries (what canary_statistics runs) are
@@ -388,65 +388,3 @@ def estimate_run_seconds(plan, num_models, G, steps_per_group, step_seconds):
     scale = other.flops / ref.flops if other is not None and ref is not None and ref.flops else size / G
     total += steps_per_group * step_seconds * scale
   return total
-
-
-def size_text(n):
-  for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-    if abs(n) < 1024 or unit == "TiB":
-      return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-    n /= 1024
-
-
-def seconds_text(s):
-  if s < 1:
-    return f"{s * 1e3:.1f} ms"
-  if s < 120:
-    return f"{s:.1f} s"
-  return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
-
-
-def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, title, extraction=None):
-  """The readable plan: one row per candidate (memory, per model, FLOPs, fits, step time: measured where it was,
-  else scaled by FLOPs from G's), then the run's estimate for the G the run uses (`auto`: the plan's choice by its
-  rule; else the config's), from the step time measured at that G.
-  extraction: (the extraction batch at that G, train.eval_batch_size), said when given."""
-  lines = [title,
-           f"memory limit per device: {size_text(plan.limit_bytes)} ({plan.limit_from}); margin {plan.margin:.0%}: a "
-           f"group must fit in {size_text(plan.budget_bytes)}",
-           "",
-           f"{'G':>5}  {'memory':>10}  {'per model':>10}  {'step FLOPs':>11}  {'fits':>4}  {'step time':>24}",
-           f"{'-' * 5}  {'-' * 10}  {'-' * 10}  {'-' * 11}  {'-' * 4}  {'-' * 24}"]
-  ref = plan.candidate(G)
-  for c in plan.candidates:
-    if c.G == G or c.step_seconds:
-      when = f"{seconds_text(step_seconds if c.G == G else c.step_seconds)} (measured)"
-    elif ref is not None and ref.flops:
-      when = f"{seconds_text(step_seconds * c.flops / ref.flops)} (from FLOPs)"
-    else:
-      when = ""
-    mark = " <- chosen" if c.G == plan.chosen else ""
-    if c.error:
-      lines.append(f"{c.G:>5}  {'-':>10}  {'-':>10}  {'-':>11}  {'no':>4}  {c.error}{mark}")
-      continue
-    lines.append(f"{c.G:>5}  {size_text(c.bytes):>10}  {size_text(c.bytes / c.G):>10}  {c.flops:>11.3g}  "
-                 f"{'yes' if c.fits else 'no':>4}  {when:>24}{mark}")
-  if not any(c.fits for c in plan.candidates):
-    lines.append("even G = 1 does not fit: expect the run to run out of memory (--shard_params splits each model "
-                 "over the local devices)")
-  steps = steps_per_epoch * epochs
-  total = estimate_run_seconds(plan, num_models, G, steps, step_seconds)
-  sizes = group_sizes(num_models, G)
-  lines += ["",
-            f"group size {G} ({plan.rule if auto else f'the config; {plan.rule} would choose {plan.chosen}'}): "
-            f"{len(sizes)} group(s) of "
-            f"{', '.join(map(str, sorted(set(sizes), reverse=True)))} models; {steps_per_epoch} steps per epoch, "
-            f"{epochs} epochs, {steps} steps per group",
-            f"estimated training time: {seconds_text(total)} ({len(sizes)} x {steps} steps at the step time measured "
-            f"as the median of {MEASURED_STEPS} steps of G = {G} on random training rows; compiles and per-token "
-            "extraction not included)"]
-  if extraction is not None:
-    batch, configured = extraction
-    lines.append(f"per-token extraction: {batch} sequences per batch" + (
-        "" if batch >= configured else f" (train.eval_batch_size = {configured}: the logits of a group of {G} over "
-                                       "the vocabulary would not fit)"))
-  return "\n".join(lines)

@@ -21,6 +21,7 @@ import run_folder
 from training import canaries as canaries_lib
 from training import dp as dp_lib
 from training import group_plan
+from training import plan_table as plan_table_lib
 from training import images as images_lib
 from training import population as population_lib
 from training import preemption
@@ -168,9 +169,10 @@ def plan_group_size(cfg, run_dir, data, model, dp, mesh=None, process_id=0, log=
   run_config.record_group_size(run_dir, plan.record())
   if log:
     c = plan.candidate(plan.chosen)
-    timed = (f", step {group_plan.seconds_text(c.step_seconds)} measured" if c.step_seconds else "")
+    text = plan_table_lib
+    timed = (f", step {text.seconds_text(c.step_seconds)} measured" if c.step_seconds else "")
     print(f"group size: {plan.rule} chose G = {plan.chosen} of {', '.join(str(c.G) for c in plan.candidates)} "
-          f"({group_plan.size_text(c.bytes)} per device of a {group_plan.size_text(plan.budget_bytes)} budget on "
+          f"({text.size_text(c.bytes)} per device of a {text.size_text(plan.budget_bytes)} budget on "
           f"{plan.device}{timed}; recorded in config.json)", flush=True)
   return run_config.with_group_size(cfg, plan.chosen)
 
@@ -197,7 +199,7 @@ def plan_table(cfg, mesh=None, progress=True, title="plan"):
   seconds = plan.candidate(G).step_seconds or group_plan.measure_step(
       model, G, shapes, data.examples_ExT, compiled=plan.compiled.get(G), mesh=mesh)
   extraction = group_plan.extraction_batch(model, G, shapes.example_shape, shapes.eval_batch_size, mesh)
-  return group_plan.table(plan, num_models=M, G=G, auto=auto, steps_per_epoch=steps_per_epoch(cfg, data),
+  return plan_table_lib.table(plan, num_models=M, G=G, auto=auto, steps_per_epoch=steps_per_epoch(cfg, data),
                           epochs=cfg.train.epochs, step_seconds=seconds,
                           extraction=(extraction, shapes.eval_batch_size),
                           title=f"{title} on {plan.device}: M = {M} models, batch {cfg.train.batch_size} of "

@@ -13,6 +13,7 @@ from flax import nnx
 import models
 from experiments.configs import lstm as lstm_configs
 from training import group_plan
+from training import plan_table
 from training import pipeline
 from training import run_config
 from training import run_data
@@ -124,7 +125,7 @@ def test_a_candidate_whose_compile_runs_out_of_memory_does_not_fit(monkeypatch):
   plan = group_plan.make_plan(MODEL, 6, SHAPES, 16)
   assert plan.chosen == 3 and plan.candidate(6).error == "out of memory while compiling"
   assert not plan.candidate(6).fits and plan.compiled[6] is None
-  text = group_plan.table(plan, num_models=6, G=3, auto=True, steps_per_epoch=1, epochs=1, step_seconds=0.1,
+  text = plan_table.table(plan, num_models=6, G=3, auto=True, steps_per_epoch=1, epochs=1, step_seconds=0.1,
                           title="plan")
   assert any(line.split()[:1] == ["6"] and line.endswith("out of memory while compiling") for line in text.splitlines())
   assert group_plan.from_record(json.loads(json.dumps(plan.record()))) == plan
@@ -139,18 +140,18 @@ def test_the_measured_step_time_and_the_table(capsys):
   examples = np.random.default_rng(0).integers(1, V, (40, T)).astype(np.int32)
   seconds = group_plan.measure_step(MODEL, 6, SHAPES, examples, compiled=plan.compiled[6])
   assert 0 < seconds < 10
-  text = group_plan.table(plan, num_models=6, G=6, auto=True, steps_per_epoch=10, epochs=2, step_seconds=seconds,
+  text = plan_table.table(plan, num_models=6, G=6, auto=True, steps_per_epoch=10, epochs=2, step_seconds=seconds,
                           title="plan")
   assert "(measured) <- chosen" in text and "group size 6 (auto): 1 group(s) of 6 models" in text
   assert "20 steps per group" in text and "estimated training time" in text
   assert "per-token extraction:" not in text  # said only when given
-  text = group_plan.table(plan, num_models=6, G=6, auto=True, steps_per_epoch=10, epochs=2, step_seconds=seconds,
+  text = plan_table.table(plan, num_models=6, G=6, auto=True, steps_per_epoch=10, epochs=2, step_seconds=seconds,
                           title="plan", extraction=(3, 256))
   assert text.splitlines()[-1] == ("per-token extraction: 3 sequences per batch (train.eval_batch_size = 256: the "
                                    "logits of a group of 6 over the vocabulary would not fit)")
   plan = group_plan.with_candidate(plan, MODEL, 4, SHAPES, 16)
   assert plan.candidate(4) is not None and 4 in plan.compiled
-  text = group_plan.table(plan, num_models=6, G=4, auto=False, steps_per_epoch=10, epochs=2, step_seconds=0.5,
+  text = plan_table.table(plan, num_models=6, G=4, auto=False, steps_per_epoch=10, epochs=2, step_seconds=0.5,
                           title="plan")
   assert "2 group(s) of 4, 2 models" in text and "the config; auto would choose 6" in text
   # the smaller last group costs its share of the FLOPs of a group of 4 (G = 2 was compiled by the bisection or not)
@@ -190,7 +191,7 @@ def test_fastest_times_the_fitting_groups_largest_first_and_takes_the_fastest_ru
   assert {c.G: c.step_seconds for c in plan.candidates if c.step_seconds} == {
       G: pytest.approx(G * per_model_ms[G] / 1e3) for G in timed}
   assert group_plan.from_record(json.loads(json.dumps(plan.record()))) == plan  # rule and times survive config.json
-  text = group_plan.table(plan, num_models=6, G=plan.chosen, auto=True, steps_per_epoch=1, epochs=1,
+  text = plan_table.table(plan, num_models=6, G=plan.chosen, auto=True, steps_per_epoch=1, epochs=1,
                           step_seconds=plan.candidate(plan.chosen).step_seconds, title="plan")
   assert f"group size {chosen} (fastest)" in text
   assert sum("(measured)" in line for line in text.splitlines()) == len(timed)
