@@ -9,8 +9,9 @@ float32 and bfloat16 (train.compute_dtype), each program jitted and vmapped over
 - recurrence: the embedding and the LSTM layers, forward and backward (the gradient of the summed last-layer outputs
   with respect to every parameter), without the head;
 - head: the head and the loss (models.token_loss.linear_token_loss), forward and backward, on [B T, H] features of
-  the compute dtype, at the chunk rows the model takes (chunk_rows(V): 1,024 at V = 50,304), at 4,096 and at all B T
-  rows in one chunk.
+  the compute dtype, at the chunk rows a CPU takes (chunk_rows(V, "cpu"): 1,024 at V = 50,304), at the rows the model
+  takes on this device (an accelerator's: all B T rows at the paper's shape), at 4,096 and at all B T rows in one
+  chunk.
 The recurrence and the head at the model's chunk rows against the step say what else the step spends (AdamW, the
 glue); the head's rows say whether larger chunks than a 2-core CPU's caches favour pay on the device. Timing: --warmup
 untimed calls after the compile, then the median of --reps calls, each waited for; inputs are on the device before
@@ -79,14 +80,15 @@ def programs(model, s, dtype, rng):
   kernel = params["head"]["kernel"]
   bias = params["head"]["bias"]
   targets = tokens.reshape(G, B * T)
-  for rows in sorted({token_loss.chunk_rows(V), 4096, B * T}):
+  own, cpu = (min(token_loss.chunk_rows(V, backend), B * T) for backend in (None, "cpu"))
+  for rows in sorted({cpu, own, 4096, B * T}):
     if rows > B * T:
       continue
 
     def head(x, k, b, t, rows=rows):
       return jnp.mean(token_loss.linear_token_loss(x, k, b, t, rows))
 
-    label = f"head, {rows} rows" + (" (the model's)" if rows == token_loss.chunk_rows(V) else "")
+    label = f"head, {rows} rows" + (" (the model's)" if rows == own else " (a CPU's)" if rows == cpu else "")
     out[label] = (jax.jit(jax.vmap(jax.grad(head, argnums=(0, 1, 2)))), (h, kernel, bias, targets))
   return out
 

@@ -67,15 +67,26 @@ def _token_loss_bwd(saved, g_BxT):
 token_loss.defvjp(_token_loss_fwd, _token_loss_bwd)
 
 
-def chunk_rows(vocab_size):
-  """Rows per chunk of linear_token_loss: logits of 256 rows stay in a 2-core CPU's caches up to V ~ 8k (measured
-  2.2x faster than whole logits at V = 2,048, N = 2,048); at V = 50,304 no chunk does, and 1,024 rows was fastest."""
-  return 256 if vocab_size <= 8192 else 1024
+ACCELERATOR_CHUNK_BYTES = 2**31  # float32 logits of one chunk, per model, on a GPU or TPU
+
+
+def chunk_rows(vocab_size, backend=None):
+  """Rows per chunk of linear_token_loss on `backend` (default: jax's default backend).
+
+  CPU: logits of 256 rows stay in a 2-core CPU's caches up to V ~ 8k (measured 2.2x faster than whole logits at
+  V = 2,048, N = 2,048); at V = 50,304 no chunk does, and 1,024 rows was fastest. GPU / TPU: as many rows as keep a
+  chunk's float32 logits within ACCELERATOR_CHUNK_BYTES (10,672 at V = 50,304, so the paper's 8,192 positions a step
+  are one chunk): on an H200 the head and its loss at G = 16 took 43.8 ms in one chunk of 8,192 rows against 72.7 ms
+  in chunks of 1,024 (BENCHMARKS.md, "Shadow training on one accelerator"). The larger chunk's memory is the group
+  size rule's to weigh (training.group_plan compiles the step it runs)."""
+  if (backend or jax.default_backend()) == "cpu":
+    return 256 if vocab_size <= 8192 else 1024
+  return max(1024, ACCELERATOR_CHUNK_BYTES // (4 * vocab_size))
 
 
 def linear_token_loss(x_NxH, kernel_HxV, bias_V, targets_N, rows=None):
   """token_loss of the logits x W + b [N] without materialising them whole: chunks of `rows` rows (default
-  chunk_rows(V)) are computed, scored and, in the backward pass, recomputed for their gradient, so a chunk's logits
+  chunk_rows(V) on jax's default backend) are computed, scored and, in the backward pass, recomputed for their gradient, so a chunk's logits
   and gradient stay in cache; each row's loss is token_loss's, and its gradient the same p - [v = t].
 
   The products x W are taken in x's dtype (bfloat16 features: bfloat16 operands) and summed in float32, so the

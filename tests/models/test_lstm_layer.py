@@ -112,6 +112,17 @@ def test_linear_token_loss_equals_token_loss_of_whole_logits_with_padded_chunks(
       np.testing.assert_allclose(a, b, rtol=0, atol=1e-6 * float(np.abs(b).max()))
 
 
+def test_chunk_rows_keep_a_cpus_cache_sized_chunks_and_give_an_accelerator_whole_steps():
+  assert token_loss.chunk_rows(512, "cpu") == 256 and token_loss.chunk_rows(50_304, "cpu") == 1024
+  # The paper's step (batch 64, T = 128: 8,192 positions) is one chunk on a GPU or TPU, whose float32 logits stay
+  # within ACCELERATOR_CHUNK_BYTES; a vocabulary too large for 1,024 rows in the budget still gets 1,024.
+  for backend in ("gpu", "tpu"):
+    rows = token_loss.chunk_rows(50_304, backend)
+    assert 8192 <= rows and rows * 50_304 * 4 <= token_loss.ACCELERATOR_CHUNK_BYTES
+    assert token_loss.chunk_rows(2**22, backend) == 1024
+  assert token_loss.chunk_rows(50_304) == token_loss.chunk_rows(50_304, jax.default_backend())
+
+
 def test_the_lstm_family_loss_is_the_token_loss_of_its_logits_in_a_jitted_step():
   model = get_model("lstm", vocab_size=V, embed_dim=D, hidden_dim=H)
   params = model.init(jax.random.PRNGKey(4))
