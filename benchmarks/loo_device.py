@@ -61,9 +61,12 @@ def timed(fn):
   return out, time.perf_counter() - start
 
 
+PROGRESS = False  # --progress: leave_one_out_variants' block bar on stderr (it starts after the programs compile)
+
+
 def six(loss, keep, **fields):
   scorings = [lira.Scoring(covariance=c, shared=s, **fields) for c, s in VARIANTS]
-  return np.stack(lira.leave_one_out_variants(loss, keep, scorings))
+  return np.stack(lira.leave_one_out_variants(loss, keep, scorings, progress=PROGRESS))
 
 
 def rel_diff(a, b):
@@ -183,9 +186,13 @@ def main():
   parser.add_argument("--counts", nargs="+", choices=["balanced", "plain"], default=["balanced", "plain"],
                       help="balanced and/or plain leave-one-out")
   parser.add_argument("--noevaluate", dest="evaluate", action="store_false")
+  parser.add_argument("--progress", action="store_true", help="show each leave-one-out call's blocks on stderr (on "
+                      "many IN counts: how long the compiles took, and the blocks' pace)")
   parser.add_argument("--evaluate_timeout", type=float, default=240, help="seconds per evaluate command")
   parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/loo_device_<platform>.json)")
   args = parser.parse_args()
+  global PROGRESS
+  PROGRESS = args.progress
   device = jax.devices()[0]
   info = {"date": datetime.date.today().isoformat(), "command": " ".join(sys.argv), "platform": device.platform,
           "device": device.device_kind, "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
