@@ -20,26 +20,27 @@ from lira import gram
 from lira.covariance import oas_shrinkage
 
 
-NUMPY_MATMUL_ROWS = 3  # numpy: batched matmul once both sides have this many rows (below, broadcast sums)
+MATMUL_ROWS = 3  # batched matmul once both sides have this many rows (below it, broadcast sums)
 
 
 def pairs(a_BxJxQxX, b_BxJxPxX):
-  """sum_x a[..., i, x] b[..., j, x]: [B, J, Q, P]. numpy: vecdot over broadcast pairs where Q or P is below
-  NUMPY_MATMUL_ROWS (its batched matmul of tiny matrices is its slowest case; LiRA's half/half split removes 1-2
-  rows), batched matmul from there on (a count away from half removes up to M / 2 rows: at 30 x 30 pairs of 16
-  positions matmul is 3x faster); jax: the broadcast sum, which XLA fuses."""
-  if (isinstance(a_BxJxQxX, np.ndarray) and isinstance(b_BxJxPxX, np.ndarray)
-      and min(a_BxJxQxX.shape[-2], b_BxJxPxX.shape[-2]) >= NUMPY_MATMUL_ROWS):
-    return np.matmul(a_BxJxQxX, np.swapaxes(b_BxJxPxX, -1, -2))
+  """sum_x a[..., i, x] b[..., j, x]: [B, J, Q, P]. Where Q or P is below MATMUL_ROWS (LiRA's half/half split removes
+  1-2 rows), vecdot over broadcast pairs (numpy's batched matmul of tiny matrices is its slowest case; XLA fuses the
+  sum); from there on batched matmul (a count away from half removes up to M / 2 rows: at 30 x 30 pairs of 16
+  positions numpy's matmul is 3x faster)."""
+  if min(a_BxJxQxX.shape[-2], b_BxJxPxX.shape[-2]) >= MATMUL_ROWS:
+    xp = array_namespace(a_BxJxQxX, b_BxJxPxX)
+    return xp.matmul(a_BxJxQxX, xp.swapaxes(b_BxJxPxX, -1, -2))
   return gram._dot_last(a_BxJxQxX[..., :, None, :], b_BxJxPxX[..., None, :, :])
 
 
 def _mm(a_SxS, b_BxJxSxP):
-  """a @ b for a small constant a: a broadcast sum (XLA fuses it; numpy's for S <= 2), numpy's batched matmul for
-  S >= NUMPY_MATMUL_ROWS (the broadcast sum's [B, J, S, S, P] product took 583 ms against 16 ms at S = P = 30)."""
-  if isinstance(b_BxJxSxP, np.ndarray) and a_SxS.shape[-1] >= NUMPY_MATMUL_ROWS:
-    return np.matmul(a_SxS, b_BxJxSxP)
+  """a @ b for a small constant a: a broadcast sum for S < MATMUL_ROWS, batched matmul from there on (numpy's
+  broadcast sum forms a [B, J, S, S, P] product: 583 ms against 16 ms for matmul at S = P = 30; on XLA's CPU backend
+  matmul made OAS at 28-30 removed rows 2.4x faster)."""
   xp = array_namespace(b_BxJxSxP)
+  if a_SxS.shape[-1] >= MATMUL_ROWS:
+    return xp.matmul(xp.asarray(a_SxS, dtype=b_BxJxSxP.dtype), b_BxJxSxP)
   return xp.sum(a_SxS[..., :, :, None] * b_BxJxSxP[..., None, :, :], axis=-2)
 
 
