@@ -86,8 +86,9 @@ def chunk_rows(vocab_size, backend=None):
 
 def linear_token_loss(x_NxH, kernel_HxV, bias_V, targets_N, rows=None):
   """token_loss of the logits x W + b [N] without materialising them whole: chunks of `rows` rows (default
-  chunk_rows(V) on jax's default backend) are computed, scored and, in the backward pass, recomputed for their gradient, so a chunk's logits
-  and gradient stay in cache; each row's loss is token_loss's, and its gradient the same p - [v = t].
+  chunk_rows(V) on jax's default backend) are computed, scored and, in the backward pass, recomputed for their
+  gradient, so a chunk's logits and gradient stay in cache (CPU) or within a memory budget (GPU, TPU); each row's
+  loss is token_loss's, and its gradient the same p - [v = t].
 
   The products x W are taken in x's dtype (bfloat16 features: bfloat16 operands) and summed in float32, so the
   logits, the loss and d W are float32 whatever the compute dtype; d x comes back in x's dtype."""
