@@ -1,20 +1,21 @@
 #!/usr/bin/env bash
 # The open GPU measurements as two prepared device calls, each inside one 10-minute call; together (about 16-17
-# minutes with one machine start) they exceed a 15-minute device budget, so a session runs the sweep first (the
-# science of REPRODUCTION.md) and the checks with what is left, or the checks alone. Here, first, the pip download line of BENCHMARKS.md ("The jax
-# backend's device pipeline") fills .whl/ with the wheels a GPU image lacks. On the device, from the project root:
+# minutes with one machine start) they exceed a 15-minute device budget, so a session runs one of them. Here, first,
+# run the pip download line of BENCHMARKS.md ("The jax backend's device pipeline") to fill .whl/ with the wheels a
+# GPU image lacks. On the device, from the project root:
 #
 #   python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl \
 #     && export PYTHONPATH=/tmp/site:$PWD || exit 1; PART=checks bash benchmarks/device_call.sh
 #
-# PART=checks (about 10 minutes; seven files in $OUT, of the 8 a call brings back): the paper-shape
-# LSTM step in bf16 with the accelerator's head chunks, G = auto and G = fastest against the hand grid (the plan's
-# estimate against the measured step; train_shadows' first group first), the six balanced variants at M = 484 (float32
-# against float64 since the residual vectors and QR eigh), GPT-NeoX at G = 8 and G = auto in bf16, then float32
-# (bf16 against float32 in one run), the parts of the LSTM step, then one many-IN-count evaluation with its progress bar (the first 448 of 512
-# models, 2,000 canaries: how long the 11 bucketed programs take to compile, and the blocks' pace).
-# PART=sweep (about 9-10 minutes; its outputs come back as worst512.tar.gz): the worst-case LSTM with 512 models trained and evaluated at m = 512, 64, 128,
-# 256, 448 with paper_table's paired differences, then membership_structure (docs/reproduction/worst512/run.sh).
+# PART=checks (about 10 minutes; seven files in $OUT, of the 8 a call brings back): the paper-shape LSTM step in
+# bf16 with the accelerator's head chunks, G = auto and G = fastest against the hand grid (the plan's estimate against
+# the measured step; train_shadows' first group first), the six balanced variants at M = 484 (float32 against float64
+# since the residual vectors and QR eigh), GPT-NeoX at G = 8 and G = auto in bf16, then in float32 (bf16 against
+# float32 in one run), the parts of the LSTM step, then one many-IN-count evaluation with its progress bar (the first
+# 448 of 512 models, 2,000 canaries: how long the 11 bucketed programs take to compile, and the blocks' pace).
+# PART=sweep (about 9-10 minutes; its outputs come back as worst512.tar.gz): the worst-case LSTM with 512 models
+# trained and evaluated at m = 512, 64, 128, 256, 448 with paper_table's paired differences, then
+# membership_structure (docs/reproduction/worst512/run.sh).
 # Every step has its own time limit and writes what it measured under $OUT as it goes.
 set -u
 OUT=${OUT:?set OUT}
