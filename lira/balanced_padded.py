@@ -8,8 +8,8 @@ of zeros, and each target removes up to S_own rows of its class and S_oth of the
 count's s_own and s_oth zeroed. Rows of zeros change nothing: they add nothing to a class mean taken over its real
 rows, to a scatter or a Gram matrix (an eigenvalue 0, cut as null space by lira.gram.Fit), to a removed set's sums,
 or to a Woodbury form (their rows and columns of H are 0, so the capacitance matrix is block-triangular with an
-identity block); the removal count L enters as a traced scalar. The formulas are lira.balanced.removal_scores, the
-numpy backend's.
+identity block); the removal count L enters as a traced scalar. The formulas are lira.balanced_removal.removal_scores,
+the numpy backend's.
 
 Buckets: d = M - 2k (the count's distance from LiRA's half/half split) with the same sign and |d| in one of
 {0}, {1}, {2}, {3, 4}, {5, ..., 8}, ... share a layout, so the padded removal sizes are at most twice a count's own.
@@ -25,6 +25,7 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from lira import balanced
+from lira import balanced_removal
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,8 +103,8 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
   delta_BxD = mean_in - mean_out
   diag_w = {True: xp.sum(z_BxNxD[:, :lay.n_in] ** 2, axis=1), False: xp.sum(z_BxNxD[:, lay.n_in:] ** 2, axis=1)}
 
-  fitted = balanced.oas_fits(z_BxNxD, lay.n_in, delta_BxD, valid_BxD, shared) if oas else None
-  floored = balanced.floor_variance(xp, valid_BxD, floor, False)
+  fitted = balanced_removal.oas_fits(z_BxNxD, lay.n_in, delta_BxD, valid_BxD, shared) if oas else None
+  floored = balanced_removal.floor_variance(xp, valid_BxD, floor, False)
   scores = []
   for target_in, (S_own, S_oth) in ((True, lay.sizes_in), (False, lay.sizes_out)):
     n_own, n_oth = n[target_in], n[not target_in]
@@ -117,9 +118,9 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
     idx_BxJxS = xp.concat([xp.broadcast_to(own_idx, oth_idx.shape[:2] + (S_own,)), oth_idx], axis=2)
     t_S = xp.asarray(np.concatenate([np.arange(S_own), np.arange(S_oth)]), dtype=xp.int32)
     mask_S = xp.astype(t_S < xp.concat([xp.full((S_own,), s_own), xp.full((S_oth,), s_oth)]), dt)
-    scores.append(balanced.removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, idx_BxJxS, (S_own, S_oth),
-                                          xp.astype(L, dt), mask_S, valid_BxD, floored, oas=oas, shared=shared,
-                                          offline=offline, floor=floor, offline_shift=offline_shift))
+    scores.append(balanced_removal.removal_scores(
+        z_BxNxD, delta_BxD, diag_w, fitted, target_in, idx_BxJxS, (S_own, S_oth), xp.astype(L, dt), mask_S,
+        valid_BxD, floored, oas=oas, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift))
   scores_BxN = xp.concat(scores, axis=1)
   # back to the sorted order: sorted row i is IN slot i, or OUT slot i - k
   i_M = xp.asarray(np.arange(M), dtype=xp.int32)
