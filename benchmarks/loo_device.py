@@ -28,6 +28,7 @@ command has its own limit (--evaluate_timeout).
 
 import argparse
 import datetime
+import functools
 import json
 import os
 import platform
@@ -61,12 +62,10 @@ def timed(fn):
   return out, time.perf_counter() - start
 
 
-PROGRESS = False  # --progress: leave_one_out_variants' block bar on stderr (it starts after the programs compile)
-
-
-def six(loss, keep, **fields):
+def six(loss, keep, progress=False, **fields):
+  """progress: leave_one_out_variants' block bar on stderr (it starts after the programs compile)."""
   scorings = [lira.Scoring(covariance=c, shared=s, **fields) for c, s in VARIANTS]
-  return np.stack(lira.leave_one_out_variants(loss, keep, scorings, progress=PROGRESS))
+  return np.stack(lira.leave_one_out_variants(loss, keep, scorings, progress=progress))
 
 
 def rel_diff(a, b):
@@ -93,7 +92,8 @@ def one_count_compile(M, T, k, balanced, precision, key, B=64):
   return lowered_s, time.perf_counter() - start - lowered_s
 
 
-def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain")):
+def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain"), progress=False):
+  score = functools.partial(six, progress=progress)
   loss, keep, _ = synthetic.synthetic_losses(num_models=max(M, keep_of or M), num_canaries=N, seq_len=T, shift=0.3,
                                              seed=seed)
   loss, keep = loss[:M], keep[:M]
@@ -110,8 +110,8 @@ def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain"))
       print(f"M = {M}, the program of IN count {k}, float64: lowered in {row['one_count_lower_s']:.2f} s, compiled "
             f"in {row['one_count_compile_s']:.2f} s; {in_counts} counts, {row['programs']} programs", flush=True)
     for precision in ("float64", "float32"):
-      jax_llr, first = timed(lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
-      _, second = timed(lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
+      jax_llr, first = timed(lambda: score(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
+      _, second = timed(lambda: score(loss, keep, balance_counts=balanced, backend="jax", precision=precision))
       row[f"jax_{precision}_first_s"], row[f"jax_{precision}_s"] = first, second
       print(f"M = {M}, {'balanced' if balanced else 'plain'}, jax {precision}: {second:.2f} s (first {first:.2f} s)",
             flush=True)
@@ -119,9 +119,9 @@ def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain"))
     if jax.default_backend() == "cpu":  # backend="jax" scores float64 with numpy here; the device pipeline forced
       os.environ[loo_jax.PIPELINE_ON_CPU_ENV] = "1"
       pipe_llr, row["jax_float64_pipeline_first_s"] = timed(
-          lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision="float64"))
+          lambda: score(loss, keep, balance_counts=balanced, backend="jax", precision="float64"))
       _, row["jax_float64_pipeline_s"] = timed(
-          lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision="float64"))
+          lambda: score(loss, keep, balance_counts=balanced, backend="jax", precision="float64"))
       del os.environ[loo_jax.PIPELINE_ON_CPU_ENV]
       row["jax_float64_pipeline_rel_diff"] = rel_diff(pipe_llr, row["jax_float64_llr"])
       print(f"M = {M}, jax float64, the device pipeline on the CPU: {row['jax_float64_pipeline_s']:.2f} s (first "
@@ -131,13 +131,13 @@ def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain"))
       jax.clear_caches()
       loo_device.jitted.cache_clear()
       jacobi_llr, row["jax_float32_jacobi_first_s"] = timed(
-          lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision="float32"))
+          lambda: score(loss, keep, balance_counts=balanced, backend="jax", precision="float32"))
       _, row["jax_float32_jacobi_s"] = timed(
-          lambda: six(loss, keep, balance_counts=balanced, backend="jax", precision="float32"))
+          lambda: score(loss, keep, balance_counts=balanced, backend="jax", precision="float32"))
       gram.GPU_FLOAT32_EIGH = "qr"
       jax.clear_caches()
       loo_device.jitted.cache_clear()
-    numpy_llr, row["numpy_s"] = timed(lambda: six(loss, keep, balance_counts=balanced))
+    numpy_llr, row["numpy_s"] = timed(lambda: score(loss, keep, balance_counts=balanced))
     if "jax_float32_jacobi_s" in row:
       row["jax_float32_jacobi_vs_float64_rel_diff"] = rel_diff(jacobi_llr, row["jax_float64_llr"])
       print(f"M = {M}, float32 with jax's default GPU eigh: {row['jax_float32_jacobi_s']:.2f} s, "
@@ -191,8 +191,6 @@ def main():
   parser.add_argument("--evaluate_timeout", type=float, default=240, help="seconds per evaluate command")
   parser.add_argument("--out", default=None, help="JSON file (default benchmarks/results/loo_device_<platform>.json)")
   args = parser.parse_args()
-  global PROGRESS
-  PROGRESS = args.progress
   device = jax.devices()[0]
   info = {"date": datetime.date.today().isoformat(), "command": " ".join(sys.argv), "platform": device.platform,
           "device": device.device_kind, "device_count": jax.device_count(), "cpu_count": os.cpu_count(),
@@ -210,7 +208,7 @@ def main():
   done = []
   for M in args.Ms:
     done += run_loo(M, args.N, args.T, args.seed, save=lambda rows: save(done + rows), keep_of=args.keep_of,
-                    modes=args.counts)
+                    modes=args.counts, progress=args.progress)
   if args.evaluate:
     result["evaluate"] = {"M": max(args.Ms), **run_evaluate(max(args.Ms), args.N, args.T, args.evaluate_timeout)}
     save(done)

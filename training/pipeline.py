@@ -169,11 +169,10 @@ def plan_group_size(cfg, run_dir, data, model, dp, mesh=None, process_id=0, log=
   run_config.record_group_size(run_dir, plan.record())
   if log:
     c = plan.candidate(plan.chosen)
-    text = plan_table_lib
-    timed = (f", step {text.seconds_text(c.step_seconds)} measured" if c.step_seconds else "")
+    timed = (f", step {plan_table_lib.seconds_text(c.step_seconds)} measured" if c.step_seconds else "")
     print(f"group size: {plan.rule} chose G = {plan.chosen} of {', '.join(str(c.G) for c in plan.candidates)} "
-          f"({text.size_text(c.bytes)} per device of a {text.size_text(plan.budget_bytes)} budget on "
-          f"{plan.device}{timed}; recorded in config.json)", flush=True)
+          f"({plan_table_lib.size_text(c.bytes)} per device of a {plan_table_lib.size_text(plan.budget_bytes)} "
+          f"budget on {plan.device}{timed}; recorded in config.json)", flush=True)
   return run_config.with_group_size(cfg, plan.chosen)
 
 
