@@ -76,7 +76,7 @@ def lapack_deadlocks(a):
   """Whether the solves of `a`'s computation avoid LAPACK: jax arrays where jax's backend is the CPU (XLA's CPU
   backend runs the LAPACK calls of independent operations concurrently in one batch pool, and two batched LU calls
   deadlocked it, jaxlib 0.10.2 on 2 cores). Elsewhere (numpy; GPUs and TPUs) solves and log-determinants beyond two
-  rows are LAPACK's (or the device's solver), which compile faster than `cholesky` written out."""
+  rows are LAPACK's (or the device's solver)."""
   if isinstance(a, np.ndarray):
     return False
   import jax
@@ -84,35 +84,46 @@ def lapack_deadlocks(a):
 
 
 def cholesky(K):
-  """(F, log det K) for batches of symmetric positive definite K [..., s, s], F lower triangular with F F^T = K,
-  written out in s array operations, no LAPACK call (`lapack_deadlocks`)."""
-  xp = array_namespace(K)
+  """(F, log det K) for batches of symmetric positive definite jax arrays K [..., s, s], F lower triangular with
+  F F^T = K, without a LAPACK call (`lapack_deadlocks`: the only place it runs): a loop over the s columns
+  (lax.fori_loop, so a program holds one column's operations whatever s: a program of 28-30 removed rows compiles in
+  3-5 s on a 2-core CPU, against 19-27 s with the columns written out; BENCHMARKS.md)."""
+  import jax
+  import jax.numpy as jnp
   s = K.shape[-1]
-  rows = np.arange(s)
-  F = xp.zeros_like(K)
-  logdet = xp.zeros(K.shape[:-2], dtype=K.dtype)
-  for j in range(s):
-    v = K[..., :, j] - xp.sum(F * F[..., j:j + 1, :], axis=-1)  # column j less the factor's columns before it
-    d = xp.sqrt(v[..., j])
-    logdet = logdet + 2.0 * xp.log(d)
-    F = F + xp.where(xp.asarray(rows >= j), v / d[..., None], 0.0)[..., :, None] * xp.asarray(rows == j,
-                                                                                              dtype=K.dtype)
-  return F, logdet
+  rows = jnp.arange(s)
+
+  def column(j, carry):
+    F, logdet = carry
+    F_j = jax.lax.dynamic_index_in_dim(F, j, axis=-2)  # row j, [..., 1, s]
+    v = jax.lax.dynamic_index_in_dim(K, j, axis=-1, keepdims=False) - jnp.sum(F * F_j, axis=-1)  # less earlier columns
+    d = jnp.sqrt(jax.lax.dynamic_index_in_dim(v, j, axis=-1, keepdims=False))
+    F = jax.lax.dynamic_update_index_in_dim(F, jnp.where(rows >= j, v / d[..., None], 0.0), j, axis=-1)
+    return F, logdet + 2.0 * jnp.log(d)
+
+  return jax.lax.fori_loop(0, s, column, (jnp.zeros_like(K), jnp.zeros(K.shape[:-2], dtype=K.dtype)))
 
 
 def cholesky_solve(F, b):
-  """K^-1 b for K = F F^T (`cholesky`) and b [..., s]: forward then backward substitution, one array operation per
-  row."""
-  xp = array_namespace(F)
+  """K^-1 b for K = F F^T (`cholesky`) and b [..., s]: forward then backward substitution, a loop over the rows."""
+  import jax
+  import jax.numpy as jnp
   s = F.shape[-1]
-  unit = [xp.asarray(np.arange(s) == j, dtype=F.dtype) for j in range(s)]
-  w = xp.zeros_like(b)  # F w = b
-  for j in range(s):
-    w = w + unit[j] * ((b[..., j] - xp.sum(F[..., j, :] * w, axis=-1)) / F[..., j, j])[..., None]
-  y = xp.zeros_like(b)  # F^T y = w
-  for j in reversed(range(s)):
-    y = y + unit[j] * ((w[..., j] - xp.sum(F[..., :, j] * y, axis=-1)) / F[..., j, j])[..., None]
-  return y
+
+  def at(x, j, axis=-1):
+    return jax.lax.dynamic_index_in_dim(x, j, axis=axis, keepdims=False)
+
+  def forward(j, w):  # F w = b
+    F_j = at(F, j, -2)
+    return jax.lax.dynamic_update_index_in_dim(w, (at(b, j) - jnp.sum(F_j * w, axis=-1)) / at(F_j, j), j, axis=-1)
+
+  def backward(i, y):  # F^T y = w
+    j = s - 1 - i
+    F_j = at(F, j)  # column j
+    return jax.lax.dynamic_update_index_in_dim(y, (at(w, j) - jnp.sum(F_j * y, axis=-1)) / at(F_j, j), j, axis=-1)
+
+  w = jax.lax.fori_loop(0, s, forward, jnp.zeros_like(b))
+  return jax.lax.fori_loop(0, s, backward, jnp.zeros_like(b))
 
 
 def removal_inverse(xp, dtype, sizes, L):
