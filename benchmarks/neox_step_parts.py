@@ -10,8 +10,8 @@ models:
 - step: the trainer's step (training.trainer.make_step): forward, backward and AdamW, as train_shadows runs it;
 - gradient: the loss and its gradient with respect to every parameter (forward and backward, no update);
 - forward: the loss alone;
-- update: AdamW on a given gradient (optax's update and apply_updates, the parameters and moments donated, as the
-  step does);
+- update: AdamW on a given gradient, as the vmapped step runs it (training.adamw.masked_update, every model with
+  data; the parameters and moments donated);
 - head: the output head and the loss, forward and backward, on [B, T, 768] features of the compute dtype (the
   [B, T, V] float32 logits the model computes).
 AdamW reads a parameter, its gradient and two moments and writes three of them, 28 bytes per float32 parameter per
@@ -33,13 +33,13 @@ from pathlib import Path
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
 from flax import nnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from models import get_model  # noqa: E402
 from models import token_loss  # noqa: E402
+from training import adamw  # noqa: E402
 from training import group_plan  # noqa: E402
 from training import trainer  # noqa: E402
 
@@ -69,7 +69,6 @@ def programs(model, s, dtype, rng):
   m = group_plan.in_dtype(model, dtype)
   tokens = jnp.asarray(rng.integers(1, V, (G, B, T)), jnp.int32)
   weight = jnp.ones((G, B), jnp.float32)
-  optimizer = trainer.make_optimizer(LR, 0.0)
 
   make_step = trainer.make_step(m, LR, 0.0, 0, single=G == 1)
   state = [trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), G)), None]
@@ -88,14 +87,14 @@ def programs(model, s, dtype, rng):
   grads = jax.tree.map(lambda x: jnp.asarray(rng.normal(0, 1e-3, x.shape), x.dtype), params)
   update_state = state  # the step's parameters and moments (donated in turn)
 
-  def apply(p, opt_state, g):
-    updates, new_state = optimizer.update(g, opt_state, p)
-    return optax.apply_updates(p, updates), new_state
+  def apply(p, opt_state, g, has_data):
+    return adamw.masked_update(g, opt_state, p, has_data, LR, 0.0)
 
   apply = jax.jit(jax.vmap(apply), donate_argnums=(0, 1))
+  has_data = jnp.ones((G,), bool)
 
   def update():
-    update_state[0], update_state[1] = apply(update_state[0], update_state[1], grads)
+    update_state[0], update_state[1] = apply(update_state[0], update_state[1], grads, has_data)
     return update_state[0]
 
   head_gdef, _ = nnx.split(nnx.merge(m.graphdef, jax.tree.map(lambda x: x[0], params)).embed_out)
