@@ -4,7 +4,7 @@ parameters stepped from the state after the per-model choice between new and old
 A vmapped step keeps a model whose batch is all padding as it was: parameters, moments and step count. Choosing per
 model between optax's new parameters and state and the old ones (jnp.where(has_data, new, old) on each) leaves XLA
 computing the new moments twice, once for the chosen state and again inside the parameters' update, from copies of
-the old moments (the new ones overwrite the donated buffers): on a CPU that update took 4.1x the unmasked one
+the old moments (the new ones overwrite the donated buffers): on a CPU that update took 3.8x the unmasked one
 (BENCHMARKS.md, "AdamW with models that sit a step out"). `masked_update` chooses the state first and steps the
 parameters from the chosen moments by optax.adamw's own operations in its order (scale_by_adam's bias correction
 and m / (sqrt(v + eps_root) + eps), add_decayed_weights, scale_by_learning_rate, apply_updates): the same floats
