@@ -19,7 +19,8 @@ from training import run_config
 from training import run_data
 from training import trainer
 
-V, D, T, B = 50, 8, 6, 4
+V, D, T, B = 50, 64, 6, 4  # D: the parameters and their AdamW state dominate a group's memory, so it grows with G
+# by a model's state, far above the few hundred bytes by which XLA's temporaries differ between layouts
 
 
 class Bigram(nnx.Module):
