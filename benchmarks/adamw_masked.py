@@ -69,7 +69,8 @@ def update_rows(G, P, reps):
   grads = {k: jnp.asarray(rng.normal(size=v.shape), jnp.float32) for k, v in start_np.items()}
   has = jnp.ones((G,), bool)
   rows, finals = [], []
-  for name, fn in (("optax", unmasked), ("optax, then choose", optax_then_choose), ("masked_update", adamw.masked_update)):
+  variants = (("optax", unmasked), ("optax, then choose", optax_then_choose), ("masked_update", adamw.masked_update))
+  for name, fn in variants:
     # parameters and state donated in the order they come back (as make_step's): XLA pairs donated inputs with
     # outputs of their shape in order, and a parameter written over its own moment's buffer costs copies
     step = jax.jit(jax.vmap(lambda p, s, g, h, fn=fn: fn(g, s, p, h, LR, WD)), donate_argnums=(0, 1))
