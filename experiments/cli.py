@@ -13,6 +13,7 @@ so nothing half-written is left (train_shadows stops between training steps inst
 """
 
 import math
+import os
 import re
 import _thread
 import signal
@@ -236,14 +237,28 @@ def _unraisable(hook):
   """sys.unraisablehook that re-delivers a KeyboardInterrupt Python could not raise (one that arrived inside a
   callback it calls from no frame: a weakref or garbage-collection callback such as jax's `_xla_gc_callback`, which
   Python reports as "Exception ignored" and drops): the main thread is interrupted again, until the interrupt lands
-  where it can stop the command. Other unraisable exceptions go to `hook`."""
+  where it can stop the command. It drops asyncio's "Event loop is closed" from `call_soon_threadsafe` called by
+  native code: I/O a Ctrl-C abandoned (orbax's tensorstore reads) finishing after its event loop was closed, whose
+  result went with the loop; reported, it is a bare traceback beside the stop line. Other unraisable exceptions go
+  to `hook`."""
   def unraisable(info):
     if info.exc_type is not None and issubclass(info.exc_type, KeyboardInterrupt):
       # from another thread, a moment later: raised here, inside the hook, it would be dropped again
       threading.Timer(0.01, _thread.interrupt_main).start()
       return
+    if _closed_loop_callback(info):
+      return
     hook(info)
   return unraisable
+
+
+def _closed_loop_callback(info):
+  """Whether an unraisable exception is asyncio's "Event loop is closed" raised in `call_soon_threadsafe` called
+  from no Python frame (a native callback)."""
+  tb = info.exc_traceback
+  return (info.exc_type is RuntimeError and str(info.exc_value) == "Event loop is closed" and tb is not None
+          and tb.tb_frame.f_code.co_name == "call_soon_threadsafe"
+          and tb.tb_frame.f_code.co_filename.endswith(os.path.join("asyncio", "base_events.py")))
 
 
 def run(main, resumes=False):

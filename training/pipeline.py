@@ -252,7 +252,8 @@ def restore_checkpoint(ckpt, target):
         raise InputError(f"{ckpt}/{_npy_name(path)}: {array.dtype} {array.shape}, the model needs {t.dtype} {t.shape}")
       return jax.make_array_from_callback(t.shape, t.sharding, lambda index: np.asarray(array[index]))
     return jax.tree_util.tree_map_with_path(one, target)
-  return _checkpointer().restore(ckpt, target)
+  with preemption.ctrl_c_after():
+    return _checkpointer().restore(ckpt, target)
 
 
 def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True, dp=None):

@@ -123,3 +123,37 @@ def test_a_ctrl_c_inside_exec_source_still_exits_130(tmp_path):
                         cwd=ROOT, env=env)  # -m, as the commands run: CPython's exit by SIGINT applies there
   assert proc.returncode == 130, (proc.returncode, proc.stderr[-2000:])
   assert [l for l in proc.stderr.splitlines() if l.strip()] == [cli.STOPPED]
+
+
+def test_a_closed_event_loops_callback_is_dropped_and_other_unraisables_are_not():
+  # I/O a Ctrl-C abandoned (orbax's tensorstore reads) completes later and calls its closed loop's
+  # call_soon_threadsafe from native code; a weakref callback is such a call, from no Python frame
+  import asyncio
+  import gc
+  import weakref
+  seen = []
+  before = sys.unraisablehook
+  sys.unraisablehook = cli._unraisable(lambda info: seen.append(info.exc_type))
+  try:
+    loop = asyncio.new_event_loop()
+    loop.close()
+
+    class Thing:
+      pass
+
+    thing = Thing()
+    ref = weakref.ref(thing, loop.call_soon_threadsafe)  # noqa: F841 - its callback runs when `thing` goes
+    del thing
+    gc.collect()
+    assert seen == []  # "Event loop is closed", dropped
+
+    def fails(_):
+      raise ValueError("a callback's own bug")
+
+    other = Thing()
+    ref = weakref.ref(other, fails)  # noqa: F841
+    del other
+    gc.collect()
+    assert seen == [ValueError]  # everything else still reported
+  finally:
+    sys.unraisablehook = before
