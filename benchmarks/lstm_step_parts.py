@@ -19,12 +19,7 @@ the clock starts. Rows stop being started after --budget_s seconds. Writes one J
 prints a table.
 """
 
-import argparse
-import datetime
-import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -33,6 +28,9 @@ import numpy as np
 from flax import nnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import step_parts  # noqa: E402
 
 from models import get_model  # noqa: E402
 from models import token_loss  # noqa: E402
@@ -41,17 +39,6 @@ from training import trainer  # noqa: E402
 
 PAPER = dict(vocab_size=50_304, embed_dim=192, hidden_dim=192, num_layers=2, batch=64, T=128, G=16)
 SMOKE = dict(vocab_size=300, embed_dim=16, hidden_dim=32, num_layers=2, batch=8, T=12, G=2)
-
-
-def timed(fn, args, warmup, reps):
-  """Median seconds of fn(*args) after `warmup` calls (the first compiles)."""
-  times = []
-  for i in range(warmup + reps):
-    start = time.perf_counter()
-    jax.block_until_ready(fn(*args))
-    if i >= warmup:
-      times.append(time.perf_counter() - start)
-  return float(np.median(times))
 
 
 def programs(model, s, dtype, rng):
@@ -94,51 +81,26 @@ def programs(model, s, dtype, rng):
 
 
 def main():
-  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--smoke", action="store_true", help="tiny shapes (a CPU check of the script)")
-  ap.add_argument("--G", type=int, default=None, help="models per group (default 16; smoke 2)")
-  ap.add_argument("--dtypes", default="float32,bfloat16")
-  ap.add_argument("--warmup", type=int, default=2)
-  ap.add_argument("--reps", type=int, default=10)
-  ap.add_argument("--budget_s", type=float, default=300, help="start no row after this many seconds")
-  ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "lstm_step_parts.json"))
-  args = ap.parse_args()
+  args = step_parts.parser(__doc__, 16, "float32,bfloat16", "lstm_step_parts.json").parse_args()
   s = dict(SMOKE if args.smoke else PAPER)
   s["G"] = args.G or s["G"]
-  device = jax.devices()[0]
   model = get_model("lstm", **{k: s[k] for k in ("vocab_size", "embed_dim", "hidden_dim", "num_layers")})
-  result = dict(date=datetime.date.today().isoformat(), device=f"{device.platform}:{device.device_kind}",
-                jax=jax.__version__, shape=s, command=" ".join(sys.argv), rows=[], skipped=[])
-  start = time.perf_counter()
-
-  def save():
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out + ".tmp", "w") as f:
-      json.dump(result, f, indent=1)
-    os.replace(args.out + ".tmp", args.out)
-
-  print(f"{result['device']}; jax {jax.__version__}; G = {s['G']}, batch {s['batch']}, T = {s['T']}, "
+  record = step_parts.Record(args.out, args.budget_s, shape=s)
+  print(f"{record.result['device']}; jax {jax.__version__}; G = {s['G']}, batch {s['batch']}, T = {s['T']}, "
         f"V = {s['vocab_size']}", flush=True)
   for dtype in args.dtypes.split(","):
     for name, (fn, fn_args) in programs(model, s, dtype, np.random.default_rng(0)).items():
-      if time.perf_counter() - start > args.budget_s:
-        result["skipped"].append(f"{dtype} {name}")
+      if record.over_budget(f"{dtype} {name}"):
         continue
       try:
-        seconds = timed(fn, fn_args, args.warmup, args.reps)
+        seconds = step_parts.timed(lambda: fn(*fn_args), args.warmup, args.reps)
         row = dict(dtype=dtype, part=name, ms=seconds * 1e3, ms_per_model=seconds * 1e3 / s["G"])
       except Exception as e:  # noqa: BLE001 - an out-of-memory row is a result
-        row = dict(dtype=dtype, part=name, note=("out of memory" if group_plan.out_of_memory(e) else
-                                                 f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"))
-      result["rows"].append(row)
+        row = dict(dtype=dtype, part=name, note=step_parts.failure(e))
+      record.add(row)
       print(f"{dtype:9} {name:30} " + (f"{row['ms']:9.2f} ms  {row['ms_per_model']:8.2f} ms per model"
                                         if "ms" in row else row["note"]), flush=True)
-      save()
-  result["seconds"] = time.perf_counter() - start
-  save()
-  if result["skipped"]:
-    print(f"skipped (time budget): {', '.join(result['skipped'])}")
-  print(f"wrote {args.out}")
+  record.close()
 
 
 if __name__ == "__main__":

@@ -22,12 +22,7 @@ each waited for; inputs are on the device before the clock starts. Rows stop bei
 Writes one JSON (rewritten after every row) and prints a table.
 """
 
-import argparse
-import datetime
-import json
-import os
 import sys
-import time
 from pathlib import Path
 
 import jax
@@ -36,6 +31,9 @@ import numpy as np
 from flax import nnx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import step_parts  # noqa: E402
 
 from models import get_model  # noqa: E402
 from models import token_loss  # noqa: E402
@@ -49,17 +47,6 @@ SMOKE = dict(fields=dict(vocab_size=256, hidden_size=32, num_hidden_layers=2, nu
                          intermediate_size=64), batch=4, T=16, G=2)
 LR = 1e-4
 ADAMW_BYTES = 28  # per float32 parameter and step: p, g, m, v read; p, m, v written
-
-
-def timed(fn, warmup, reps):
-  """Median seconds of fn() after `warmup` calls (the first compiles)."""
-  times = []
-  for i in range(warmup + reps):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    if i >= warmup:
-      times.append(time.perf_counter() - start)
-  return float(np.median(times))
 
 
 def programs(model, s, dtype, rng):
@@ -115,52 +102,31 @@ def programs(model, s, dtype, rng):
 
 
 def main():
-  ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-  ap.add_argument("--smoke", action="store_true", help="tiny shapes (a CPU check of the script)")
-  ap.add_argument("--G", type=int, default=None, help="models per group (default 8; smoke 2)")
-  ap.add_argument("--dtypes", default="bfloat16,float32")
-  ap.add_argument("--warmup", type=int, default=2)
-  ap.add_argument("--reps", type=int, default=10)
-  ap.add_argument("--budget_s", type=float, default=300, help="start no row after this many seconds")
-  ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "neox_step_parts.json"))
-  args = ap.parse_args()
+  args = step_parts.parser(__doc__, 8, "bfloat16,float32", "neox_step_parts.json").parse_args()
   s = dict(SMOKE if args.smoke else PYTHIA_160M)
   s["G"] = args.G or s["G"]
-  device = jax.devices()[0]
   model = get_model("gpt_neox", **s["fields"])
   n_params = int(sum(np.prod(x.shape) for x in jax.tree.leaves(jax.eval_shape(model.init, jax.random.PRNGKey(0)))))
   tokens = s["batch"] * s["T"]
-  result = dict(date=datetime.date.today().isoformat(), device=f"{device.platform}:{device.device_kind}",
-                jax=jax.__version__, shape=s, params_per_model=n_params, adamw_bytes_per_model=ADAMW_BYTES * n_params,
-                command=" ".join(sys.argv), rows=[], skipped=[])
-  start = time.perf_counter()
-
-  def save():
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out + ".tmp", "w") as f:
-      json.dump(result, f, indent=1)
-    os.replace(args.out + ".tmp", args.out)
-
-  print(f"{result['device']}; jax {jax.__version__}; G = {s['G']}, batch {s['batch']}, T = {s['T']}; "
+  record = step_parts.Record(args.out, args.budget_s, shape=s, params_per_model=n_params,
+                             adamw_bytes_per_model=ADAMW_BYTES * n_params)
+  print(f"{record.result['device']}; jax {jax.__version__}; G = {s['G']}, batch {s['batch']}, T = {s['T']}; "
         f"{n_params / 1e6:.1f}M parameters a model, AdamW moves {ADAMW_BYTES * n_params / 1e9:.2f} GB a model-step",
         flush=True)
   for dtype in args.dtypes.split(","):
-    if time.perf_counter() - start > args.budget_s:
-      result["skipped"].append(dtype)
+    if record.over_budget(dtype):
       continue
     try:
       parts = programs(model, s, dtype, np.random.default_rng(0))
     except Exception as e:  # noqa: BLE001 - an out-of-memory compile is a result
-      result["rows"].append(dict(dtype=dtype, part="gradient", note=f"failed: {type(e).__name__}: "
-                                 f"{str(e).splitlines()[0][:200]}"))
-      save()
+      record.add(dict(dtype=dtype, part="programs", note=step_parts.failure(e)))
+      print(f"{dtype:9} programs  {record.result['rows'][-1]['note']}", flush=True)
       continue
     for name, (fn, compiled) in parts.items():
-      if time.perf_counter() - start > args.budget_s:
-        result["skipped"].append(f"{dtype} {name}")
+      if record.over_budget(f"{dtype} {name}"):
         continue
       try:
-        seconds = timed(fn, args.warmup, args.reps)
+        seconds = step_parts.timed(fn, args.warmup, args.reps)
         row = dict(dtype=dtype, part=name, ms=seconds * 1e3, ms_per_model=seconds * 1e3 / s["G"])
         if name in ("step", "gradient", "forward"):
           row["tokens_per_s"] = s["G"] * tokens / seconds
@@ -172,21 +138,15 @@ def main():
           if cost and cost.get("flops"):
             row["tflop_per_s"] = cost["flops"] / seconds / 1e12
       except Exception as e:  # noqa: BLE001 - an out-of-memory row is a result
-        row = dict(dtype=dtype, part=name, note=("out of memory" if group_plan.out_of_memory(e) else
-                                                 f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"))
-      result["rows"].append(row)
+        row = dict(dtype=dtype, part=name, note=step_parts.failure(e))
+      record.add(row)
       extra = "".join(f"  {row[k]:{spec}} {unit}" for k, spec, unit in (
           ("tokens_per_s", ",.0f", "tokens/s"), ("tflop_per_s", ".3g", "TFLOP/s"), ("adamw_GB_per_s", ".3g", "GB/s"))
           if k in row)
       print(f"{dtype:9} {name:9} " + (f"{row['ms']:9.2f} ms  {row['ms_per_model']:8.2f} ms per model{extra}"
                                       if "ms" in row else row["note"]), flush=True)
-      save()
     del parts
-  result["seconds"] = time.perf_counter() - start
-  save()
-  if result["skipped"]:
-    print(f"skipped (time budget): {', '.join(result['skipped'])}")
-  print(f"wrote {args.out}")
+  record.close()
 
 
 if __name__ == "__main__":
