@@ -25,7 +25,9 @@ def _umask():
 @contextlib.contextmanager
 def ctrl_c_held():
   """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then deliver it: a write is never
-  cut between creating its temporary file and renaming or removing it. Only the main thread sets signal handlers."""
+  cut between creating its temporary file and renaming or removing it, and orbax's checkpoint reads are never cut
+  (interrupted, orbax closes its event loop under reads still in flight, which then report the closed loop or lose
+  the interrupt). Only the main thread sets signal handlers."""
   if threading.current_thread() is not threading.main_thread():
     yield
     return
@@ -144,9 +146,10 @@ def check_writable(folder, hint="choose another folder with --out_dir"):
     os.makedirs(folder, exist_ok=True)
   except OSError as e:
     raise InputError(f"cannot create the output folder {folder}: {e.strerror}; {hint}") from e
-  try:
-    fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
-  except OSError as e:
-    raise InputError(f"cannot write into {folder}: {e.strerror}; {hint}") from e
-  os.close(fd)
-  os.remove(probe)
+  with ctrl_c_held():  # a Ctrl-C between creating the probe and removing it would leave it behind
+    try:
+      fd, probe = tempfile.mkstemp(dir=folder, prefix=".write-check-")
+    except OSError as e:
+      raise InputError(f"cannot write into {folder}: {e.strerror}; {hint}") from e
+    os.close(fd)
+    os.remove(probe)

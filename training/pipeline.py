@@ -252,7 +252,7 @@ def restore_checkpoint(ckpt, target):
         raise InputError(f"{ckpt}/{_npy_name(path)}: {array.dtype} {array.shape}, the model needs {t.dtype} {t.shape}")
       return jax.make_array_from_callback(t.shape, t.sharding, lambda index: np.asarray(array[index]))
     return jax.tree_util.tree_map_with_path(one, target)
-  with preemption.ctrl_c_after():
+  with run_folder.ctrl_c_held():
     return _checkpointer().restore(ckpt, target)
 
 

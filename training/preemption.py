@@ -74,25 +74,6 @@ def interruptible():
         signal.signal(signal.SIGINT, _handler)
 
 
-@contextlib.contextmanager
-def ctrl_c_after():
-  """Ctrl-C inside the block takes effect when it ends, as a KeyboardInterrupt (where Ctrl-C raises one: the main
-  thread under experiments.cli). For orbax's checkpoint I/O: interrupted, it closes its event loop under reads still
-  in flight, which then report the closed loop or lose the interrupt (a command that went on to exit 0)."""
-  if threading.current_thread() is not threading.main_thread() or \
-      signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
-    yield
-    return
-  caught = []
-  signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
-  try:
-    yield
-  finally:
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-  if caught:
-    raise KeyboardInterrupt
-
-
 def name():
   """The stop's signal as a user knows it: "SIGTERM" or "Ctrl-C (SIGINT)"."""
   return NAMES.get(_state["signum"], signal.Signals(_state["signum"]).name)

@@ -13,7 +13,6 @@ from lira.errors import InputError, MissingFileError
 import run_folder
 from training import data as data_lib
 from training import pipeline
-from training import preemption
 from training import trainer
 
 
@@ -41,7 +40,7 @@ def load_shadow_model(run_dir, model_id):
   data = types.SimpleNamespace(vocab_size=data_lib.vocab_size(tokenizer), bos_id=bos_id)
   model = pipeline.build_model(cfg, data, run_dir, progress=False)
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
-  with preemption.ctrl_c_after():
+  with run_folder.ctrl_c_held():
     restored = ocp.StandardCheckpointer().restore(checkpoint)
   nnx.replace_by_pure_dict(state, restored)
   one = jax.tree.map(lambda x: x[model_ids.index(model_id)], state)

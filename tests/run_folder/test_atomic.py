@@ -75,6 +75,24 @@ def test_check_writable_refuses_a_folder_under_a_file(tmp_path):
   assert os.listdir(tmp_path / "new" / "reports") == []
 
 
+def test_a_ctrl_c_during_check_writable_leaves_no_probe_file(tmp_path, monkeypatch):
+  """A SIGINT that lands while the probe file exists raises KeyboardInterrupt once the probe is removed."""
+  mkstemp = atomic.tempfile.mkstemp
+
+  def mkstemp_then_ctrl_c(**kwargs):
+    made = mkstemp(**kwargs)
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):  # Python runs a signal's handler between bytecodes: here, many times over
+      sum(range(10))
+    return made
+
+  monkeypatch.setattr(atomic.tempfile, "mkstemp", mkstemp_then_ctrl_c)
+  with pytest.raises(KeyboardInterrupt):
+    run_folder.check_writable(str(tmp_path / "reports"))
+  assert os.listdir(tmp_path / "reports") == []
+  assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
 def test_copy_file_copies_bytes(tmp_path):
   (tmp_path / "tokenizer.json").write_bytes(b'{"v": 1}\n')
   run_folder.copy_file(str(tmp_path / "tokenizer.json"), str(tmp_path / "out" / "tokenizer.json"))

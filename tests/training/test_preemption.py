@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+import run_folder
 from training import preemption
 
 
@@ -51,25 +52,11 @@ def test_install_starts_afresh(installed):
   assert not preemption.requested() and preemption.exit_status() == 143
 
 
-def test_ctrl_c_inside_ctrl_c_after_raises_when_the_block_ends():
-  before = signal.getsignal(signal.SIGINT)
-  signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C raises KeyboardInterrupt, as under experiments.cli
-  try:
-    finished = []
-    with pytest.raises(KeyboardInterrupt):
-      with preemption.ctrl_c_after():
-        os.kill(os.getpid(), signal.SIGINT)
-        for _ in range(1000):  # Python runs a signal's handler between bytecodes: here, many times over
-          sum(range(100))
-        finished.append(True)
-    assert finished == [True]  # the block ran to its end first
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
-    with preemption.ctrl_c_after():  # no Ctrl-C: nothing raised
-      pass
-  finally:
-    signal.signal(signal.SIGINT, before)
-
-
-def test_ctrl_c_after_leaves_other_handlers_alone(installed):
-  with preemption.ctrl_c_after():  # training's flag handler: the block changes nothing
-    assert signal.getsignal(signal.SIGINT) is preemption._handler
+def test_a_ctrl_c_held_by_a_checkpoint_read_reaches_the_training_flag_when_the_read_ends(installed):
+  with run_folder.ctrl_c_held():  # as around orbax's restores
+    os.kill(os.getpid(), signal.SIGINT)
+    for _ in range(1000):
+      sum(range(10))
+    assert not preemption.requested()
+  assert preemption.requested() and preemption.name() == "Ctrl-C (SIGINT)"
+  assert signal.getsignal(signal.SIGINT) is preemption._handler
