@@ -15,8 +15,6 @@ import dataclasses
 import math
 
 import numpy as np
-from jax_privacy import accounting
-from jax_privacy import batch_selection
 
 from lira.errors import InputError
 from lira.options import Options, option
@@ -127,11 +125,13 @@ def step_width(dp, batch_size, sampled):
 
 
 def _accountant():
+  from jax_privacy import accounting  # here, not at the top: jax_privacy takes ~1.5 s to import, a DP run needs it
   return accounting.DpsgdTrainingAccountant(
     accounting.PldAccountantConfig(value_discretization_interval=PLD_DISCRETIZATION))
 
 
 def _params(sigma, num_samples, delta, batch_size, truncated):
+  from jax_privacy import accounting
   return accounting.DpParams(noise_multipliers=sigma, num_samples=int(num_samples), delta=delta,
                              batch_size=int(batch_size), truncated_batch_size=truncated)
 
@@ -150,6 +150,7 @@ def epsilon(dp, batch_size, steps, num_samples):
 
 def calibrate(target_epsilon, dp, batch_size, steps, num_samples):
   """The smallest noise multiplier (to 1e-3) whose epsilon at dp.delta is at most target_epsilon."""
+  from jax_privacy import accounting
   return float(accounting.calibrate_noise_multiplier(
     target_epsilon=target_epsilon, accountant=_accountant(), batch_sizes=int(batch_size), num_updates=int(steps),
     num_samples=int(num_samples), target_delta=dp.delta, truncated_batch_size=_truncated(dp, batch_size),
@@ -190,6 +191,7 @@ def poisson_slots(example_ids, batch_size, physical, steps, seed, model_id, epoc
   """Model's Poisson-sampled batches for one epoch, [steps, physical] (-1: empty slot): each example in each step
   with probability batch_size / n, truncated to `physical` (jax_privacy.batch_selection.CyclicPoissonSampling); the
   draws depend only on (seed, model, epoch)."""
+  from jax_privacy import batch_selection
   example_ids = np.asarray(example_ids, np.int64)
   sampler = batch_selection.CyclicPoissonSampling(sampling_prob=batch_size / len(example_ids), iterations=steps,
                                                   truncated_batch_size=physical)

@@ -18,7 +18,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
-import jax_privacy
 from jax.sharding import NamedSharding, PartitionSpec
 from tqdm.auto import tqdm
 
@@ -143,6 +142,8 @@ def _dp_gradient(model, bos_id, dp, params, examples_B, weight_B, key, noise_key
   """(loss, DP-SGD gradient) of one model's batch: per-example gradients clipped to dp.clip_norm and summed
   (jax_privacy.clipped_grad), Gaussian noise of std noise_multiplier * clip_norm added (its gaussian_privatizer),
   divided by the expected batch size (Poisson) or the examples in the batch (shuffle). Empty slots weigh 0."""
+  import jax_privacy  # here, not at the top: it takes ~1.5 s to import, and only a DP run needs it
+
   def example_loss(p, example_1xT, weight_1, example_key=None):
     return (model.loss(p, example_1xT, bos_id, example_key).mean(axis=1) * weight_1).sum()
 
