@@ -16,9 +16,9 @@ import xla_level  # noqa: E402
 # the dispatch itself.
 os.environ["SEQLIRA_JAX_PIPELINE_ON_CPU"] = "1"
 
-# XLA compiles at LLVM optimisation level 0, with XLA CPU's elemental emitters, here and in the commands the tests
-# start (they inherit the environment): set before any test module imports jax; the commands users run keep XLA's
-# defaults.
+# XLA compiles at LLVM optimisation level 0, with XLA CPU's elemental emitters where the installed jaxlib knows the
+# flags, here and in the commands the tests start (they inherit the environment): set before any test module imports
+# jax; the commands users run keep XLA's defaults.
 xla_level.set_fast_compile()
 # One persistent compilation cache for the whole session (xla_level.share_compilation_cache): the workers and the
 # commands the tests start load what another process already compiled.
