@@ -277,7 +277,7 @@ def main():
   ap.add_argument("--budget_s", type=float, default=500, help="start no row after this many seconds")
   ap.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated seqlira compute dtypes")
   ap.add_argument("--grid", default="", help="comma-separated fixed G for every shape of the call, in place of each "
-                  "shape's own grid (e.g. 4,8)")
+                  "shape's own grid (e.g. 4,8); 'none' for no fixed G")
   ap.add_argument("--rules", default="auto,fastest", help="comma-separated group size rules to plan and time ('' for "
                   "none)")
   ap.add_argument("--noauto", action="store_true", help="skip the group size rules' rows (as --rules '')")
@@ -342,7 +342,8 @@ def main():
     model = get_model(s["family"], **s["fields"])
     for dtype in dtypes:
       g1 = None
-      for G in ([int(g) for g in args.grid.split(",")] if args.grid else s["grid"]):
+      grid = [] if args.grid == "none" else [int(g) for g in args.grid.split(",")] if args.grid else s["grid"]
+      for G in grid:
         row = run(f"{name} seqlira {dtype} {G}", lambda: seqlira_row(name, s, model, G, dtype, args))
         g1 = row if G == 1 and row is not None and "step_s" in row else g1
       for rule in [r for r in args.rules.split(",") if r and not args.noauto]:
