@@ -71,7 +71,8 @@ def memory_limit(mesh=None):
   devices = list(mesh.devices.flat) if mesh is not None else jax.local_devices()[:1]
   stats = [d.memory_stats() or {} for d in devices]
   if all("bytes_limit" in s for s in stats):
-    return min(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats), "device bytes_limit less bytes in use"
+    return (min(s["bytes_limit"] - s.get("bytes_in_use", 0) for s in stats),
+            "device bytes_limit less bytes in use; XLA_PYTHON_CLIENT_MEM_FRACTION sets the limit's share of the memory")
   return int(HOST_SHARE * host_available()), f"{HOST_SHARE:g} of the host's available memory"
 
 
