@@ -136,16 +136,24 @@ def _interrupt(run, size, when):
 def test_ctrl_c_during_overwrite_keeps_the_old_population_then_it_resumes_and_names_stale_reports(trained, tmp_path):
   run = str(tmp_path / "run")
   shutil.copytree(trained, run)
+  start = time.perf_counter()
   added = _run("experiments.population_losses", f"--run_dir={run}", "--size=8", "--noprogress")
+  whole_s = time.perf_counter() - start
   assert added.returncode == 0, added.stderr[-3000:]
+  start = time.perf_counter()
+  assert _run("experiments.population_losses", "--help").returncode == 0
+  loading_s = time.perf_counter() - start  # the command's modules load, then it exits
   old = _population(run)
   report = "results_variants-oas-shared_nboot-0_attacks-rmia.json"
   evaluated = _run("experiments.evaluate", f"--run_dir={run}", "--variants=oas-shared", "--n_boot=0", "--attacks=rmia",
                    "--noprogress")
   assert evaluated.returncode == 0 and os.path.exists(os.path.join(run, report)), evaluated.stderr[-3000:]
 
-  # while modules load, as it starts, once it has drawn the population (config.json written next), between groups
-  moments = [(9, 0.5), (10, 2.0), (11, STAGING), (12, os.path.join(STAGING, "population.npy")),
+  # while modules load, as it starts, once it has drawn the population (config.json written next), between groups;
+  # the first two in this machine's times (halfway through loading; a quarter of the work past it): a fixed time can
+  # land after the work, in the interpreter's exit, where Python no longer handles SIGINT (status -2)
+  started = loading_s + max(whole_s - loading_s, 0.0) / 4
+  moments = [(9, loading_s / 2), (10, started), (11, STAGING), (12, os.path.join(STAGING, "population.npy")),
              (13, os.path.join(STAGING, "losses", "group_0000_population.npy"))]
   for size, when in moments:
     status, err = _interrupt(run, size, when)
