@@ -29,7 +29,7 @@ step() {  # step NAME LIMIT_S COMMAND...: the command's output appended to $OUT/
   local t0=$SECONDS
   echo "== $name: $*" >> "$OUT/log.txt"
   # without the HLO XLA's GPU autotuner prints for a candidate group that runs out of memory while compiling
-  local noise='cuda_timer|^\s*%|^[WE][0-9]{4} |external/xla|Source Location|EXECUTION FAILED|^[})]|^\(|^  '
+  local noise='cuda_timer|^\s*(%|ROOT %|}|\(.*\) -> )|^[WE][0-9]{4} |external/xla|Source Location|EXECUTION FAILED|^\)'
   timeout "$limit" "$@" 2>&1 | grep -Ev "$noise" >> "$OUT/log.txt"
   local rc=${PIPESTATUS[0]}
   echo "$name rc=$rc $((SECONDS - t0)) s" | tee -a "$OUT/steps.txt"

@@ -71,7 +71,7 @@ def programs(model, s, dtype, rng):
   params = trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(1), G))  # the step donates state's
   gradient = jax.jit(jax.vmap(jax.grad(loss_fn)))
   forward = jax.jit(jax.vmap(loss_fn))
-  leaves, treedef = jax.tree.flatten(params)  # drawn on the device: a host's normals of G x 162M take minutes
+  leaves, treedef = jax.tree.flatten(params)  # on the device: G x 162M host normals are slow
   keys = jax.random.split(jax.random.PRNGKey(2), len(leaves))
   grads = jax.tree.unflatten(treedef, [1e-3 * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves)])
   update_state = state  # the step's parameters and moments (donated in turn)
