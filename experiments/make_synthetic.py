@@ -25,6 +25,9 @@ flags.DEFINE_float("shift", 1.0, "Membership shift of the affected tokens' logit
 cli.check_range("shift")
 flags.DEFINE_float("frac_shifted", 0.25, "Fraction of positions a membership shifts.")
 cli.check_range("frac_shifted", 0, 1)
+flags.DEFINE_float("frac_canaries", 1.0, "Fraction of canaries whose membership shifts their losses; the others "
+                   "carry no signal (config.json's shifted_canaries names the shifted ones when it is below 1).")
+cli.check_range("frac_canaries", 0, 1)
 flags.DEFINE_enum("shift_units", "std", ["std", "logit"], "The shift in each position's standard deviations or in "
                   "logit units (the same raise at every shifted position).")
 flags.DEFINE_integer("population_size", None, "Z, sequences of RMIA's population (OUT for every model) written to "
@@ -43,7 +46,7 @@ def main(argv):
   config = synthetic_run.write_synthetic_run(
       FLAGS.run_dir, num_models=FLAGS.num_models, num_canaries=FLAGS.num_canaries, seq_len=FLAGS.seq_len,
       overwrite=FLAGS.overwrite, rho=FLAGS.rho, shift=FLAGS.shift, shift_units=FLAGS.shift_units,
-      frac_shifted=FLAGS.frac_shifted, ragged=FLAGS.ragged, seed=FLAGS.seed, population_size=FLAGS.population_size)
+      frac_shifted=FLAGS.frac_shifted, frac_canaries=FLAGS.frac_canaries, ragged=FLAGS.ragged, seed=FLAGS.seed, population_size=FLAGS.population_size)
   print(f"Wrote synthetic run to {FLAGS.run_dir}: {config}")
 
 

@@ -6,7 +6,8 @@ per-token logit (ln p - ln(1-p)) is
   z[m, n] = mu[n] + sigma[n] * e[m, n] + keep[m, n] * shift * sigma[n] * b[n]    (shift_units="std"),
 with e ~ N(0, C) where C[s, t] = rho^|s - t| (AR(1) correlation between neighbouring tokens),
 mu[n, t] ~ N(1, 1.5^2), sigma[n, t] ~ U(0.5, 1.5), and b[n, t] = 1 on a random `frac_shifted` of the
-positions (0 elsewhere): being IN raises the logit (lowers the loss) of those tokens by `shift`
+positions (0 elsewhere; 0 everywhere for the canaries outside a random `frac_canaries` of them, which carry no
+signal at all: shifted_canaries names the ones that do): being IN raises the logit (lowers the loss) of those tokens by `shift`
 standard deviations. With shift_units="logit" the raise is `shift` logit units at every affected position
 (`keep * shift * b`), whatever that position's spread. Losses are softplus(-z) = -ln sigmoid(z), stored as float32, so that
 lira.logit_scale(loss) recovers z.
@@ -55,17 +56,29 @@ def synthetic_population(num_models=32, num_population=500, seq_len=32, *, rho=0
   return _out_losses(np.random.default_rng([seed, 2]), num_models, num_population, seq_len, rho, ragged)
 
 
+def shifted_canaries(num_canaries, frac_canaries=1.0, seed=0):
+  """shifted_N bool: the canaries whose membership shifts their losses, a random round(frac x N) of them (all with
+  frac_canaries = 1), from a seed stream of their own (the losses' draws do not depend on it)."""
+  if not 0.0 <= frac_canaries <= 1.0:
+    raise InputError(f"frac_canaries must be in [0, 1], got {frac_canaries!r}")
+  shifted_N = np.zeros(num_canaries, bool)
+  shifted_N[np.random.default_rng([seed, 3]).permutation(num_canaries)[:round(frac_canaries * num_canaries)]] = True
+  return shifted_N
+
+
 def synthetic_losses(num_models=32, num_canaries=2000, seq_len=32, *, rho=0.6, shift=1.0, frac_shifted=0.25,
-                     ragged=False, seed=0, shift_units="std"):
+                     ragged=False, seed=0, shift_units="std", frac_canaries=1.0):
   """Returns (loss_MxNxT float32, keep_MxN bool, mask_NxT bool or None) from the model above."""
   if shift_units not in ("std", "logit"):
     raise InputError(f"shift_units must be 'std' or 'logit', got {shift_units!r}")
+  shifted_N = shifted_canaries(num_canaries, frac_canaries, seed)
   M, N, T = num_models, num_canaries, seq_len
   keep_MxN = keep_matrix(M, N, seed)
   rng = np.random.default_rng(seed + 1)
   mu_NxT = rng.normal(1.0, 1.5, size=(N, T))
   sigma_NxT = rng.uniform(0.5, 1.5, size=(N, T))
   b_NxT = (rng.uniform(size=(N, T)) < frac_shifted).astype(np.float64)
+  b_NxT[~shifted_N] = 0.0
   corr_TxT = rho ** np.abs(np.subtract.outer(np.arange(T), np.arange(T)))
   chol_TxT = np.linalg.cholesky(corr_TxT)
   loss_MxNxT = np.empty((M, N, T), np.float32)

@@ -272,7 +272,7 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
                            "its checkpoint is gone, so its population losses cannot be computed")
   else:
     tcfg = trainer.TrainConfig(cfg.train.epochs, cfg.train.batch_size, cfg.train.learning_rate,
-                               cfg.train.weight_decay, cfg.shadow.seed, dp, run_config.compute_dtype(cfg))
+                               cfg.train.weight_decay, run_config.model_seed(cfg), dp, run_config.compute_dtype(cfg))
     example_ids = [canaries_lib.training_indices(data.num_train, data.keep_MxN, m) for m in model_ids]
     length = training_length(data)
     state, _ = trainer.train_group(model, data.examples_ExT, example_ids, model_ids, tcfg, bos_id=data.bos_id,

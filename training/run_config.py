@@ -9,6 +9,11 @@ keeps that G.
 `model.dtype`, which is read as its alias: a config or config.json with both must give the same value, and one
 without `train.compute_dtype` (a folder written before it) computes in `model.dtype`, or float32.
 
+`shadow.model_seed` (model_seed) seeds the membership (keep.npy) and the training (initialisation, batch order); the
+data split, tokenizer, canaries and population follow `shadow.seed` alone, so runs that differ in model_seed alone hold
+the same canaries (independent copies of one run). Unset, it is `shadow.seed`; a folder written before the field
+resumes with it unset.
+
 Two blocks came after run folders existed, and a folder written before them still resumes: one without `train.dp`
 matches a config that leaves DP-SGD off; one without `population` runs without a population (effective_config) unless
 the command line asks for one, which is then recorded (record_population) once drawn.
@@ -46,6 +51,12 @@ def _diff(a, b, prefix=""):
 RECORDED = ("accountant",)
 # Written into config.json's shadow section by a `group_size=auto` run (training/group_plan.py), not compared either.
 GROUP_SIZE_PLAN = "group_size_plan"
+
+
+def model_seed(cfg):
+  """The seed of the run's membership and training: shadow.model_seed, else shadow.seed."""
+  seed = cfg.shadow.get("model_seed")
+  return cfg.shadow.seed if seed is None else seed
 
 
 def compute_dtype(cfg):
@@ -100,6 +111,9 @@ def check_config(cfg, run_dir):
       have["shadow"] = {k: v for k, v in have["shadow"].items() if k != GROUP_SIZE_PLAN}
     if isinstance(wanted.get("shadow"), dict):
       wanted["shadow"] = {k: v for k, v in wanted["shadow"].items() if k != GROUP_SIZE_PLAN}
+    if (isinstance(have.get("shadow"), dict) and "model_seed" not in have["shadow"]
+        and isinstance(wanted.get("shadow"), dict) and wanted["shadow"].get("model_seed") is None):
+      wanted["shadow"] = {k: v for k, v in wanted["shadow"].items() if k != "model_seed"}  # written before the field
     if "dp" not in have.get("train", {"dp": None}) and not dp_lib.enabled(cfg.train.get("dp")):
       wanted = {**wanted, "train": {k: v for k, v in wanted["train"].items() if k != "dp"}}
     if "population" not in have:

@@ -14,6 +14,7 @@ from training import canaries as canaries_lib
 from training import data as data_lib
 from training import images as images_lib
 from training import population as population_lib
+from training import run_config
 
 @dataclasses.dataclass(frozen=True)
 class RunData:
@@ -93,7 +94,7 @@ def prepare_images(cfg, run_dir, progress=True):
     canaries = canaries_lib.average_case_images(heldout, N, cfg.shadow.seed)
   else:
     canaries = canaries_lib.worst_case_images(N, shape, L, cfg.shadow.seed)
-  keep_MxN = canaries_lib.keep_matrix(M, N, cfg.shadow.seed)
+  keep_MxN = canaries_lib.keep_matrix(M, N, run_config.model_seed(cfg))
   population = population_lib.images(cfg, canaries, whole_train, heldout)
   _save_once(run_dir, ((run_folder.names.CANARIES, canaries), (run_folder.names.KEEP, keep_MxN),
                        (run_folder.names.POPULATION, population)))
@@ -144,7 +145,7 @@ def prepare_data(cfg, run_dir, progress=True):
     canaries_NxT = canaries_lib.average_case_canaries(heldout_SxT, N, cfg.shadow.seed)
   else:
     canaries_NxT = canaries_lib.worst_case_canaries(N, T, vocab, cfg.shadow.seed, exclude_ids=(bos,))
-  keep_MxN = canaries_lib.keep_matrix(M, N, cfg.shadow.seed)
+  keep_MxN = canaries_lib.keep_matrix(M, N, run_config.model_seed(cfg))
   population_ZxT = population_lib.sequences(cfg, canaries_NxT, whole_train_SxT, heldout_SxT, vocab, bos)
   _save_once(run_dir, ((run_folder.names.CANARIES, canaries_NxT), (run_folder.names.KEEP, keep_MxN),
                        (run_folder.names.POPULATION, population_ZxT)))

@@ -15,6 +15,7 @@ recommendation (docs/shadow_models.md: 1.3x float32 on an H200), float32 the CPU
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from training import dp
 from training import population
@@ -35,6 +36,7 @@ def get_config(arg="cpu"):
   c.tokenizer = dict(name="bpe", vocab_size=512)  # "bpe" = byte-level BPE trained on the train split
   c.canaries = dict(kind="worst", num_canaries=1000)
   c.shadow = dict(num_models=32, group_size=1, seed=0)  # one model per group: fastest on 2 CPU cores (BENCHMARKS.md)
+  c.shadow.model_seed = config_dict.placeholder(int)  # membership and training (default: shadow.seed)
   c.model = dict(name="lstm", embed_dim=64, hidden_dim=128, num_layers=2)
   c.train = dict(epochs=6, batch_size=16, learning_rate=3e-3, weight_decay=0.0, compute_dtype="float32")
   c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier

@@ -25,6 +25,7 @@ worst-case canaries are clearly memorised.
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from training import dp
 from training import population
@@ -37,6 +38,7 @@ def get_config(arg="cpu"):
   c.data = dict(source="digits", data_dir="", heldout_fraction=0.2, max_train_images=500)
   c.canaries = dict(kind="worst", num_canaries=256)
   c.shadow = dict(num_models=16, group_size=1, seed=0)
+  c.shadow.model_seed = config_dict.placeholder(int)  # membership and training (default: shadow.seed)
   c.model = dict(name="pixelcnn_pp", image_shape=(8, 8, 1), num_levels=17, nr_resnet=1, nr_filters=32,
                  nr_logistic_mix=5, dropout_p=0.0)
   c.train = dict(epochs=10, batch_size=32, learning_rate=2e-3, weight_decay=0.0, eval_batch_size=256,

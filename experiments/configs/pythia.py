@@ -15,6 +15,7 @@ replaces, is still read as its alias and must then equal it.
 """
 
 import ml_collections
+from ml_collections import config_dict
 
 from training import dp
 from training import population
@@ -30,6 +31,7 @@ def get_config(arg="pythia_tiny"):
   c.tokenizer = dict(name="bpe", vocab_size=512)
   c.canaries = dict(kind="worst", num_canaries=1000)
   c.shadow = dict(num_models=32, group_size=2, seed=0)
+  c.shadow.model_seed = config_dict.placeholder(int)  # membership and training (default: shadow.seed)
   c.model = dict(name="gpt_neox", base="pretrain",
                  arch=dict(hidden_size=128, num_hidden_layers=2, num_attention_heads=4, intermediate_size=512,
                            rotary_pct=0.25, max_position_embeddings=256))

@@ -1,6 +1,8 @@
 """A synthetic run folder written (experiments/make_synthetic.py): lira.synthetic's losses, membership and population
 in the files of a run (run_folder)."""
 
+import numpy as np
+
 import run_folder
 from lira import synthetic
 from run_folder import names
@@ -25,6 +27,9 @@ def write_synthetic_run(run_dir, overwrite=False, population_size=None, **kwargs
   config = {"source": "synthetic", "generator": "lira.synthetic.synthetic_losses", "num_models": M,
             "num_canaries": N, "seq_len": T, "population_size": Z,
             **{k: v for k, v in kwargs.items() if k not in ("num_models", "num_canaries", "seq_len")}}
+  if kwargs.get("frac_canaries", 1.0) < 1.0:  # the canaries that carry the signal, by construction
+    config["shifted_canaries"] = np.flatnonzero(synthetic.shifted_canaries(N, kwargs["frac_canaries"],
+                                                                           kwargs.get("seed", 0))).tolist()
   run_folder.save_run(run_dir, {names.LOSSES: loss_MxNxT, names.KEEP: keep_MxN, names.MASK: mask_NxT,
                                 names.POPULATION_LOSSES: population[0], names.POPULATION_MASK: population[1]}, config)
   return config
