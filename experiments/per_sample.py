@@ -142,6 +142,7 @@ def main(argv):
   audits = {label: ps.audit(scores[label], run.keep_MxN, options)
             for label in tqdm(labels, desc="per-sample audits", disable=not FLAGS.progress)}
   texts = _texts(FLAGS.run_dir, N, run.mask_NxT)
+  planted_N = per_sample_report.planted(run.config, N)
   half_records = {}
   if halves is not None:
     for key, label, scorer in tqdm(scorers, desc="split halves", disable=not FLAGS.progress):
@@ -171,7 +172,8 @@ def main(argv):
   report = provenance.header("per_sample", FLAGS.run_dir, run, settings, "seqlira.per_sample")
   report.update({"run": provenance.run_description(FLAGS.run_dir, run.config), "setting": setting,
                  "dropped_variants": dropped,
-                 "attacks": [{**per_sample_report.attack_record(label, audits[label], half_records.get(label)),
+                 "attacks": [{**per_sample_report.attack_record(label, audits[label], half_records.get(label),
+                                                                planted_N),
                               "key": key, "top": per_sample_report.top_record(audits[label], texts, FLAGS.top)}
                              for key, label, _ in scorers]})
   if pair is not None:

@@ -307,10 +307,11 @@ def _calibration_record(score_MxN, keep_MxN, fold_M, cal, kind, fpr):
 
 # ---- reproducibility: split halves and overlaps ----
 
-def split_halves(keep_MxN, min_models=4, seed=0, tries=2000):
+def split_halves(keep_MxN, min_models=4, seed=0, tries=50):
   """(models_a, models_b): the models split into two disjoint halves (sorted ids) in which every canary has at least
-  min_models IN and min_models OUT models, the first of `tries` seeded random splits that does; InputError naming
-  the canary that keeps any split from it."""
+  min_models IN and min_models OUT models. Seeded random splits are tried, each improved by swapping the pair of
+  models that most reduces the shortfall until none does; InputError naming the canary that keeps every split
+  tried from it."""
   keep_MxN = np.asarray(keep_MxN, bool)
   M = keep_MxN.shape[0]
   n_in_N = keep_MxN.sum(axis=0)
@@ -318,23 +319,41 @@ def split_halves(keep_MxN, min_models=4, seed=0, tries=2000):
   if few_N.min() < 2 * min_models:
     n = int(np.argmin(few_N))
     raise InputError(f"canary {n} has {int(n_in_N[n])} IN and {int(M - n_in_N[n])} OUT models; split halves need "
-                     f"{2 * min_models} of each (--min_models={min_models} per half)")
+                     f"{2 * min_models} of each (--min_models={min_models} per half; --nohalves skips them)")
   rng = np.random.default_rng([seed, 64])
-  best, best_n = None, -1
+  k_MxN = keep_MxN.astype(np.int64)
+  best, best_short = None, None
   for _ in range(tries):
     a_M = np.zeros(M, bool)
     a_M[rng.permutation(M)[:M // 2]] = True
-    counts = [keep_MxN[a_M].sum(axis=0), (~keep_MxN[a_M]).sum(axis=0), keep_MxN[~a_M].sum(axis=0),
-              (~keep_MxN[~a_M]).sum(axis=0)]
-    worst = int(np.min(counts))
-    if worst >= min_models:
+    short = _shortfall(k_MxN, a_M, min_models)
+    while short.sum() > 0 and M <= 256:  # hill climbing on swaps (a large run's random split has enough already)
+      a_i, b_j = np.flatnonzero(a_M), np.flatnonzero(~a_M)
+      d_AxBxN = k_MxN[b_j][None, :, :] - k_MxN[a_i][:, None, :]  # the IN count half a gains by swapping i and j
+      in_a, in_b = k_MxN[a_M].sum(axis=0), k_MxN[~a_M].sum(axis=0)
+      out_a, out_b = a_M.sum() - in_a, (~a_M).sum() - in_b
+      total_AxB = sum(np.maximum(0, min_models - (c + sign * d_AxBxN)).sum(axis=2)
+                      for c, sign in ((in_a, 1), (out_a, -1), (in_b, -1), (out_b, 1)))
+      i, j = np.unravel_index(np.argmin(total_AxB), total_AxB.shape)
+      if total_AxB[i, j] >= short.sum():
+        break
+      a_M[a_i[i]], a_M[b_j[j]] = False, True
+      short = _shortfall(k_MxN, a_M, min_models)
+    if short.sum() == 0:
       return np.flatnonzero(a_M), np.flatnonzero(~a_M)
-    if worst > best_n:
-      best, best_n = counts, worst
-  n = int(np.argmin(np.min(best, axis=0)))
-  raise InputError(f"no split of the {M} models into halves found in {tries} tries in which every canary has "
-                   f"{min_models} IN and {min_models} OUT models in each half (canary {n} had at most {best_n}); "
-                   "lower --min_models")
+    if best_short is None or short.sum() < best_short.sum():
+      best, best_short = a_M, short
+  n = int(np.argmax(best_short))
+  raise InputError(f"no split of the {M} models into halves found ({tries} tries) in which every canary has "
+                   f"{min_models} IN and {min_models} OUT models in each half (canary {n} fell short); lower "
+                   "--min_models, or pass --nohalves")
+
+
+def _shortfall(k_MxN, a_M, min_models):
+  """short_N: how many IN or OUT models each canary lacks in the halves a_M / ~a_M, summed over the four counts."""
+  in_a, in_b = k_MxN[a_M].sum(axis=0), k_MxN[~a_M].sum(axis=0)
+  counts = (in_a, a_M.sum() - in_a, in_b, (~a_M).sum() - in_b)
+  return sum(np.maximum(0, min_models - c) for c in counts)
 
 
 def overlap(a_N, b_N):

@@ -70,8 +70,28 @@ def check_same_canaries(run_dir, other_dir):
                      f"than in {other_dir} ({differ.size} canaries differ)")
 
 
-def attack_record(label, audit, halves=None):
-  """The JSON record of one attack's audit (lira.per_sample.audit), with its split halves' comparison."""
+def planted(config, N):
+  """shifted_N: a synthetic run's canaries that carry the membership signal by construction (config.json's
+  shifted_canaries, make_synthetic --frac_canaries), or None."""
+  indices = (config or {}).get("shifted_canaries")
+  if indices is None:
+    return None
+  shifted_N = np.zeros(N, bool)
+  shifted_N[np.asarray(indices, np.int64)] = True
+  return shifted_N
+
+
+def recovery(vulnerable_N, planted_N):
+  """How a vulnerable set recovers the planted canaries: {planted, vulnerable, found, precision, recall}."""
+  found = int((vulnerable_N & planted_N).sum())
+  v, p = int(vulnerable_N.sum()), int(planted_N.sum())
+  return {"planted": p, "vulnerable": v, "found": found, "precision": found / v if v else None,
+          "recall": found / p if p else None}
+
+
+def attack_record(label, audit, halves=None, planted_N=None):
+  """The JSON record of one attack's audit (lira.per_sample.audit), with its split halves' comparison and, on a
+  synthetic run with planted canaries, how its vulnerable sets recover them."""
   fprs = []
   for entry in audit["fprs"]:
     c = entry["canary"]
@@ -81,6 +101,8 @@ def attack_record(label, audit, halves=None):
                              "rule": f"TPR interval's lower bound > held-out FPR {entry['global']['fpr']:.4g} + margin"},
               "concentration": {"oracle": ps.concentration(entry["oracle_hits_N"], SHARES),
                                 "global": ps.concentration(c["hits_N"], SHARES)}}
+    if planted_N is not None:
+      record["planted"] = recovery(c["vulnerable_N"], planted_N)
     fprs.append(record)
   auc_N = audit["auc_N"]
   out = {"name": label, "per_canary_auc": {"mean": _json(np.nanmean(auc_N)), "median": _json(np.nanmedian(auc_N)),
@@ -229,7 +251,10 @@ def leak_rows(report):
     halves = {h["fpr"]: h for h in a.get("halves", {}).get("fprs", [])}
     for e in a["fprs"]:
       conc, h = e["concentration"], halves.get(e["fpr"])
-      rows.append([a["name"], f"{100 * e['fpr']:g}%", e["vulnerable"]["count"],
+      planted = e.get("planted")
+      rows.append([a["name"], f"{100 * e['fpr']:g}%", e["vulnerable"]["count"] if planted is None else
+                   f"{e['vulnerable']['count']} (precision {_pct(planted['precision'], 1)}%, recall "
+                   f"{_pct(planted['recall'], 1)}% of {planted['planted']} planted)",
                    " / ".join(_pct(conc["oracle"][metrics.fpr_key(s)], 0) for s in SHARES),
                    " / ".join(_pct(conc["global"][metrics.fpr_key(s)], 0) for s in SHARES),
                    _overlap_cell(h)])
