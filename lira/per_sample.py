@@ -87,13 +87,27 @@ def pair_counts(score_MxN, keep_MxN):
 def per_canary_auc(score_MxN, keep_MxN):
   """auc_N: each canary's AUC of its IN scores against its OUT scores (the Mann-Whitney statistic, a tie counted one
   half, as sklearn's roc_auc_score); NaN for a canary without a valid IN or OUT pair."""
-  from scipy import stats
   score_MxN, keep_MxN = _checked(score_MxN, keep_MxN)
   valid_MxN, n_in_N, n_out_N = pair_counts(score_MxN, keep_MxN)
-  rank_MxN = stats.rankdata(np.where(valid_MxN, score_MxN, np.nan), axis=0, nan_policy="omit")
+  rank_MxN = _column_ranks(np.where(valid_MxN, score_MxN, np.inf))  # invalid pairs rank last, after every valid one
   u_N = np.where(valid_MxN & keep_MxN, rank_MxN, 0.0).sum(axis=0) - n_in_N * (n_in_N + 1) / 2.0
   with np.errstate(invalid="ignore", divide="ignore"):
     return np.where((n_in_N > 0) & (n_out_N > 0), u_N / (n_in_N * n_out_N), np.nan)
+
+
+def _column_ranks(x_MxN):
+  """Ranks 1..M within each column, tied values given their mean rank (scipy.stats.rankdata's "average"): one
+  argsort, and rankdata only for the columns that hold a tie."""
+  from scipy import stats
+  M, N = x_MxN.shape
+  order_MxN = np.argsort(x_MxN, axis=0, kind="stable")
+  rank_MxN = np.empty((M, N))
+  np.put_along_axis(rank_MxN, order_MxN, np.arange(1.0, M + 1)[:, None], axis=0)
+  sorted_MxN = np.take_along_axis(x_MxN, order_MxN, axis=0)
+  tied_N = (sorted_MxN[1:] == sorted_MxN[:-1]).any(axis=0)
+  if tied_N.any():
+    rank_MxN[:, tied_N] = stats.rankdata(x_MxN[:, tied_N], axis=0)
+  return rank_MxN
 
 
 def clopper_pearson(k, n, level=LEVEL):
@@ -178,17 +192,16 @@ def calibrate(score_MxN, keep_MxN, fold_M, fpr, kind="global"):
 
 def oracle_points(score_MxN, keep_MxN, fprs):
   """[(threshold, realised fpr, tpr, n_negatives) per fpr]: the pooled ROC's points that evaluate reads, the largest
-  TPR at FPR <= fpr over every pair (lira.metrics.tpr_at_fpr), each threshold in the form used here (member: score >
-  it)."""
+  TPR at FPR <= fpr over every pair (lira.metrics.tpr_at_fpr). That point's threshold is the global threshold of all
+  the OUT pairs (no folds): lowering it further would pass the OUT score it sits on, and the FPR with it."""
   score_MxN, keep_MxN = _checked(score_MxN, keep_MxN)
   valid_MxN = np.isfinite(score_MxN)
-  fpr_G, tpr_G, thr_G = metrics.roc(score_MxN[valid_MxN], keep_MxN[valid_MxN])
-  n_neg = int((valid_MxN & ~keep_MxN).sum())
+  out_P, in_P = score_MxN[valid_MxN & ~keep_MxN], score_MxN[valid_MxN & keep_MxN]
   out = []
   for fpr in fprs:
-    at = int(np.flatnonzero(fpr_G <= fpr)[-1])  # the ROC is monotone: the last such point has the largest TPR
-    threshold = float(thr_G[at + 1]) if at + 1 < thr_G.size else -math.inf  # the next lower score: > it
-    out.append((threshold, float(fpr_G[at]), float(tpr_G[at]), n_neg))
+    threshold, n_neg = global_threshold(out_P, fpr)
+    out.append((threshold, float(np.count_nonzero(out_P > threshold) / n_neg),
+                float(np.count_nonzero(in_P > threshold) / in_P.size), n_neg))
   return out
 
 
