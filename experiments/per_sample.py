@@ -193,7 +193,8 @@ def main(argv):
     other_name = provenance.run_name(FLAGS.compare_run_dir)
     figures["compare_png"] = per_sample_plots.compare_scatter(
         audits, other_audits, other_name, report["compare"]["attacks"],
-        f"{run_title}\nagainst {provenance.run_description(FLAGS.compare_run_dir, other.config)}: per-canary AUC")
+        f"{run_title}\nagainst {provenance.run_description(FLAGS.compare_run_dir, other.config)}: which canaries leak "
+        f"in both runs (per-canary TPR, {options.folds}-fold calibrated thresholds)")
   report["seconds"] = time.perf_counter() - start
   report["files"] = [os.path.basename(p) for k, p in files.items() if k in ("json", "md", "csv") or k in figures]
   rows = per_sample_report.csv_rows(audits, texts)

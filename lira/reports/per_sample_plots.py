@@ -17,7 +17,7 @@ def _grid(n, width=3):
   from matplotlib import pyplot as plt
   cols = min(width, n)
   rows = math.ceil(n / cols)
-  fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.4 * rows + 0.9), squeeze=False)
+  fig, axes = plt.subplots(rows, cols, figsize=(4.2 * cols, 3.9 * rows + 0.9), squeeze=False)
   for ax in axes.ravel()[n:]:
     ax.set_visible(False)
   return fig, axes.ravel()[:n]
@@ -87,28 +87,33 @@ def pair_scatter(label_a, label_b, audit_a, audit_b, title, seed=0):
   return fig
 
 
-def compare_scatter(audits, other_audits, other_name, records, title):
-  """One panel per attack: per-canary AUC on this run (x) against the other run (y), coloured by which run finds the
-  canary vulnerable at the first FPR; the panel's title gives Spearman's rho."""
+def compare_scatter(audits, other_audits, other_name, records, title, seed=0):
+  """One panel per attack: per-canary TPR at the calibrated global threshold of the lowest FPR on this run (x) against
+  the other run (y), jittered, coloured by which run finds the canary vulnerable there; the panel's title gives
+  Spearman's rho of per-canary TPR and of per-canary AUC (which saturates at 1 where most canaries leak)."""
   fig, axes = _grid(len(audits))
-  rho = {r["name"]: r["auc_spearman"] for r in records}
+  rng = np.random.default_rng(seed)
+  by_name = {r["name"]: r for r in records}
   for ax, (label, audit) in zip(axes, audits.items()):
-    other = other_audits[label]
-    x_N, y_N = audit["auc_N"], other["auc_N"]
-    ea, eb = audit["fprs"][0], other["fprs"][0]
+    ea, eb = audit["fprs"][-1], other_audits[label]["fprs"][-1]
+    x_N, y_N = _tpr_N(ea["canary"]), _tpr_N(eb["canary"])
     for name, sel_N in _categories(ea["canary"]["vulnerable_N"], eb["canary"]["vulnerable_N"]).items():
       if sel_N.any():
-        ax.scatter(x_N[sel_N], y_N[sel_N], s=6, alpha=0.6, color=CATEGORY_COLORS[name], lw=0,
-                   label=f"vulnerable at {100 * ea['fpr']:g}%: {name.replace('first', 'this run').replace('second', other_name)} "
-                         f"({int(sel_N.sum())})")
+        ax.scatter(x_N[sel_N] + rng.uniform(-0.012, 0.012, sel_N.sum()),
+                   y_N[sel_N] + rng.uniform(-0.012, 0.012, sel_N.sum()), s=6, alpha=0.6,
+                   color=CATEGORY_COLORS[name], lw=0,
+                   label=f"{name.replace('first', 'this run').replace('second', other_name)} ({int(sel_N.sum())})")
     ax.plot([0, 1], [0, 1], color="black", lw=0.7, ls=":")
-    low = float(np.nanmin(np.r_[x_N, y_N, 0.5])) - 0.02
-    ax.set_xlim(low, 1.01)
-    ax.set_ylim(low, 1.01)
-    ax.set_xlabel("per-canary AUC, this run")
-    ax.set_ylabel(f"per-canary AUC, {other_name}")
-    r = rho.get(label)
-    ax.set_title(f"{label}: Spearman {'n/a' if r is None else f'{r:.3f}'}", fontsize=10)
-    ax.legend(fontsize=6.5, loc="upper left", markerscale=2)
+    ax.set_xlim(-0.04, 1.04)
+    ax.set_ylim(-0.04, 1.04)
+    ax.set_xlabel("per-canary TPR, this run")
+    ax.set_ylabel(f"per-canary TPR, {other_name}")
+    record = by_name.get(label, {})
+    rho_tpr = next((o["tpr_spearman"] for o in record.get("fprs", []) if o["fpr"] == ea["fpr"]), None)
+    rho_auc = record.get("auc_spearman")
+    words = lambda r: "n/a" if r is None else f"{r:.2f}"
+    ax.set_title(f"{label}\nSpearman: TPR {words(rho_tpr)}, AUC {words(rho_auc)}", fontsize=9.5)
+    ax.legend(fontsize=6.5, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, markerscale=2,
+              title=f"vulnerable at FPR {100 * ea['fpr']:g}%", title_fontsize=7)
   _title(fig, title)
   return fig

@@ -113,15 +113,26 @@ def attack_record(label, audit, halves=None, planted_N=None):
   return out
 
 
+def _tpr_N(canary):
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.where(canary["n_in_N"] > 0, canary["hits_N"] / np.maximum(canary["n_in_N"], 1), np.nan)
+
+
+def _fpr_overlap(ea, eb):
+  """One FPR of two audits against each other: their vulnerable sets' overlap and the rank correlation of per-canary
+  TPR at their calibrated global thresholds."""
+  rho, _ = ps.rank_correlation(_tpr_N(ea["canary"]), _tpr_N(eb["canary"]))
+  return {"fpr": ea["fpr"], "held_out_fpr": [ea["global"]["fpr"], eb["global"]["fpr"]], "tpr_spearman": rho,
+          **ps.overlap(ea["canary"]["vulnerable_N"], eb["canary"]["vulnerable_N"])}
+
+
 def halves_record(models_a, models_b, audit_a, audit_b):
   """The split halves of one attack: the two halves' models, per-canary AUC rank correlation, and per FPR the overlap
   of their vulnerable sets."""
   rho, n = ps.rank_correlation(audit_a["auc_N"], audit_b["auc_N"])
   return {"models_a": [int(m) for m in models_a], "models_b": [int(m) for m in models_b],
           "auc_spearman": rho, "auc_canaries": n,
-          "fprs": [{"fpr": ea["fpr"], "held_out_fpr": [ea["global"]["fpr"], eb["global"]["fpr"]],
-                    **ps.overlap(ea["canary"]["vulnerable_N"], eb["canary"]["vulnerable_N"])}
-                   for ea, eb in zip(audit_a["fprs"], audit_b["fprs"])]}
+          "fprs": [_fpr_overlap(ea, eb) for ea, eb in zip(audit_a["fprs"], audit_b["fprs"])]}
 
 
 def pair_record(label_a, label_b, audit_a, audit_b):
@@ -129,8 +140,7 @@ def pair_record(label_a, label_b, audit_a, audit_b):
   vulnerable sets (a: the first attack's)."""
   rho, n = ps.rank_correlation(audit_a["auc_N"], audit_b["auc_N"])
   return {"a": label_a, "b": label_b, "auc_spearman": rho, "auc_canaries": n,
-          "fprs": [{"fpr": ea["fpr"], **ps.overlap(ea["canary"]["vulnerable_N"], eb["canary"]["vulnerable_N"])}
-                   for ea, eb in zip(audit_a["fprs"], audit_b["fprs"])]}
+          "fprs": [_fpr_overlap(ea, eb) for ea, eb in zip(audit_a["fprs"], audit_b["fprs"])]}
 
 
 def compare_record(other_dir, audits, other_audits):
@@ -140,9 +150,7 @@ def compare_record(other_dir, audits, other_audits):
     other = other_audits[label]
     rho, n = ps.rank_correlation(audit["auc_N"], other["auc_N"])
     rows.append({"name": label, "auc_spearman": rho, "auc_canaries": n,
-                 "fprs": [{"fpr": e["fpr"], "held_out_fpr": [e["global"]["fpr"], o["global"]["fpr"]],
-                           **ps.overlap(e["canary"]["vulnerable_N"], o["canary"]["vulnerable_N"])}
-                          for e, o in zip(audit["fprs"], other["fprs"])]})
+                 "fprs": [_fpr_overlap(e, o) for e, o in zip(audit["fprs"], other["fprs"])]})
   return {"run_dir": other_dir, "attacks": rows}
 
 
@@ -301,20 +309,24 @@ def top_record(audit, texts=None, top=20):
 
 def pair_rows(pair):
   rows = [[f"{100 * o['fpr']:g}%", o["a"], o["b"], o["both"], o["a"] - o["both"], o["b"] - o["both"],
-           "n/a" if o["jaccard"] is None else f"{o['jaccard']:.2f} ({o['chance_jaccard']:.2f})"]
-          for o in pair["fprs"]]
+           "n/a" if o["jaccard"] is None else f"{o['jaccard']:.2f} ({o['chance_jaccard']:.2f})",
+           _num(o["tpr_spearman"])] for o in pair["fprs"]]
   return ["FPR", f"vulnerable: {pair['a']}", pair["b"], "both", "first only", "second only",
-          "Jaccard (chance)"], rows
+          "Jaccard (chance)", "per-canary TPR Spearman"], rows
 
 
 def compare_rows(compare):
   rows = []
   for a in compare["attacks"]:
     for o in a["fprs"]:
-      rows.append([a["name"], f"{100 * o['fpr']:g}%", "n/a" if a["auc_spearman"] is None else f"{a['auc_spearman']:.3f}",
+      rows.append([a["name"], f"{100 * o['fpr']:g}%", _num(a["auc_spearman"]), _num(o["tpr_spearman"]),
                    _overlap_cell(o), "n/a" if o["found"] is None else f"{o['found']:.2f} ({o['chance_found']:.2f})"])
-  return ["attack", "FPR", "per-canary AUC Spearman", "vulnerable: sets, both, Jaccard (chance), p",
-          "found again (chance)"], rows
+  return ["attack", "FPR", "Spearman: per-canary AUC", "per-canary TPR",
+          "vulnerable: sets, both, Jaccard (chance), p", "found again (chance)"], rows
+
+
+def _num(x):
+  return "n/a" if x is None else f"{x:.3f}"
 
 
 def _intro(report):
@@ -374,7 +386,7 @@ def paths(out_dir, settings, defaults):
   """The report's files: json, md, csv and the figures' PNGs, named by the settings that differ from the defaults."""
   names = {ext: (STEM, ext) for ext in ("json", "md", "csv")}
   names.update({"tpr_png": (f"{STEM}_tpr", "png"), "pair_png": (f"{STEM}_pair", "png"),
-                "compare_png": (f"{STEM}_compare", "png")})
+                "compare_png": (f"{STEM}_runs", "png")})
   return {key: provenance.report_path(out_dir, stem, ext, settings, defaults) for key, (stem, ext) in names.items()}
 
 

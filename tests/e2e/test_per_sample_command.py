@@ -42,7 +42,7 @@ def test_report_holds_the_librarys_audit_the_planted_canaries_halves_pair_and_co
   stem = "per_sample_variants-univariate-shared+oas-shared_attacks-loss_fprs-0.05_nboot-20_compare-other"
   assert sorted(os.listdir(out)) == sorted([f"{stem}.{e}" for e in ("json", "md", "csv")] +
                                            [f"{stem.replace('per_sample', 'per_sample_' + f)}.png"
-                                            for f in ("tpr", "pair", "compare")])
+                                            for f in ("tpr", "pair", "runs")])
   with open(out / f"{stem}.json") as f:
     report = json.load(f)  # strict JSON: json.load would take NaN, so check the text too
   assert "NaN" not in open(out / f"{stem}.json").read()
