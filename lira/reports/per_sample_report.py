@@ -252,6 +252,21 @@ def ppv_rows(report):
   return ["attack", "FPR"] + [f"PPV % at pi={100 * pi:g}%" for pi in priors], rows
 
 
+def ppv_note(report):
+  """A line naming, per attack and FPR, the largest prior at which a positive is more likely wrong than right."""
+  wrong = []
+  for a in report["attacks"]:
+    for e in a["fprs"]:
+      below = [pi for pi in report["settings"]["priors"]
+               if (e["global"]["ppv"][metrics.fpr_key(pi)] or 0.0) < 0.5]
+      if below:
+        wrong.append(f"{a['name']} at {100 * e['fpr']:g}% (pi <= {100 * max(below):g}%)")
+  if not wrong:
+    return None
+  return ("A positive is more likely wrong than right (PPV < 50%) for: " + "; ".join(wrong) +
+          ". At a prior pi a positive is mostly right only where TPR / FPR > (1 - pi) / pi.")
+
+
 def leak_rows(report):
   """Per attack and FPR: the vulnerable canaries, the concentration of true positives, the split halves' overlap."""
   rows = []
@@ -263,8 +278,8 @@ def leak_rows(report):
       rows.append([a["name"], f"{100 * e['fpr']:g}%", e["vulnerable"]["count"] if planted is None else
                    f"{e['vulnerable']['count']} (precision {_pct(planted['precision'], 1)}%, recall "
                    f"{_pct(planted['recall'], 1)}% of {planted['planted']} planted)",
-                   " / ".join(_pct(conc["oracle"][metrics.fpr_key(s)], 0) for s in SHARES),
-                   " / ".join(_pct(conc["global"][metrics.fpr_key(s)], 0) for s in SHARES),
+                   " / ".join(_pct(conc["oracle"][metrics.fpr_key(s)], 1) + "%" for s in SHARES),
+                   " / ".join(_pct(conc["global"][metrics.fpr_key(s)], 1) + "%" for s in SHARES),
                    _overlap_cell(h)])
   return ["attack", "FPR", "vulnerable canaries", "TP share of top 1% / 10% canaries (oracle)",
           "(calibrated global)", "split halves: sets, both, Jaccard (chance), p"], rows
@@ -345,6 +360,8 @@ def text(report):
                                 ("Precision of a positive at the calibrated global threshold", ppv_rows(report)),
                                 ("Which canaries leak", leak_rows(report))):
     parts += ["", title, _table(header, rows)]
+    if title.startswith("Precision") and ppv_note(report):
+      parts.append(ppv_note(report))
   first = report["attacks"][0]
   header, rows = top_rows(report, first)
   parts += ["", f"Top {len(rows)} canaries of {first['name']} (per_sample*.md lists every attack's)",
@@ -369,6 +386,8 @@ def markdown(report):
                                 ("Precision of a positive at the calibrated global threshold", ppv_rows(report)),
                                 ("Which canaries leak", leak_rows(report))):
     parts += ["", f"## {title}", "", _markdown_table(header, rows)]
+    if title.startswith("Precision") and ppv_note(report):
+      parts += ["", ppv_note(report)]
   if report.get("pair"):
     header, rows = pair_rows(report["pair"])
     parts += ["", f"## {report['pair']['a']} against {report['pair']['b']}", "",
