@@ -26,6 +26,7 @@ TABLES = {
     ("analyses.md", "## `compare_runs`"): "compare_runs",
     ("analyses.md", "## `false_positives`"): "false_positives",
     ("auditing.md", "## Flags"): "score_targets",
+    ("per_sample.md", "## Flags"): "per_sample",
     ("dp_audit.md", "## `audit`: epsilon lower bounds of runs"): "audit",
     ("images.md", "## Pictures of an image run: `image_maps`"): "image_maps",
     ("own_losses.md", "## From GPT-NeoX (Pythia) checkpoints: `extract_tokens --run_arrays`"): "extract_tokens",
