@@ -1,4 +1,4 @@
-"""Time the per-sample audit of six attacks' stored leave-one-out scores (lira.per_sample.audit: per-canary AUC, the
+"""Time the per-sample audit of six attacks' stored leave-one-out scores (lira.per_canary.audit: per-canary AUC, the
 K-fold calibrated global and per-canary thresholds at each FPR, exact intervals, PPV with its bootstrap) against what
 evaluate spends on the same scores after leave-one-out: lira.metrics.summarize with its canary bootstrap, per attack.
 
@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from lira import metrics  # noqa: E402
-from lira import per_sample as ps  # noqa: E402
+from lira import per_canary as ps  # noqa: E402
 from lira import synthetic  # noqa: E402
 
 SHIFTS = (0.36, 0.8, 1.3, 1.9, 2.6, 3.3)  # AUC ~0.6 ... ~0.99

@@ -25,11 +25,11 @@ from experiments import cli
 from experiments import option_flags
 from experiments import scoring_flags
 from lira import evaluation
-from lira import per_sample as ps
+from lira import per_canary as ps
 from lira import scoring as scoring_lib
 from lira.errors import InputError, MissingFileError
 from lira.loo import leave_one_out_variants
-from lira.per_sample import PerSampleOptions
+from lira.per_canary import PerSampleOptions
 from lira.reports import loo_report
 from lira.reports import per_sample_plots
 from lira.reports import per_sample_report
@@ -169,7 +169,7 @@ def main(argv):
   shape = {"M": M, "N": N, "T": T}
   words = loo_report.scoring_words({**settings, "offline_shift": scoring.offline_shift})
   setting = f"{provenance.shape_line(shape)}; {words}; leave-one-out scores"
-  report = provenance.header("per_sample", FLAGS.run_dir, run, settings, "seqlira.per_sample")
+  report = provenance.header("per_sample", FLAGS.run_dir, run, settings, "seqlira.per_canary")
   report.update({"run": provenance.run_description(FLAGS.run_dir, run.config), "setting": setting,
                  "dropped_variants": dropped,
                  "attacks": [{**per_sample_report.attack_record(label, audits[label], half_records.get(label),

@@ -1,7 +1,7 @@
-"""The per-sample audit's report (experiments/per_sample.py; lira/per_sample.py computes it; docs/per_sample.md reads
+"""The per-sample audit's report (experiments/per_sample.py; lira/per_canary.py computes it; docs/per_sample.md reads
 it).
 
-per_sample[_settings].json (schema "seqlira.per_sample"): the header every report opens with, the settings, and per
+per_sample[_settings].json (schema "seqlira.per_canary"): the header every report opens with, the settings, and per
 attack (LiRA variant or registered attack) and target FPR: the oracle point, the calibrated global and per-canary
 thresholds' operating points (thresholds, calibration FPR, held-out FPR and TPR with exact and bootstrap intervals,
 PPV at each prior), the vulnerable set (indices), the concentration of true positives, the split halves' overlap;
@@ -15,7 +15,7 @@ import numpy as np
 
 from lira import metrics
 from lira.errors import InputError
-from lira import per_sample as ps
+from lira import per_canary as ps
 from lira.reports import provenance
 import run_folder
 
@@ -90,7 +90,7 @@ def recovery(vulnerable_N, planted_N):
 
 
 def attack_record(label, audit, halves=None, planted_N=None):
-  """The JSON record of one attack's audit (lira.per_sample.audit), with its split halves' comparison and, on a
+  """The JSON record of one attack's audit (lira.per_canary.audit), with its split halves' comparison and, on a
   synthetic run with planted canaries, how its vulnerable sets recover them."""
   fprs = []
   for entry in audit["fprs"]:

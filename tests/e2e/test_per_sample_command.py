@@ -1,5 +1,5 @@
 """experiments.per_sample as a user runs it: on a synthetic run with planted canaries, compared with another run of
-the same canaries, its report holds the library's numbers on the same leave-one-out scores (lira.per_sample.audit),
+the same canaries, its report holds the library's numbers on the same leave-one-out scores (lira.per_canary.audit),
 the planted canaries' recovery, the split halves, the pair and the comparison, in files named by the settings; bad
 input (other canaries, too few models for the halves, an attack that cannot score leave-one-out, a --pair not
 audited) is one error line before any work."""
@@ -12,7 +12,7 @@ import sys
 
 import numpy as np
 
-from lira import per_sample as ps
+from lira import per_canary as ps
 from lira import synthetic
 from lira.loo import leave_one_out
 from lira.reports import synthetic_run

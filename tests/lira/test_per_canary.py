@@ -1,4 +1,4 @@
-"""lira.per_sample against independent references: sklearn's roc_auc_score per canary, scipy's exact binomial
+"""lira.per_canary against independent references: sklearn's roc_auc_score per canary, scipy's exact binomial
 interval, brute-force loops over the definitions for the calibrated thresholds, their counts, the bootstrap, the split
 halves and the overlaps (full enumeration of random sets), and a synthetic run whose leaking canaries are known."""
 
@@ -11,7 +11,7 @@ from scipy import stats
 from sklearn import metrics as skm
 
 from lira import metrics
-from lira import per_sample as ps
+from lira import per_canary as ps
 from lira import synthetic
 from lira.errors import InputError
 from lira.loo import leave_one_out

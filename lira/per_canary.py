@@ -54,7 +54,7 @@ def _numbers(name, low, high, low_open, high_open):
 class PerSampleOptions(Options):
   """The settings of a per-sample audit (experiments/per_sample.py; its flags are generated from these fields)."""
 
-  PUBLIC_NAME = "lira.per_sample.PerSampleOptions"
+  PUBLIC_NAME = "lira.per_canary.PerSampleOptions"
 
   fprs: tuple = option((0.01, 0.001), "Target FPRs of the thresholds calibrated on shadow models (comma-separated).",
                        normal=_numbers("fprs", 0, 1, True, True))
