@@ -11,6 +11,7 @@ and with --compare_run_dir the same attacks on another run with the same canarie
 per_sample[_settings].{json,md,csv} and per_sample_tpr / _pair / _compare[_settings].png (lira/reports).
 """
 
+import dataclasses
 import os
 import time
 
@@ -116,6 +117,10 @@ def main(argv):
   options = PerSampleOptions(fprs=FLAGS.fprs, priors=FLAGS.priors, folds=FLAGS.folds, margin=FLAGS.margin,
                              n_boot=FLAGS.n_boot, seed=FLAGS.seed, min_models=FLAGS.min_models)
   scoring = scoring_flags.scoring()
+  if scoring.balance_counts and scoring.fix_variance:  # as evaluate: LiRA's pooled variance is plain leave-one-out
+    scoring = dataclasses.replace(scoring, balance_counts=False)
+    print("note: --fix_variance pools one variance over all canaries, which balanced counts do not apply to; plain "
+          "leave-one-out was used (--nobalance_counts)")
   attacks, attack_settings, given = attack_flags.chosen()
   _, variants, dropped = loo_report.choose_variants(FLAGS.variants, scoring)
   chosen = shadow.choose(FLAGS.run_dir, attacks, attack_settings, scoring, given) if attacks or given else None
@@ -137,6 +142,8 @@ def main(argv):
   run_folder.check_writable(out_dir, "choose another folder with --out_dir")
   for d in dropped:
     print(f"note: not audited: {d['name']}: {d['reason']}")
+  if halves is not None and (note := scoring_flags.jax_compile_note(scoring, None, "the split halves have")):
+    print(note)
 
   scores = _all_scores(run, scoring, variants, chosen, FLAGS.progress, "this run")
   audits = {label: ps.audit(scores[label], run.keep_MxN, options)

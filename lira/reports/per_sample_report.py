@@ -282,7 +282,7 @@ def leak_rows(report):
                    " / ".join(_pct(conc["global"][metrics.fpr_key(s)], 1) + "%" for s in SHARES),
                    _overlap_cell(h)])
   return ["attack", "FPR", "vulnerable canaries", "TP share of top 1% / 10% canaries (oracle)",
-          "(calibrated global)", "split halves: sets, both, Jaccard (chance), p"], rows
+          "(calibrated global)", "split halves: sets, both, Jaccard (chance), p, found again (chance)"], rows
 
 
 def _overlap_cell(o):
@@ -290,8 +290,9 @@ def _overlap_cell(o):
     return ""
   if o["jaccard"] is None:
     return f"{o['a']}, {o['b']}: both empty"
+  found = "" if o["found"] is None else f", found {o['found']:.2f} ({o['chance_found']:.2f})"
   return (f"{o['a']}, {o['b']}, {o['both']}, {o['jaccard']:.2f} ({o['chance_jaccard']:.2f}), "
-          f"{o['p_value']:.1e}")
+          f"{o['p_value']:.1e}{found}")
 
 
 def top_rows(report, attack, texts=None):
@@ -335,9 +336,9 @@ def compare_rows(compare):
   for a in compare["attacks"]:
     for o in a["fprs"]:
       rows.append([a["name"], f"{100 * o['fpr']:g}%", _num(a["auc_spearman"]), _num(o["tpr_spearman"]),
-                   _overlap_cell(o), "n/a" if o["found"] is None else f"{o['found']:.2f} ({o['chance_found']:.2f})"])
+                   _overlap_cell(o)])
   return ["attack", "FPR", "Spearman: per-canary AUC", "per-canary TPR",
-          "vulnerable: sets, both, Jaccard (chance), p", "found again (chance)"], rows
+          "vulnerable: sets, both, Jaccard (chance), p, found again (chance)"], rows
 
 
 def _num(x):
