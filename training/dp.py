@@ -88,12 +88,20 @@ def enabled(dp_cfg):
 
 def validate(dp_cfg, batch_size):
   """DPSettings of a config's `train.dp` block: a one-line InputError naming the first bad field (before any data is
-  loaded)."""
+  loaded), or a field set away from its default while DP-SGD is off (it would be accepted and ignored)."""
   names = [f.name for f in dataclasses.fields(DPSettings)]
   unknown = sorted(set(dp_cfg) - set(names))
   if unknown:
     raise InputError(f"train.dp has no field {unknown[0]!r}; its fields: {', '.join(names)}")
   settings = DPSettings(**{name: dp_cfg.get(name, DPSettings.defaults()[name]) for name in names})
+  if settings.epsilon is None and settings.noise_multiplier is None:
+    ignored = settings.changed([n for n in names if n not in ("epsilon", "noise_multiplier")])
+    if ignored:
+      name, value = next(iter(ignored.items()))
+      shown = value if isinstance(value, str) else f"{value:g}"
+      raise InputError(f"train.dp.{name}={shown} acts only with DP-SGD on, which this config leaves off: set "
+                       "train.dp.epsilon or train.dp.noise_multiplier, or leave "
+                       f"{' and '.join('train.dp.' + n for n in ignored)} at the default")
   if settings.max_batch_size and settings.max_batch_size < batch_size:
     raise InputError(f"train.dp.max_batch_size must be 0 or >= train.batch_size ({batch_size}), "
                      f"got {settings.max_batch_size}")

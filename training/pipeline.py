@@ -52,7 +52,7 @@ def validate(cfg):
     raise InputError(f"canaries.kind must be 'worst' or 'average', got {cfg.canaries.kind!r}")
   if cfg.canaries.num_canaries < 1:
     raise InputError(f"canaries.num_canaries must be >= 1, got {cfg.canaries.num_canaries}")
-  if dp_lib.enabled(cfg.train.get("dp")):
+  if cfg.train.get("dp") is not None:  # DP off: a field set away from its default is refused, not ignored
     dp_lib.validate(cfg.train.dp, cfg.train.batch_size)
   population_lib.validate(cfg)
   run_config.compute_dtype(cfg)

@@ -83,4 +83,12 @@ def test_train_shadows_config_from_any_folder_and_checks_before_training(tmp_pat
   assert_user_error(proc, "shadow.num_models=4", "--noevaluate")
   assert not run.exists()
   assert_user_error(command("train_shadows", "--config=lstm.py:nope", cwd=str(tmp_path)), "unknown LSTM config")
+  # a DP-SGD setting without DP-SGD would be accepted and ignored: refused before any data, nothing written
+  proc = command("train_shadows", "--config=experiments/configs/lstm.py:tiny", "--config.train.dp.clip_norm=0.5",
+                 "--config.train.dp.sampling=shuffle", f"--run_dir={run}", cwd=str(tmp_path))
+  assert_user_error(proc, "train.dp.clip_norm=0.5 acts only with DP-SGD on",
+                    "leave train.dp.clip_norm and train.dp.sampling at the default")
+  assert_user_error(command("train_shadows", "--config=experiments/configs/lstm.py:tiny", "--config.train.dp.delta=2",
+                            f"--run_dir={run}", cwd=str(tmp_path)), "train.dp.delta must be in (0, 1), got 2")
+  assert not run.exists()
   assert_user_error(command("train_shadows", "--config=nofile.py", cwd=str(tmp_path)), "nofile.py")

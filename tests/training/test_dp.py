@@ -215,3 +215,16 @@ def test_poisson_steps_run_at_two_widths():
   assert [dp_lib.step_width(dp, 16, n) for n in (0, 16, 24, 25, 40)] == [24, 24, 24, 40, 40]
   big = dp_lib.DPConfig(noise_multiplier=1.0, clip_norm=1.0, batch_size=64)
   assert [dp_lib.step_width(big, 64, n) for n in (70, 80, 81)] == [80, 80, 112]
+
+
+@pytest.mark.parametrize("field,value", [("clip_norm", 0.5), ("sampling", "shuffle"), ("delta", 1e-6),
+                                         ("max_batch_size", 40)])
+def test_a_dp_setting_with_dp_off_is_refused_not_ignored(field, value):
+  cfg = dp_lib.config_defaults()
+  cfg[field] = value
+  with pytest.raises(InputError, match=rf"train\.dp\.{field}=.* acts only with DP-SGD on, which this config leaves "
+                                       r"off: set train\.dp\.epsilon or train\.dp\.noise_multiplier"):
+    dp_lib.validate(cfg, 16)
+  cfg.noise_multiplier = 1.0  # with DP on the same setting acts
+  assert getattr(dp_lib.validate(cfg, 16), field) == value
+  assert dp_lib.validate(dp_lib.config_defaults(), 16).epsilon is None  # the defaults, DP off: accepted
