@@ -129,9 +129,12 @@ def attack_run(run_dir, target_path, out_dir, target_keep_path=None, scoring=Non
     name = attack.label(attacks.settings)
     paths[name] = attack_scores_path(out_dir, attack, attacks.settings, scoring, attacks.defaults)
     run_folder.save_npy(paths[name], scores[name])
+  # the report's names carry the attacks and their settings that acted, as evaluate's do
+  named = {**settings, "attacks": [a.name for a in chosen] or None, **(attacks.acted if chosen else {})}
+  named_defaults = {**loo_report.defaults(), "attacks": None, **(attacks.defaults if chosen else {})}
   for stem, ext in (("attack", "json"),) + ((("attack", "md"), ("attack_roc", "png")) if target_keep is not None
                                             else ()):
-    paths[ext] = provenance.report_path(out_dir, stem, ext, settings, loo_report.defaults())
+    paths[ext] = provenance.report_path(out_dir, stem, ext, named, named_defaults)
   notes = loo_report.dropped_notes(dropped)
   if target_keep is None:
     text = "\n".join([setting, "", _score_table(scores, {v[0] for v in chosen_variants})] + notes)
