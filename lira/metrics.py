@@ -19,10 +19,27 @@ def fpr_key(fpr):
   return f"{float(fpr):g}"
 
 
+def _scores_labels(scores, labels):
+  """(scores float64, labels bool), both flat: InputError for labels that are not boolean or 0/1, for shapes that
+  differ, and for labels of one class only (no ROC), as summarize refuses them."""
+  scores = np.asarray(scores, dtype=np.float64)
+  labels = np.asarray(labels)
+  if scores.shape != labels.shape:
+    raise InputError(f"scores {list(scores.shape)} and labels {list(labels.shape)} must have the same shape")
+  if labels.dtype != bool:
+    if not np.isin(labels, (0, 1)).all():
+      raise InputError("labels must be boolean (or 0/1): True = member")
+    labels = labels.astype(bool)
+  labels = labels.ravel()
+  if labels.all() or not labels.any():
+    raise InputError(f"need both members and non-members among the labels (got {int(labels.sum())} and "
+                     f"{int((~labels).sum())})")
+  return scores.ravel(), labels
+
+
 def roc(scores, labels, sample_weight=None):
   """ROC curve (fpr, tpr, thresholds) with every threshold kept; higher score = member (label True)."""
-  scores = np.asarray(scores, dtype=np.float64).ravel()
-  labels = np.asarray(labels).ravel().astype(bool)
+  scores, labels = _scores_labels(scores, labels)
   if sample_weight is not None:
     sample_weight = np.asarray(sample_weight, dtype=np.float64).ravel()
   from sklearn import metrics as skm  # here, not at the top: sklearn's import (~1 s) would slow every command's --help
@@ -44,8 +61,7 @@ def tpr_at_fpr(scores, labels, fpr, sample_weight=None):
 
 def auc(scores, labels, sample_weight=None):
   """Area under the ROC curve (sklearn roc_auc_score)."""
-  scores = np.asarray(scores, dtype=np.float64).ravel()
-  labels = np.asarray(labels).ravel().astype(bool)
+  scores, labels = _scores_labels(scores, labels)
   if sample_weight is not None:
     sample_weight = np.asarray(sample_weight, dtype=np.float64).ravel()
   from sklearn import metrics as skm  # imported where used, as in roc

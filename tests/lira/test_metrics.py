@@ -426,3 +426,20 @@ def test_bootstrap_runs_on_the_host_unless_a_device_is_there():
   import jax
   assert metrics_jax.bootstrap_backend("numpy") == "numpy"
   assert metrics_jax.bootstrap_backend("jax") == ("numpy" if jax.default_backend() == "cpu" else "jax")
+
+
+@pytest.mark.parametrize("labels,words", [
+    (np.random.default_rng(1).random(200), "labels must be boolean (or 0/1)"),
+    (np.random.default_rng(1).integers(1, 3, 200), "labels must be boolean (or 0/1)"),
+    (np.zeros(200, bool), "need both members and non-members"),
+])
+def test_every_public_metric_refuses_the_labels_summarize_refuses(labels, words):
+  """tpr_at_fpr returned 0.0 and auc NaN on labels in [0, 1) or {1, 2}, where summarize refused them."""
+  import lira
+  scores = np.random.default_rng(0).normal(size=200)
+  for fn in (lambda: lira.tpr_at_fpr(scores, labels, 0.01), lambda: lira.auc(scores, labels),
+             lambda: metrics.roc(scores, labels), lambda: lira.summarize(scores[None], labels[None], n_boot=0)):
+    with pytest.raises(InputError, match=words.replace("(", r"\(").replace(")", r"\)")):
+      fn()
+  with pytest.raises(InputError, match=r"scores \[200\] and labels \[199\] must have the same shape"):
+    lira.auc(scores, scores[1:] > 0)
