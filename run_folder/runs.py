@@ -22,17 +22,42 @@ class Run:
 
 
 def load_npy(path, mmap=False):
-  """Load an .npy file without pickle; a damaged or pickled file is refused with its path named."""
+  """Load an .npy file without pickle; a file that is not .npy, holds Python objects or is truncated is refused with
+  its path named and what is wrong with it (npy_problem)."""
   try:
     return np.load(path, allow_pickle=False, mmap_mode="r" if mmap else None)
-  except ValueError as e:
-    if "allow_pickle" in str(e) or "pickle" in str(e).lower():
-      raise InputError(f"{path}: holds pickled objects, which seqlira never loads (it cannot load without pickle); "
-                       "store plain numeric arrays") from e
-    raise InputError(f"{path}: cannot be read as an .npy array ({e}); is the file truncated or still being "
-                     "written?") from e
-  except (EOFError, OSError) as e:
-    raise InputError(f"{path}: cannot be read as an .npy array ({e})") from e
+  except (ValueError, EOFError, OSError) as e:
+    if isinstance(e, OSError) and not os.path.isfile(path):
+      raise
+    raise InputError(f"{path}: {npy_problem(path, e)}") from e
+
+
+def npy_problem(path, error):
+  """What is wrong with an .npy file numpy refused (its own message would say "pickled" of any file without the
+  .npy header): not .npy at all, Python objects (object dtype: loading them needs pickle), or fewer bytes than its
+  header announces."""
+  from numpy.lib import format as npy
+  size = os.path.getsize(path)
+  with open(path, "rb") as f:
+    if f.read(len(npy.MAGIC_PREFIX)) != npy.MAGIC_PREFIX:
+      return (f"is not an .npy file (its {size} bytes do not start with the .npy header); save arrays with "
+              "numpy.save")
+    f.seek(0)
+    try:
+      version = npy.read_magic(f)
+      read = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
+      shape, _, dtype = read(f)
+    except (ValueError, EOFError) as e:
+      return f"has a damaged .npy header ({e})"
+    offset = f.tell()
+  if dtype.hasobject:
+    return (f"holds Python objects (dtype {dtype}), which seqlira never loads (that needs pickle); store plain "
+            "numeric arrays")
+  expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+  if size - offset < expected:
+    return (f"is truncated: its header announces {list(shape)} {dtype} ({expected} bytes), the file holds "
+            f"{size - offset}; is it still being written?")
+  return f"cannot be read as an .npy array ({error})"
 
 
 def load_json(path):

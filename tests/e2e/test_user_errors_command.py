@@ -49,7 +49,14 @@ def test_bad_losses_are_named_through_the_command_line(tmp_path):
     assert_user_error(command(module, f"--run_dir={run}"), "model 3", "canary 7", "position 2")
   with open(f"{run}/losses.npy", "r+b") as f:
     f.truncate(100)
-  assert_user_error(command("evaluate", f"--run_dir={run}"), "losses.npy")
+  assert_user_error(command("evaluate", f"--run_dir={run}"), "losses.npy: has a damaged .npy header")
+  # numpy calls any file without the .npy header "pickled": the line says what the file is
+  with open(f"{run}/losses.npy", "wb") as f:
+    f.write(np.random.default_rng(0).bytes(3000))
+  assert_user_error(command("evaluate", f"--run_dir={run}"), "losses.npy: is not an .npy file")
+  np.save(f"{run}/keep.npy", np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+  np.save(f"{run}/losses.npy", loss)
+  assert_user_error(command("evaluate", f"--run_dir={run}"), "keep.npy: holds Python objects (dtype object)")
 
 
 @pytest.mark.slow

@@ -26,15 +26,28 @@ def test_truncated_losses_file_is_named(tmp_path, cut, mmap):
   _run(tmp_path)
   path = tmp_path / "losses.npy"
   path.write_bytes(path.read_bytes()[:cut])
-  with pytest.raises(InputError, match=r"losses\.npy: cannot be read"):
+  words = r"has a damaged \.npy header" if cut < 128 else r"is truncated: its header announces \[6, 20, 4\] float32"
+  with pytest.raises(InputError, match=r"losses\.npy: " + words):
     run_folder.load_run(str(tmp_path), mmap=mmap)
 
 
-def test_pickled_array_is_refused_with_its_name(tmp_path):
+@pytest.mark.parametrize("mmap", [False, True])
+def test_pickled_array_is_refused_with_its_name(tmp_path, mmap):
   _run(tmp_path)
   np.save(tmp_path / "keep.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-  with pytest.raises(InputError, match=r"keep\.npy: holds pickled objects, .*without pickle"):
-    run_folder.load_run(str(tmp_path))
+  with pytest.raises(InputError, match=r"keep\.npy: holds Python objects \(dtype object\), which seqlira never "
+                                       r"loads \(that needs pickle\)"):
+    run_folder.load_run(str(tmp_path), mmap=mmap)
+
+
+@pytest.mark.parametrize("mmap", [False, True])
+def test_a_file_that_is_not_npy_is_called_so_not_pickled(tmp_path, mmap):
+  """numpy reads a file without the .npy header as a pickle and says so; the message says what it is."""
+  _run(tmp_path)
+  (tmp_path / "losses.npy").write_bytes(np.random.default_rng(0).bytes(2000))
+  with pytest.raises(InputError, match=r"losses\.npy: is not an \.npy file \(its 2000 bytes do not start with the "
+                                       r"\.npy header\)"):
+    run_folder.load_run(str(tmp_path), mmap=mmap)
 
 
 def test_save_run_writes_losses_last_and_removes_the_files_of_none(tmp_path):
@@ -73,7 +86,7 @@ def test_group_files_stack_on_the_model_axis_and_pickles_are_refused(tmp_path):
     run_folder.save_npy(p, x)
   np.testing.assert_array_equal(run_folder.load_stacked(paths), np.concatenate([a, b]))
   np.save(tmp_path / "bad.npy", np.array([{"a": 1}], dtype=object), allow_pickle=True)
-  with pytest.raises(InputError, match="pickled objects"):
+  with pytest.raises(InputError, match="holds Python objects"):
     run_folder.load_stacked(paths + [str(tmp_path / "bad.npy")])
 
 
