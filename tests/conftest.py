@@ -9,7 +9,17 @@ for _folder, _dirs, _files in sorted(os.walk(_HERE)):
   _dirs[:] = [d for d in _dirs if not d.startswith((".", "__"))]
   sys.path.insert(0, _folder)
 
+import signal  # noqa: E402
+
 import xla_level  # noqa: E402
+
+# A background job of a non-interactive shell (`nohup bash -c 'python -m pytest -q' &`, some CI runners) starts with
+# SIGINT ignored, and an ignored signal stays ignored across exec: the commands the Ctrl-C tests start would keep
+# ignoring it, as a background job should, and exit 0 instead of 130. The suite is not a background job of the user's
+# terminal: it takes SIGINT back (a handler is reset to the default at exec, so every process it starts gets the default
+# a terminal gives). The commands themselves keep the convention (experiments/cli.py, training/preemption.py).
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+  signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # backend="jax" on CPUs scores with the numpy backend (lira.loo_jax.scores_on_host); the tests, and the commands they
 # start, run the device pipeline there instead: it is the code a GPU or TPU runs. test_loo_jax.py unsets it to test
