@@ -24,6 +24,7 @@ Re-running the same command on the same --run_dir resumes; several hosts share t
 exits with status 143, Ctrl-C (SIGINT) the same with status 130 (training.preemption).
 """
 
+import glob
 import importlib.util
 import os
 import sys
@@ -138,6 +139,19 @@ def _exit_stopped(coordinated, what):
   sys.exit(preemption.exit_status())
 
 
+def _stopped_words(stage, run_dir):
+  """What a stop during the run kept: nothing trained yet (data preparation), or the finished groups, counted."""
+  if stage == "data":
+    return " while the data was prepared: no model was trained yet. Re-run the same command to start"
+  groups_dir = os.path.join(run_dir, run_folder.names.LOSSES_DIR)
+  finished = len(glob.glob(os.path.join(groups_dir, "group_[0-9][0-9][0-9][0-9].npy")))
+  if not finished:
+    return (": the first group in flight was abandoned; no group had finished. Re-run the same command to start "
+            "again")
+  return (f": the group in flight was abandoned; {finished} finished group{'s' * (finished > 1)} kept in "
+          f"{groups_dir}. Re-run the same command to resume")
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
@@ -185,9 +199,8 @@ def main(argv):
                             mesh=make_mesh(FLAGS.shard_models, FLAGS.shard_params), progress=FLAGS.progress,
                             wait=coordinated, assemble_here=not coordinated, log_groups=True,
                             population_given=population_given)
-  except preemption.Preempted:
-    _exit_stopped(coordinated, f": the group in flight was abandoned; finished groups are kept in {run_dir}/losses. "
-                  "Re-run the same command to resume")
+  except preemption.Preempted as stop:
+    _exit_stopped(coordinated, _stopped_words(stop.stage, run_dir))
   if preemption.requested():  # it came while the last group was scored or losses.npy assembled: no group is lost
     if complete and not coordinated:
       kept = f"every group is finished and {run_dir}/losses.npy assembled"

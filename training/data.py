@@ -154,19 +154,27 @@ def vocab_size(tokenizer):
   return tokenizer.get_vocab_size(with_added_tokens=True)
 
 
-def pack_sequences(texts, tokenizer, seq_len):
+ENCODE_CHUNK = 1024  # texts per encode_batch call: a signal is handled between calls (tens of ms each)
+
+
+def pack_sequences(texts, tokenizer, seq_len, between=None):
   """tokens_SxT int32: the texts' tokens with BOS between texts, cut into S chunks of T = seq_len.
 
-  Texts that encode to no tokens are skipped (no doubled BOS); the incomplete last chunk is dropped.
+  Texts that encode to no tokens are skipped (no doubled BOS); the incomplete last chunk is dropped. `between()` is
+  called between chunks of the encoding (training.preemption.check: a stop there stops it).
   """
   if seq_len < 2:
     raise InputError(f"seq_len must be at least 2, got {seq_len}")
   sep = np.array([bos_id(tokenizer)], np.int32)
-  encodings = tokenizer.encode_batch(list(texts), add_special_tokens=False)
+  texts = list(texts)
   pieces = []
-  for enc in encodings:
-    if enc.ids:
-      pieces += [np.asarray(enc.ids, np.int32), sep]
+  # In chunks: one encode_batch over a whole corpus holds the interpreter for seconds, and a Ctrl-C with it
+  for start in range(0, len(texts), ENCODE_CHUNK):
+    if between is not None:
+      between()
+    for enc in tokenizer.encode_batch(texts[start:start + ENCODE_CHUNK], add_special_tokens=False):
+      if enc.ids:
+        pieces += [np.asarray(enc.ids, np.int32), sep]
   stream = np.concatenate(pieces[:-1]) if pieces else np.zeros(0, np.int32)
   num_seqs = len(stream) // seq_len
   if num_seqs == 0:

@@ -405,7 +405,8 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   cfg = run_config.effective_config(cfg, run_dir, population_given)
   cfg = run_config.recorded_group_size(cfg, run_dir)
   run_config.check_config(cfg, run_dir)
-  data = run_data.prepare_data(cfg, run_dir, progress)
+  with preemption.stage("data"):  # checked between its parts and the encoding's chunks
+    data = run_data.prepare_data(cfg, run_dir, progress)
   run_config.record_population(cfg, run_dir)
   model = build_model(cfg, data, run_dir, progress)
   dp = dp_setup(cfg, run_dir, data)

@@ -29,7 +29,12 @@ _state = {"published": False, "polled": 0.0, "signum": signal.SIGTERM, "sigint":
 
 
 class Preempted(Exception):
-  """SIGTERM or SIGINT reached this process, or another process of the same jax.distributed run."""
+  """SIGTERM or SIGINT reached this process, or another process of the same jax.distributed run. `stage`: where it
+  stopped the run ("training", or "data" while the data was prepared)."""
+
+  def __init__(self, stage="training"):
+    super().__init__(stage)
+    self.stage = stage
 
 
 def _handler(signum, frame):
@@ -74,6 +79,17 @@ def interruptible():
         signal.signal(signal.SIGINT, _handler)
 
 
+@contextlib.contextmanager
+def stage(name):
+  """Inside the block a stop is reported as Preempted(name) (check: "data" while the data is prepared)."""
+  before = _state.get("stage", "training")
+  _state["stage"] = name
+  try:
+    yield
+  finally:
+    _state["stage"] = before
+
+
 def name():
   """The stop's signal as a user knows it: "SIGTERM" or "Ctrl-C (SIGINT)"."""
   return NAMES.get(_state["signum"], signal.Signals(_state["signum"]).name)
@@ -114,4 +130,4 @@ def requested():
 def check():
   """Raise Preempted when a stop was requested (called between training steps and between groups)."""
   if requested():
-    raise Preempted()
+    raise Preempted(_state.get("stage", "training"))

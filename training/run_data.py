@@ -14,6 +14,7 @@ from training import canaries as canaries_lib
 from training import data as data_lib
 from training import images as images_lib
 from training import population as population_lib
+from training import preemption
 from training import run_config
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +55,7 @@ def _tokenizer(cfg, train_texts, run_dir):
 
 def _pack(texts, tokenizer, T, split):
   try:
-    return data_lib.pack_sequences(texts, tokenizer, T)
+    return data_lib.pack_sequences(texts, tokenizer, T, between=preemption.check)
   except ValueError as e:
     raise InputError(f"data.seq_len={T} is longer than the {split} split allows: {e}") from e
 
@@ -121,8 +122,10 @@ def prepare_data(cfg, run_dir, progress=True):
     return prepare_images(cfg, run_dir, progress)
   t0 = time.perf_counter()
   train_conv, heldout_conv = data_lib.split_conversations(_corpus(cfg), cfg.data.heldout_fraction, cfg.shadow.seed)
+  preemption.check()  # a stop (train_shadows: SIGTERM, Ctrl-C) between the parts: they write whole files only
   train_texts = data_lib.conversation_texts(train_conv)
   tokenizer = _tokenizer(cfg, train_texts, run_dir)
+  preemption.check()
   T, N, M = cfg.data.seq_len, cfg.canaries.num_canaries, cfg.shadow.num_models
   train_SxT = _pack(train_texts, tokenizer, T, "training")
   whole_train_SxT = train_SxT
