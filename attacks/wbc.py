@@ -208,7 +208,15 @@ def _records():
                     f"(the official example's ten: {','.join(map(str, OFFICIAL_WINDOW_SIZES))}).", 1, kind="ints")
   note = ("{names}: WBC, the fraction of token windows in which the reference's summed loss exceeds the target "
           "model's, averaged over the window sizes; the reference: the mean per-token loss of the canary's OUT "
-          "models other than the target (WBC), or each such model on its own, the fractions averaged (WBC vote).")
+          "models other than the target.")
+  vote_note = ("{names}: WBC vote, the fraction of token windows in which a reference's summed loss exceeds the "
+               "target model's, averaged over the window sizes, for each of the canary's OUT models other than the "
+               "target on its own, the fractions averaged.")
+
+  def label(title):
+    """The row's name: its title, and the window sizes where they are not the default."""
+    return lambda s: title + ("" if tuple(_windows(s)) == tuple(WINDOW_SIZES) else
+                              f" (windows={','.join(map(str, _windows(s)))})")
 
   def shadow(run, settings, on_undefined="raise"):
     return wbc_shadow(run.loss_MxNxT, run.keep_MxN, run.mask_NxT, _windows(settings), on_undefined=on_undefined)
@@ -222,7 +230,7 @@ def _records():
 
   def texts(arrays, labels_N, settings):
     del labels_N
-    return [_row("wbc", "WBC", wbc(arrays["lp"], arrays["ref_lp"], _windows(settings)),
+    return [_row("wbc", label("WBC")(settings), wbc(arrays["lp"], arrays["ref_lp"], _windows(settings)),
                  {"wbc_windows": list(_windows(settings))})]
 
   def base_lp(run):
@@ -248,11 +256,11 @@ def _records():
                "fine-tuned model's, averaged over the window sizes.")
   return (Attack("wbc", "WBC", "teal", uses=("wbc_windows",), leave_one_out=shadow, check=check, note=note,
                  features=("lp", "ref_lp"), texts=texts, check_texts=_same_tokens, new_settings=(windows,),
-                 label_of=lambda s: "WBC"),
+                 label_of=label("WBC")),
           Attack("wbc_vote", "WBC vote", "darkslategray", uses=("wbc_windows",), leave_one_out=vote, check=check,
-                 note=note, label_of=lambda s: "WBC vote"),
+                 note=vote_note, label_of=label("WBC vote")),
           Attack("wbc_base", "WBC base", "cadetblue", uses=("wbc_windows",), needs=("base",),
-                 leave_one_out=against_base, targets=targets, note=base_note, label_of=lambda s: "WBC base"))
+                 leave_one_out=against_base, targets=targets, note=base_note, label_of=label("WBC base")))
 
 
 ATTACKS = _records()

@@ -13,7 +13,7 @@ import run_folder
 from lira.errors import InputError
 
 SCHEMA_VERSION = 1
-_UNSAFE = re.compile(r"[^A-Za-z0-9.+-]")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._+-]")  # a value keeps its underscores: attacks-wbc_vote+rmia_offline
 
 
 def _token(value):

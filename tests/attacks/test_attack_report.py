@@ -189,7 +189,7 @@ def test_pretrain_attacks_settings_in_names_gamma_and_shots(tmp_path, pretrain_c
   out = tmp_path / "out"
   run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=recall,con_recall,min_k", "--k=0.5", "--gamma=0.3",
           "--shots=2", "--n_boot=0", f"--out_dir={out}")
-  stem = "results_attacks-recall+conrecall+mink_k-0.5_gamma-0.3_shots-2_nboot-0"
+  stem = "results_attacks-recall+con_recall+min_k_k-0.5_gamma-0.3_shots-2_nboot-0"
   assert sorted(os.listdir(out)) == sorted([f"{stem}.json", f"{stem}.md", f"roc{stem[7:]}.png"])
   result = strict_json(out / f"{stem}.json")
   assert [r["name"] for r in result["rows"]] == ["ReCaLL (2 shots)", "Con-ReCall (gamma=0.3)", "Min-K% (k=0.5)"]
@@ -218,13 +218,13 @@ def test_roc_legend_prints_n_r_where_the_table_does(tmp_path, pretrain_cli, monk
   figures = {}
   monkeypatch.setattr(run_folder, "save_figure", lambda path, fig: figures.setdefault(os.path.basename(path), fig))
   run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=loss,min_k", "--n_boot=0")
-  result = strict_json(tmp_path / "results_attacks-loss+mink_nboot-0.json")
-  texts = [t.get_text() for t in figures["roc_attacks-loss+mink_nboot-0.png"].legends[0].get_texts()]
+  result = strict_json(tmp_path / "results_attacks-loss+min_k_nboot-0.json")
+  texts = [t.get_text() for t in figures["roc_attacks-loss+min_k_nboot-0.png"].legends[0].get_texts()]
   for row in result["rows"]:
     assert not row["summary"]["tpr"]["0.01"]["resolved"] and row["summary"]["tpr"]["0.05"]["resolved"]
     assert next(t for t in texts if t.startswith(row["name"] + ",")).endswith("TPR@1% n/r")
   assert "n/r = not resolved: TPR@1% FPR needs >= 100 negatives; available 20" in texts
-  with open(tmp_path / "results_attacks-loss+mink_nboot-0.md") as f:
+  with open(tmp_path / "results_attacks-loss+min_k_nboot-0.md") as f:
     assert "| n/r |" in f.read()
 
 
@@ -234,7 +234,7 @@ def test_missing_array_names_attack_and_file(tmp_path, pretrain_cli, capsys):
   feature_folder.write_meta(tmp_path, {"model": "hand-made", "n_texts": N, "notes": []})
   with pytest.raises(MissingFileError, match=r"attack em_mia needs pair_lp\.npy, which .* lacks"):
     run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=loss,em_mia")
-  assert not (tmp_path / "results_attacks-loss+emmia.json").exists()
+  assert not (tmp_path / "results_attacks-loss+em_mia.json").exists()
   pretrain_cli.FLAGS.unparse_flags()
   run_cli(pretrain_cli, f"--features={tmp_path}", "--n_boot=0")  # default: every attack that can run
   result = strict_json(tmp_path / "results_nboot-0.json")
@@ -364,7 +364,7 @@ def test_evaluate_attack_rows_equal_per_target_attacks(shadow_run, evaluate_cli,
   run_cli(evaluate_cli, f"--run_dir={run}", "--attacks=loss,zlib,min_k,min_k_pp", "--k=0.3", "--n_boot=30",
           "--variants=oas-shared", "--noprogress")
   printed = capsys.readouterr().out
-  stem = "results_variants-oas-shared_nboot-30_attacks-loss+zlib+mink+minkpp_k-0.3"
+  stem = "results_variants-oas-shared_nboot-30_attacks-loss+zlib+min_k+min_k_pp_k-0.3"
   result = strict_json(run / f"{stem}.json")
   assert (run / f"roc{stem[7:]}.png").exists()
   loss, keep, mask = np.load(run / "losses.npy"), np.load(run / "keep.npy"), np.load(run / "mask.npy")

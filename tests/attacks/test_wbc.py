@@ -162,3 +162,21 @@ def test_bad_input_is_named():
     W.wbc_shadow(loss, keep, window_sizes=[])
   with pytest.raises(InputError, match="on_undefined must be 'raise' or 'nan'"):
     W.wbc_shadow(loss, keep, on_undefined="skip")
+
+
+def test_rows_carry_their_windows_and_notes_name_only_the_rows_that_ran(tmp_path):
+  """A WBC row is labelled with its window sizes where they are not the default, as Min-K% (k=...) and RMIA
+  (gamma=...) are; the note under a table names the WBC form that ran; report names keep the attacks' underscores."""
+  from attacks import shadow
+  from lira.reports import loo_report
+  from lira.reports import synthetic_run
+  run = str(tmp_path / "run")
+  synthetic_run.write_synthetic_run(run, num_models=8, num_canaries=12, seq_len=6, seed=0, population_size=0)
+  rows = shadow.shadow_rows(run, ["wbc"], {"wbc_windows": (2, 4)}, n_boot=0, given=("wbc_windows",))
+  assert [r["name"] for r in rows.rows] == ["WBC (windows=2,4)"] and rows.rows[0]["params"] == {"wbc_windows": (2, 4)}
+  assert len(rows.notes) == 1 and rows.notes[0].startswith("WBC (windows=2,4): WBC, ") and "vote" not in rows.notes[0]
+  default = shadow.shadow_rows(run, ["wbc", "wbc_vote"], n_boot=0)
+  assert [r["name"] for r in default.rows] == ["WBC", "WBC vote"]
+  assert [n.split(":")[0] for n in default.notes] == ["WBC", "WBC vote"]
+  _, result = loo_report.evaluate_run(run, n_boot=0, variants=["oas-shared"], progress=False, attack_rows=default)
+  assert "results_variants-oas-shared_nboot-0_attacks-wbc+wbc_vote.json" in result["files"]

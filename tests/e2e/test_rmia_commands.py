@@ -80,16 +80,16 @@ def test_score_targets_scores_rmia_with_every_shadow_a_reference(tmp_path):
   np.testing.assert_array_equal(np.load(out / "attack_scores_rmia_offline.npy"), want)
   assert "RMIA offline (a=0.3)" in proc.stdout
   # the report carries its attacks and their settings in its name: another --rmia_a writes beside it
-  reports = {"attack_variants-univariate-shared_nboot-0_attacks-rmiaoffline.json",
-             "attack_variants-univariate-shared_nboot-0_attacks-rmiaoffline.md",
-             "attack_roc_variants-univariate-shared_nboot-0_attacks-rmiaoffline.png"}
+  reports = {"attack_variants-univariate-shared_nboot-0_attacks-rmia_offline.json",
+             "attack_variants-univariate-shared_nboot-0_attacks-rmia_offline.md",
+             "attack_roc_variants-univariate-shared_nboot-0_attacks-rmia_offline.png"}
   assert reports <= set(os.listdir(out)), sorted(os.listdir(out))
   proc = _run("experiments.score_targets", *common, f"--target_population={tmp_path / 'target_pop.npy'}",
               f"--target_keep={tmp_path / 'target_keep.npy'}", "--rmia_a=0.5")
   assert proc.returncode == 0, proc.stderr[-2000:]
-  other = {name.replace("rmiaoffline", "rmiaoffline_rmiaa-0.5") for name in reports}
+  other = {name.replace("rmia_offline", "rmia_offline_rmiaa-0.5") for name in reports}
   assert reports | other <= set(os.listdir(out)), sorted(os.listdir(out))
-  with open(out / "attack_variants-univariate-shared_nboot-0_attacks-rmiaoffline.json") as f:
+  with open(out / "attack_variants-univariate-shared_nboot-0_attacks-rmia_offline.json") as f:
     report = json.load(f)
   assert [r["params"] for r in report["variants"] if r.get("attack") == "rmia_offline"] == [{"rmia_a": 0.3, "rmia_gamma": 1.0}]
 
