@@ -125,10 +125,11 @@ def blind_warning(rows):
          else f"{auc:.4f} (no bootstrap interval)")
   where = (f"{'above' if auc > high else 'within'} the {LEVEL:.0%} interval [{low:.4f}, {high:.4f}] of" if interval
            else "at or above the AUC of")
+  how = ("better than the attacks do" if interval and auc > high or not interval and auc > best_auc
+         else "about as well as the attacks do")
   return (f"WARNING: the blind baseline, a text classifier that never looks at the model, reaches AUC {own}, "
           f"{where} the best attack ({best['name']}, AUC {best_auc:.4f}): the texts alone separate these members "
-          "from these non-members about as well as the attacks do, so the attacks' numbers need not come from what "
-          "the model memorised.")
+          f"from these non-members {how}, so the attacks' numbers need not come from what the model memorised.")
 
 
 def notes_for(rows, skipped):

@@ -124,10 +124,14 @@ def summary(auc, ci=(None, None)):
     (summary(0.76, (0.70, 0.82)), summary(0.80, (0.75, 0.85)),
      "AUC 0.7600 [0.7000, 0.8200] (its 95% interval excludes 0.5), within the 95% interval [0.7500, 0.8500]"),
     (summary(0.90, (0.85, 0.95)), summary(0.80, (0.75, 0.85)), "above the 95% interval"),
+    # a blind AUC above the best attack's interval is worded so, not "about as well"
+    (summary(0.8688, (0.83, 0.90)), summary(0.6087, (0.57, 0.65)), "separate these members from these non-members "
+     "better than the attacks do"),
     # the blind classifier no better than chance by its own interval: no warning, whatever the attacks reach
     (summary(0.54, (0.40, 0.68)), summary(0.52, (0.36, 0.69)), None),
     (summary(0.79), summary(0.80), None),  # no bootstrap: the best row's AUC is the bar
     (summary(0.80), summary(0.80), "AUC 0.8000 (no bootstrap interval), at or above the AUC of the best attack"),
+    (summary(0.80), summary(0.80), "about as well as the attacks do"),
     (summary(0.50), summary(0.45), None),  # no bootstrap and at chance
 ])
 def test_blind_warning_against_the_best_attack(blind, best, says):
@@ -138,7 +142,8 @@ def test_blind_warning_against_the_best_attack(blind, best, says):
   if says is None:
     assert warning is None
   else:
-    assert warning.startswith("WARNING: the blind baseline") and says in warning and "(Min-K%, AUC 0.8000)" in warning
+    assert warning.startswith("WARNING: the blind baseline") and says in warning
+    assert f"(Min-K%, AUC {best['auc']:.4f})" in warning
     assert "differ in distribution" not in warning  # what the numbers show, not a cause
   assert report.blind_warning(rows[2:]) is None and report.blind_warning(rows[:2]) is None
 
