@@ -87,8 +87,8 @@ def markdown(report):
     for a, b in DIFFERENCES:
       for e in _test(run, a, b)["fprs"]:
         lo, hi = e["ci"]
-        cells.append(f"{100 * e['diff']:+.2f} [{tables.pct(lo)}, {tables.pct(hi)}]" + (
-            "" if e["resolved"] else " (n/r)"))
+        # unresolved (too few non-members for the FPR): n/r, never a number, as every table says it
+        cells.append(f"{100 * e['diff']:+.2f} [{tables.pct(lo)}, {tables.pct(hi)}]" if e["resolved"] else "n/r")
     lines.append(f"| {run['label']} | " + " | ".join(cells) + " |")
   return "\n".join(lines) + "\n"
 
@@ -131,8 +131,10 @@ def figure(report, title):
   for ax, (f, fpr) in zip(ax_d, enumerate(FPRS)):
     for k, (a, b) in enumerate(DIFFERENCES):
       e = [_test(run, a, b)["fprs"][f] for run in runs]
-      d = np.array([100 * v["diff"] for v in e])
-      ci = np.array([[100 * c for c in v["ci"]] for v in e])
+      resolved = np.array([v["resolved"] for v in e])
+      d = np.where(resolved, [100 * v["diff"] for v in e], np.nan)  # n/r: not drawn, annotated below
+      ci = np.where(resolved[:, None], [[100 * (c if c is not None else np.nan) for c in v["ci"]] for v in e],
+                    np.nan)
       color = plots.COVARIANCE_COLORS[a.split("-")[0]]
       paper = report.get("paper_differences", {}).get(f"{a} - {b}")
       if paper is not None:

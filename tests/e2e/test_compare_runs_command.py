@@ -6,6 +6,7 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 from lira.errors import InputError
@@ -49,6 +50,14 @@ def test_each_run_equals_its_paper_table(two_runs, tmp_path):
   # 8 x 150 pairs hold 600 non-members, too few for 0.1% FPR: every TPR cell is n/r, never a number (as evaluate)
   tpr_rows = [line for line in text.splitlines() if line.startswith(("| weak |", "| strong |"))][:2]
   assert all(line.split(" | ")[3:] == ["n/r"] * 6 for line in (r.rstrip(" |") for r in tpr_rows)), tpr_rows
+  # and so is every paired difference at those FPRs: n/r, not "+9.00 [4.50, 22.50] (n/r)"; the figure draws none
+  diff_rows = [line for line in text.splitlines() if line.startswith(("| weak |", "| strong |"))][2:]
+  assert diff_rows and all(line.rstrip(" |").split(" | ")[1:] == ["n/r"] * 4 for line in diff_rows), diff_rows
+  fig = compare_runs_report.figure(report, "title")
+  for ax in fig.axes[1:]:
+    drawn = [line for line in ax.get_lines() if line.get_marker() == "o"]
+    assert drawn and all(np.isnan(line.get_ydata()).all() for line in drawn)
+    assert sum(t.get_text() == "n/r" for t in ax.texts) == 2 * 2  # each run, each difference
 
 
 def test_a_dp_run_is_named_by_its_epsilon():
