@@ -23,11 +23,12 @@ def _umask():
 
 
 @contextlib.contextmanager
-def ctrl_c_held():
+def ctrl_c_held(deliver=True):
   """Hold a Ctrl-C (SIGINT) that arrives inside the block until the block is done, then deliver it: a write is never
   cut between creating its temporary file and renaming or removing it, and orbax's checkpoint reads are never cut
   (interrupted, orbax closes its event loop under reads still in flight, which then report the closed loop or lose
-  the interrupt). Only the main thread sets signal handlers."""
+  the interrupt). deliver=False drops it instead: the block is a command's last work (its report set), and a Ctrl-C
+  that lands there comes after the work, so it is not a stop. Only the main thread sets signal handlers."""
   if threading.current_thread() is not threading.main_thread():
     yield
     return
@@ -37,7 +38,7 @@ def ctrl_c_held():
     yield
   finally:
     signal.signal(signal.SIGINT, previous)
-    if held:
+    if held and deliver:
       if callable(previous):
         previous(signal.SIGINT, held[0])
       elif previous == signal.SIG_DFL:
@@ -111,6 +112,13 @@ def save_bytes(path, data):
 def save_figure(path, fig):
   """Save a matplotlib figure atomically as PNG."""
   _atomic(path, lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), "wb")
+
+
+def figure_bytes(fig):
+  """A matplotlib figure drawn as PNG bytes (save_figure's), for a report set written afterwards in one go."""
+  buf = io.BytesIO()
+  fig.savefig(buf, format="png", dpi=130, bbox_inches="tight")
+  return buf.getvalue()
 
 
 def save_csv(path, rows):

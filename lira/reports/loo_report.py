@@ -136,16 +136,17 @@ def evaluate_run(run_dir, out_dir=None, scoring=None, *, variants=None, n_boot=m
              f"{n_boot} bootstrap replicates over canaries (seed {seed}, {LEVEL:.0%} percentile intervals)")
   paths = {ext: provenance.report_path(out_dir, stem, ext, settings, names_default)
            for stem, ext in (("results", "json"), ("results", "md"), ("roc", "png"))}
+  arrays = {}  # path -> scores [M, N], written with the reports
   if save_scores:
     for variant in chosen:
       path = scores_path(out_dir, variant, settings)
-      run_folder.save_npy(path, scores[variant[0]])
+      arrays[path] = scores[variant[0]]
       paths[f"scores {variant[0]}"] = path
   extra = [] if attack_rows is None else [dict(r) for r in attack_rows.rows]
   for row in extra:
     if save_scores:
       path = provenance.report_path(out_dir, f"scores_{row['attack']}", "npy", row["params"], names_default)
-      run_folder.save_npy(path, attack_rows.scores[row["attack"]])
+      arrays[path] = attack_rows.scores[row["attack"]]
       paths[f"scores {row['attack']}"] = path
       row["scores_file"] = os.path.basename(path)
   table_rows = [(r["name"], r["summary"]) for r in rows + extra]
@@ -163,13 +164,19 @@ def evaluate_run(run_dir, out_dir=None, scoring=None, *, variants=None, n_boot=m
                  "dropped_variants": dropped, "seconds": seconds, "variants": rows,
                  **({"attacks": extra, **attack_rows.population} if extra else {}),
                  "files": [os.path.basename(p) for p in paths.values()]})
-  run_folder.save_json(paths["json"], result)
   md_notes = "".join(f"\n{n}  " for n in notes)
-  run_folder.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{tables.format_markdown(table_rows)}\n"
-                                f"{md_notes}\n")
   curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows + extra]
   figure_title = title(provenance.run_description(run_dir, run.config), shape, settings, attack_rows)
-  run_folder.save_figure(paths["png"], plots.roc_figure(curves, title=figure_title,
-                                                    styles=None if attack_rows is None else attack_rows.styles))
+  png = run_folder.figure_bytes(plots.roc_figure(curves, title=figure_title,
+                                                 styles=None if attack_rows is None else attack_rows.styles))
+  # The report set is written whole, results.json (which lists the others) last; a Ctrl-C before this point leaves
+  # none of it, and one that lands while it is written comes after the work: it is not a stop.
+  with run_folder.ctrl_c_held(deliver=False):
+    for path, array in arrays.items():
+      run_folder.save_npy(path, array)
+    run_folder.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{tables.format_markdown(table_rows)}\n"
+                                      f"{md_notes}\n")
+    run_folder.save_bytes(paths["png"], png)
+    run_folder.save_json(paths["json"], result)
   text = "\n".join([setting, "", tables.format_table(table_rows)] + notes)
   return text, result
