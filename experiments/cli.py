@@ -261,6 +261,15 @@ def _closed_loop_callback(info):
           and tb.tb_frame.f_code.co_filename.endswith(os.path.join("asyncio", "base_events.py")))
 
 
+def _exiting():
+  """The command's work is done and its last line printed: a Ctrl-C during the interpreter's exit (a second or more
+  with jax loaded) is ignored, and one a library swallowed on the way (which CPython remembers, _forget_interrupt) is
+  forgotten, so neither turns a finished command into one killed by SIGINT (status -2, no line)."""
+  _forget_interrupt()
+  if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def run(main, resumes=False):
   """absl's app.run(main), with the flags parsed by `parse_flags`, user errors printed as `error: ...` (exit status
   2) instead of a traceback, and Ctrl-C as one `stopped by Ctrl-C (SIGINT)` line (exit status 130); `resumes`: the
@@ -271,12 +280,16 @@ def run(main, resumes=False):
       signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C is a KeyboardInterrupt again, caught here
       sys.unraisablehook = _unraisable(sys.unraisablehook)
     try:
-      return main(argv)
+      result = main(argv)
     except KeyboardInterrupt:
+      _exiting()
       sys.exit(stopped(resumes))
     except Exception as e:  # noqa: BLE001 - re-raised unless it is the user's to fix
       if not is_user_error(e):
         raise
+      _exiting()
       sys.exit(report(e))
+    _exiting()
+    return result
 
   app.run(guarded, flags_parser=parse_flags)

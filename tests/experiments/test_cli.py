@@ -125,6 +125,31 @@ def test_a_ctrl_c_inside_exec_source_still_exits_130(tmp_path):
   assert [l for l in proc.stderr.splitlines() if l.strip()] == [cli.STOPPED]
 
 
+_SWALLOWED_INTERRUPT = """
+import sys
+from experiments import cli
+def main(argv):
+  try:
+    exec("raise KeyboardInterrupt")  # a Ctrl-C a library swallowed, inside source run by exec(): CPython remembers it
+  except BaseException:
+    pass
+  print("done")
+sys.argv = ["prog"]
+cli.run(main)
+"""
+
+
+def test_a_command_that_finished_is_not_killed_at_exit_by_a_swallowed_ctrl_c(tmp_path):
+  """A Ctrl-C that a library swallowed while the command went on to finish made CPython end the process by SIGINT at
+  exit (status -2, no line); the finished command exits 0, and a Ctrl-C during its exit is ignored."""
+  import subprocess
+  (tmp_path / "swallowed_ctrl_c.py").write_text(_SWALLOWED_INTERRUPT)
+  env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
+  proc = subprocess.run([sys.executable, "-m", "swallowed_ctrl_c"], capture_output=True, text=True, timeout=60,
+                        cwd=ROOT, env=env)
+  assert proc.returncode == 0 and proc.stdout == "done\n" and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
 def test_a_closed_event_loops_callback_is_dropped_and_other_unraisables_are_not():
   # I/O a Ctrl-C abandoned (orbax's tensorstore reads) completes later and calls its closed loop's
   # call_soon_threadsafe from native code; a weakref callback is such a call, from no Python frame
