@@ -16,12 +16,13 @@ from lira.loo import leave_one_out, leave_one_out_variants
 from lira.scoring import VARIANTS, Scoring
 
 def evaluate_variants(loss_MxNxT, keep_MxN, scoring=None, *, mask_NxT=None, variants=VARIANTS,
-                      fprs=metrics.DEFAULT_FPRS, n_boot=metrics.N_BOOT, seed=0, progress=True, summarize=True,
+                      fprs=metrics.DEFAULT_FPRS, n_boot=metrics.N_BOOT, seed=0, progress=False, summarize=True,
                       num_threads=None, **fields):
   """Leave-one-out scores of each variant (Table II's rows) under `scoring` (its covariance and shared set per
   variant), pooled into one ROC each; returns ([{name, covariance, shared, summary}], {name: llr_MxN}).
 
   summarize=False skips the ROCs (summary None): the processes of a jax.distributed run other than the first.
+  progress=True shows progress bars (the commands'; a library call draws none by default).
   """
   scoring = Scoring.of(scoring, **fields)
   # One pass over the losses for all variants (each block's statistic computed once), then one ROC per variant.

@@ -331,5 +331,12 @@ def summarize(scores_MxN, labels_MxN, fprs=DEFAULT_FPRS, n_boot=N_BOOT, level=LE
   }
 
 
+def resolved_tpr(summary, fpr):
+  """A summary's TPR at `fpr`, or None where it is not resolved (fewer than 1 / FPR non-member pairs: the number
+  there is the TPR at FPR 0, which the tables print as n/r)."""
+  entry = summary["tpr"][fpr_key(fpr)]
+  return entry["tpr"] if entry["resolved"] else None
+
+
 def _json_floats(x):
   return [float(v) if np.isfinite(v) else None for v in np.asarray(x, dtype=np.float64)]

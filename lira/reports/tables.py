@@ -29,8 +29,23 @@ def _has_ci(ci):
   return ci is not None and any(v is not None for v in ci)
 
 
+def _pairs(rows):
+  """[(name, summary)] of rows given as (name, summary) pairs or as dicts with "name" and "summary" (what
+  lira.evaluate_variants and the attack rows give)."""
+  out = []
+  for row in rows:
+    if isinstance(row, dict):
+      if "name" not in row or "summary" not in row:
+        raise ValueError(f"a table row as a dict needs 'name' and 'summary', got keys {sorted(row)}")
+      row = (row["name"], row["summary"])
+    name, summary = row
+    out.append((name, summary))
+  return out
+
+
 def _table_cells(rows, fprs, first="variant", unit="canaries"):
   """Header, body cells and footnotes shared by the text and markdown tables."""
+  rows = _pairs(rows)
   header = [first, "AUC"] + [_fpr_label(f) for f in fprs]
   body, unresolved = [], {}
   for name, summary in rows:
@@ -60,7 +75,8 @@ def _table_cells(rows, fprs, first="variant", unit="canaries"):
 
 
 def format_table(rows, fprs=DEFAULT_FPRS, first="variant", unit="canaries"):
-  """Fixed-width text table of (name, summary) rows: AUC and TPR% at each FPR with CIs, n/r where unresolved."""
+  """Fixed-width text table of (name, summary) rows (or lira.evaluate_variants' row dicts): AUC and TPR% at each FPR
+  with CIs, n/r where unresolved."""
   header, body, notes = _table_cells(rows, fprs, first, unit)
   widths = [max(len(r[i]) for r in [header] + body) for i in range(len(header))]
   lines = ["  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
