@@ -320,7 +320,7 @@ def fastest(plan, model, num_models, shapes, num_examples, examples_ExT, sizes, 
     if not plan.candidate(G).fits:
       continue
     seconds = measure_step(model, G, shapes, examples_ExT, compiled=plan.compiled.get(G), mesh=mesh)
-    plan = _timed(plan, G, seconds)
+    plan = timed(plan, G, seconds)
     run_s[G] = estimate_run_seconds(plan, num_models, G, 1, seconds)
     if run_s[G] > SLOWER_STOP * min(run_s.values()):
       break
@@ -331,7 +331,8 @@ def fastest(plan, model, num_models, shapes, num_examples, examples_ExT, sizes, 
   return dataclasses.replace(plan, chosen=chosen, rule="fastest")
 
 
-def _timed(plan, G, seconds):
+def timed(plan, G, seconds):
+  """The plan with G's step time measured."""
   cands = tuple(dataclasses.replace(c, step_seconds=seconds) if c.G == G else c for c in plan.candidates)
   return dataclasses.replace(plan, candidates=cands)
 

@@ -19,10 +19,12 @@ def seconds_text(s):
   return f"{s / 60:.1f} min" if s < 7200 else f"{s / 3600:.1f} h"
 
 
-def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, title, extraction=None):
+def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, title, extraction=None,
+          configured=None):
   """The readable plan: one row per candidate (memory, per model, FLOPs, fits, step time: measured where it was,
   else scaled by FLOPs from G's), then the run's estimate for the G the run uses (`auto`: the plan's choice by its
-  rule; else the config's), from the step time measured at that G.
+  rule; else the config's, at most M: `configured` is what the config says), from the step time measured at that G,
+  and the estimate of every other G whose step was measured.
   extraction: (the extraction batch at that G, train.eval_batch_size), said when given."""
   lines = [title,
            f"memory limit per device: {size_text(plan.limit_bytes)} ({plan.limit_from}); margin {plan.margin:.0%}: a "
@@ -38,7 +40,8 @@ def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, t
       when = f"{seconds_text(step_seconds * c.flops / ref.flops)} (from FLOPs)"
     else:
       when = ""
-    mark = " <- chosen" if c.G == plan.chosen else ""
+    mark = (" <- the run's" if c.G == G else "") + (f" ({plan.rule}'s choice)" if c.G == plan.chosen and not auto
+                                                    else "")
     if c.error:
       lines.append(f"{c.G:>5}  {'-':>10}  {'-':>10}  {'-':>11}  {'no':>4}  {c.error}{mark}")
       continue
@@ -50,14 +53,22 @@ def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, t
   steps = steps_per_epoch * epochs
   total = group_plan.estimate_run_seconds(plan, num_models, G, steps, step_seconds)
   sizes = group_plan.group_sizes(num_models, G)
+  configured_words = ("the config" if configured in (None, G) else
+                      f"the config's {configured}, at most the {num_models} models")
   lines += ["",
-            f"group size {G} ({plan.rule if auto else f'the config; {plan.rule} would choose {plan.chosen}'}): "
+            f"group size {G} ({plan.rule if auto else f'{configured_words}; {plan.rule} would choose {plan.chosen}'}): "
             f"{len(sizes)} group(s) of "
             f"{', '.join(map(str, sorted(set(sizes), reverse=True)))} models; {steps_per_epoch} steps per epoch, "
             f"{epochs} epochs, {steps} steps per group",
             f"estimated training time: {seconds_text(total)} ({len(sizes)} x {steps} steps at the step time measured "
             f"as the median of {group_plan.MEASURED_STEPS} steps of G = {G} on random training rows; compiles and "
             "per-token extraction not included)"]
+  for c in plan.candidates:  # the other measured G beside the run's: the largest that fits is not always the fastest
+    if c.G != G and c.step_seconds and c.fits:
+      other = group_plan.estimate_run_seconds(plan, num_models, c.G, steps, c.step_seconds)
+      lines.append(f"  with G = {c.G} instead: {seconds_text(other)} (its step measured: "
+                   f"{len(group_plan.group_sizes(num_models, c.G))} x {steps} steps)"
+                   + ("; shadow.group_size=fastest chooses by these times" if auto and plan.rule == "auto" else ""))
   if extraction is not None:
     batch, configured = extraction
     lines.append(f"per-token extraction: {batch} sequences per batch" + (

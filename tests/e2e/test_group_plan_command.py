@@ -27,8 +27,9 @@ def test_plan_prints_the_table_and_writes_nothing(tmp_path, corpus_flags):
   assert "memory limit per device:" in out and "available memory" in out
   for column in ("G", "memory", "per model", "step FLOPs", "fits", "step time"):
     assert column in out
-  assert "(measured) <- chosen" in out
+  assert "(measured) <- the run's" in out
   assert "group size 6 (auto): 1 group(s) of 6 models; 5 steps per epoch, 2 epochs, 10 steps per group" in out
+  assert "  with G = 1 instead: " in out  # one model per group, measured beside auto's choice
   assert "estimated training time:" in out
   assert "per-token extraction: 256 sequences per batch\n" in out  # train.eval_batch_size: a CPU host holds it
   assert not run_dir.exists() and os.listdir(tmp_path) == []
@@ -42,9 +43,21 @@ def test_plan_with_fastest_times_the_groups_it_compares(tmp_path, corpus_flags):
   assert proc.returncode == 0, proc.stderr[-3000:]
   rows = [line for line in proc.stdout.splitlines() if line.strip()[:1].isdigit() and " yes " in line]
   assert sum("(measured)" in row for row in rows) >= 2  # M = 6 fits: 6 timed, then smaller groups
-  chosen = [row for row in rows if row.endswith("<- chosen")]
+  chosen = [row for row in rows if row.endswith("<- the run's")]
   assert len(chosen) == 1 and "(measured)" in chosen[0]
   assert f"group size {chosen[0].split()[0]} (fastest): " in proc.stdout
+  assert os.listdir(tmp_path) == []
+
+
+@pytest.mark.slow
+def test_plan_with_a_group_size_above_the_models_times_the_group_the_run_trains(tmp_path, corpus_flags):
+  proc = train_shadows("--config=experiments/configs/lstm.py:tiny", *corpus_flags, "--config.shadow.group_size=100",
+                       "--plan", f"--run_dir={tmp_path / 'run'}", "--noprogress", cwd=str(tmp_path))
+  assert proc.returncode == 0, proc.stderr[-3000:]
+  rows = {int(line.split()[0]): line for line in proc.stdout.splitlines() if line.strip()[:1].isdigit()}
+  assert 100 not in rows and "(measured) <- the run's" in rows[6]  # G = 100 is neither compiled nor timed
+  assert "group size 6 (the config's 100, at most the 6 models; auto would choose 6): 1 group(s) of 6 models" \
+      in proc.stdout
   assert os.listdir(tmp_path) == []
 
 

@@ -143,7 +143,7 @@ def test_the_measured_step_time_and_the_table(capsys):
   assert 0 < seconds < 10
   text = plan_table.table(plan, num_models=6, G=6, auto=True, steps_per_epoch=10, epochs=2, step_seconds=seconds,
                           title="plan")
-  assert "(measured) <- chosen" in text and "group size 6 (auto): 1 group(s) of 6 models" in text
+  assert "(measured) <- the run's" in text and "group size 6 (auto): 1 group(s) of 6 models" in text
   assert "20 steps per group" in text and "estimated training time" in text
   assert "per-token extraction:" not in text  # said only when given
   text = plan_table.table(plan, num_models=6, G=6, auto=True, steps_per_epoch=10, epochs=2, step_seconds=seconds,
@@ -155,6 +155,20 @@ def test_the_measured_step_time_and_the_table(capsys):
   text = plan_table.table(plan, num_models=6, G=4, auto=False, steps_per_epoch=10, epochs=2, step_seconds=0.5,
                           title="plan")
   assert "2 group(s) of 4, 2 models" in text and "the config; auto would choose 6" in text
+  marks = {int(line.split()[0]): line for line in text.splitlines() if line.strip()[:1].isdigit()}
+  assert marks[4].endswith("<- the run's") and marks[6].endswith("(auto's choice)")  # not "chosen" at 6
+  # a configured G above M trains one group of M: the table says so and marks M as the run's
+  text = plan_table.table(plan, num_models=6, G=6, auto=False, steps_per_epoch=10, epochs=2, step_seconds=0.5,
+                          title="plan", configured=100)
+  assert "group size 6 (the config's 100, at most the 6 models; auto would choose 6): 1 group(s) of 6" in text
+  # with auto, every other G whose step was measured is estimated beside the run's (the largest is not always the
+  # fastest)
+  timed = group_plan.timed(group_plan.timed(plan, 4, 0.1), 6, 0.5)
+  text = plan_table.table(timed, num_models=6, G=6, auto=True, steps_per_epoch=10, epochs=2, step_seconds=0.5,
+                          title="plan")
+  other = group_plan.estimate_run_seconds(timed, 6, 4, 20, 0.1)
+  assert f"  with G = 4 instead: {plan_table.seconds_text(other)} (its step measured: 2 x 20 steps); " \
+         "shadow.group_size=fastest chooses by these times" in text
   # the smaller last group costs its share of the FLOPs of a group of 4 (G = 2 was compiled by the bisection or not)
   assert 20 * 0.5 < group_plan.estimate_run_seconds(plan, 6, 4, 20, 0.5) < 2 * 20 * 0.5
   record = json.loads(json.dumps(plan.record()))  # what config.json holds
