@@ -15,6 +15,7 @@ from training import data as data_lib
 from training import images as images_lib
 from training import population as population_lib
 from training import preemption
+from training import token_cache
 from training import run_config
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +42,9 @@ def _tokenizer(cfg, train_texts, run_dir):
   """The run's tokenizer, saved as RUN_DIR/tokenizer.json; a resumed run must keep the same vocabulary."""
   path = os.path.join(run_dir, run_folder.names.TOKENIZER)
   if cfg.tokenizer.name == "bpe":
-    fresh = None if os.path.exists(path) else data_lib.train_bpe_tokenizer(train_texts, cfg.tokenizer.vocab_size, path)
+    vocab = cfg.tokenizer.vocab_size
+    fresh = None if os.path.exists(path) else token_cache.bpe(
+        train_texts, vocab, lambda: data_lib.train_bpe_tokenizer(train_texts, vocab))
   else:
     fresh = data_lib.load_tokenizer(cfg.tokenizer.name)
   saved = data_lib.load_tokenizer(path) if os.path.exists(path) else None
@@ -55,7 +58,8 @@ def _tokenizer(cfg, train_texts, run_dir):
 
 def _pack(texts, tokenizer, T, split):
   try:
-    return data_lib.pack_sequences(texts, tokenizer, T, between=preemption.check)
+    return token_cache.packed(texts, tokenizer, T,
+                              lambda: data_lib.pack_sequences(texts, tokenizer, T, between=preemption.check))
   except ValueError as e:
     raise InputError(f"data.seq_len={T} is longer than the {split} split allows: {e}") from e
 

@@ -91,7 +91,8 @@ def test_ctrl_c_during_data_preparation_stops_at_once_and_says_nothing_was_train
   run = str(tmp_path / "run")
   command = ["experiments.train_shadows", "--config=experiments/configs/lstm.py:tiny", f"--run_dir={run}",
              "--noprogress", "--noevaluate"]
-  proc = _start(*command)
+  proc = subprocess.Popen([sys.executable, "-m", *command], cwd=ROOT, env={**ENV, "SEQLIRA_CACHE": "off"},
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # the whole data step, uncached
   t0 = time.monotonic()
   while not os.path.exists(os.path.join(run, "config.json")):  # written just before the data is prepared
     assert proc.poll() is None, proc.communicate()[1][-2000:]
