@@ -10,8 +10,8 @@ every package may import it:
 
 from run_folder import names
 from run_folder import staging
-from run_folder.atomic import (check_writable, copy_file, ctrl_c_held, figure_bytes, remove_files, save_bytes,
-                               save_csv, save_figure, save_json, save_npy, save_text, standard_json)
+from run_folder.atomic import (check_writable, copy_file, ctrl_c_held, remove_files, save_bytes, save_csv,
+                               save_figure, save_json, save_npy, save_text, standard_json)
 from run_folder.names import (POPULATION_FILES, RUN_FILES, config_path, group_paths, groups, population_group_path,
                               stat_path)
 from run_folder.runs import (Run, check_complete, check_no_run, finished_groups, load_config, load_json, load_npy,
@@ -19,7 +19,7 @@ from run_folder.runs import (Run, check_complete, check_no_run, finished_groups,
 
 __all__ = [
     "names", "staging", "Run", "check_complete", "check_no_run", "check_writable", "config_path", "copy_file",
-    "ctrl_c_held", "figure_bytes", "finished_groups", "group_paths", "groups", "load_config", "load_json", "load_npy",
+    "ctrl_c_held", "finished_groups", "group_paths", "groups", "load_config", "load_json", "load_npy",
     "load_population", "load_run", "load_stacked", "population_fingerprint", "population_group_path", "remove_files",
     "save_bytes", "save_config", "save_csv", "save_figure", "save_json", "save_npy", "save_run", "save_text",
     "standard_json", "stat_path", "POPULATION_FILES", "RUN_FILES",

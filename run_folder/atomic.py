@@ -114,12 +114,6 @@ def save_figure(path, fig):
   _atomic(path, lambda f: fig.savefig(f, format="png", dpi=130, bbox_inches="tight"), "wb")
 
 
-def figure_bytes(fig):
-  """A matplotlib figure drawn as PNG bytes (save_figure's), for a report set written afterwards in one go."""
-  buf = io.BytesIO()
-  fig.savefig(buf, format="png", dpi=130, bbox_inches="tight")
-  return buf.getvalue()
-
 
 def save_csv(path, rows):
   """Write a list of dicts as CSV atomically (columns from the first row)."""

@@ -167,16 +167,15 @@ def evaluate_run(run_dir, out_dir=None, scoring=None, *, variants=None, n_boot=m
   md_notes = "".join(f"\n{n}  " for n in notes)
   curves = [plots.summary_curve(r["name"], r["summary"]) for r in rows + extra]
   figure_title = title(provenance.run_description(run_dir, run.config), shape, settings, attack_rows)
-  png = run_folder.figure_bytes(plots.roc_figure(curves, title=figure_title,
-                                                 styles=None if attack_rows is None else attack_rows.styles))
+  figure = plots.roc_figure(curves, title=figure_title, styles=None if attack_rows is None else attack_rows.styles)
   # The report set is written whole, results.json (which lists the others) last; a Ctrl-C before this point leaves
-  # none of it, and one that lands while it is written comes after the work: it is not a stop.
+  # none of it, and one that lands while it is written (the PNG drawn, a second) comes after the work: not a stop.
   with run_folder.ctrl_c_held(deliver=False):
     for path, array in arrays.items():
       run_folder.save_npy(path, array)
     run_folder.save_text(paths["md"], f"# Leave-one-out LiRA\n\n{setting}\n\n{tables.format_markdown(table_rows)}\n"
                                       f"{md_notes}\n")
-    run_folder.save_bytes(paths["png"], png)
+    run_folder.save_figure(paths["png"], figure)
     run_folder.save_json(paths["json"], result)
   text = "\n".join([setting, "", tables.format_table(table_rows)] + notes)
   return text, result

@@ -107,7 +107,7 @@ def test_settings_name_the_files_and_a_bound_above_the_accountant_is_flagged(run
   proc = command("audit", f"--run_dir={tight}", "--variants=oas-shared", "--method=clopper_pearson", "--delta=1e-6",
                  "--confidence=0.9", f"--out_dir={tmp_path}", "--noprogress")
   assert proc.returncode == 0, proc.stderr[-2000:]
-  stem = tmp_path / "audit_variants-oas-shared_method-clopperpearson_delta-1e-06_confidence-0.9"
+  stem = tmp_path / "audit_variants-oas-shared_method-clopper_pearson_delta-1e-06_confidence-0.9"
   assert wrote(proc)[0] == f"{stem}.json"
   with open(f"{stem}.json") as f:
     result = json.load(f)

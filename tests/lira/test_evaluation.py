@@ -52,7 +52,7 @@ def test_load_run_validates_files(tmp_path):
   with pytest.raises(ValueError, match=r"keep.npy: shape \(4, 2\)"):
     run_folder.load_run(str(tmp_path))
   np.save(tmp_path / "keep.npy", np.array([[object()]] * 4), allow_pickle=True)
-  with pytest.raises(ValueError, match="without pickle"):
+  with pytest.raises(ValueError, match=r"holds Python objects \(dtype object\), which seqlira never loads"):
     run_folder.load_run(str(tmp_path))
   run_folder.save_npy(str(tmp_path / "keep.npy"), np.ones((4, 3), np.int64))
   run_folder.save_npy(str(tmp_path / "mask.npy"), np.ones((3, 2), np.float32))

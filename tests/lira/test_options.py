@@ -77,7 +77,10 @@ def test_the_classes_messages_name_the_field_as_before():
   with pytest.raises(InputError, match=r"confidence must be in \(0.5, 1\) for method gdp"):  # a check_fields rule
     dp_audit.AuditOptions(method="gdp", confidence=0.4)
   cfg = dp.config_defaults()
-  cfg.clip_norm = math.inf  # no clipping: allowed alone
+  cfg.clip_norm = math.inf  # with DP-SGD off it would act on nothing: refused, not ignored
+  with pytest.raises(InputError, match="train.dp.clip_norm=inf acts only with DP-SGD on"):
+    dp.validate(cfg, 8)
+  cfg.noise_multiplier = 0.0  # DP-SGD's step without noise: no clipping allowed
   assert dp.validate(cfg, 8).clip_norm == math.inf
   cfg.noise_multiplier = 1.0
   with pytest.raises(InputError, match="clip_norm is inf"):

@@ -1,5 +1,5 @@
-"""evaluate's report set is written whole, results.json last, or not at all: a Ctrl-C while the figure is drawn
-leaves no report, and one that lands while the files are written (the work done) lets them all be written and is not a
+"""evaluate's report set is written whole, results.json last, or not at all: a Ctrl-C before the writes leaves no
+report, and one that lands while the files are written (the work done) lets them all be written and is not a
 stop (run_folder.ctrl_c_held(deliver=False))."""
 
 import json
@@ -21,12 +21,12 @@ def run(tmp_path):
 
 
 def test_ctrl_c_while_the_reports_are_written_lets_every_file_be_written(run, tmp_path, monkeypatch):
-  real = run_folder.save_bytes
+  real = run_folder.save_figure
 
-  def save_bytes(path, data):  # the ROC's PNG, between the scores and results.json: Ctrl-C lands here
+  def save_figure(path, fig):  # the ROC's PNG, between the scores and results.json: Ctrl-C lands here
     os.kill(os.getpid(), signal.SIGINT)
-    real(path, data)
-  monkeypatch.setattr(run_folder, "save_bytes", save_bytes)
+    real(path, fig)
+  monkeypatch.setattr(run_folder, "save_figure", save_figure)
   out = str(tmp_path / "out")
   _, result = loo_report.evaluate_run(run, out, n_boot=0, variants=["oas-shared"], progress=False)
   with open(os.path.join(out, "results_variants-oas-shared_nboot-0.json")) as f:
@@ -35,10 +35,12 @@ def test_ctrl_c_while_the_reports_are_written_lets_every_file_be_written(run, tm
   assert not [f for f in os.listdir(out) if f.endswith(".tmp")]
 
 
-def test_ctrl_c_while_the_figure_is_drawn_leaves_no_report(run, tmp_path, monkeypatch):
-  def figure_bytes(fig):
+def test_ctrl_c_before_the_reports_are_written_leaves_no_report(run, tmp_path, monkeypatch):
+  from lira.reports import plots
+
+  def roc_figure(*args, **kwargs):  # the last work before the writes
     raise KeyboardInterrupt
-  monkeypatch.setattr(run_folder, "figure_bytes", figure_bytes)
+  monkeypatch.setattr(plots, "roc_figure", roc_figure)
   out = str(tmp_path / "out")
   with pytest.raises(KeyboardInterrupt):
     loo_report.evaluate_run(run, out, n_boot=0, variants=["oas-shared"], progress=False)
