@@ -107,7 +107,7 @@ def test_ctrl_c_during_data_preparation_stops_at_once_and_says_nothing_was_train
   _assert_stopped(proc, err, "stopped by Ctrl-C (SIGINT) while the data was prepared: no model was trained yet. "
                   "Re-run the same command to start (exit status 130).")
   # the longest call that holds the interpreter is BPE training, ~3 s on a 2-core CPU alone (the encoding is in
-  # chunks); before, the whole corpus was encoded first (28-53 s reported)
+  # chunks, a stop checked between them; the whole corpus's encoding takes 7-50 s)
   assert stopped_s < 20, stopped_s
   assert not os.path.exists(os.path.join(run, "losses")) and not _temporary_files(run)
 

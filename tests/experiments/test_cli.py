@@ -140,8 +140,8 @@ cli.run(main)
 
 
 def test_a_command_that_finished_is_not_killed_at_exit_by_a_swallowed_ctrl_c(tmp_path):
-  """A Ctrl-C that a library swallowed while the command went on to finish made CPython end the process by SIGINT at
-  exit (status -2, no line); the finished command exits 0, and a Ctrl-C during its exit is ignored."""
+  """A Ctrl-C that a library swallowed while the command went on to finish is remembered by CPython, which would end
+  the process by SIGINT at exit (status -2, no line): the finished command exits 0."""
   import subprocess
   (tmp_path / "swallowed_ctrl_c.py").write_text(_SWALLOWED_INTERRUPT)
   env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}

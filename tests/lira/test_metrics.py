@@ -434,7 +434,7 @@ def test_bootstrap_runs_on_the_host_unless_a_device_is_there():
     (np.zeros(200, bool), "need both members and non-members"),
 ])
 def test_every_public_metric_refuses_the_labels_summarize_refuses(labels, words):
-  """tpr_at_fpr returned 0.0 and auc NaN on labels in [0, 1) or {1, 2}, where summarize refused them."""
+  """Labels in [0, 1) or {1, 2} would give a TPR of 0.0 and an AUC of NaN: every public function refuses them."""
   import lira
   scores = np.random.default_rng(0).normal(size=200)
   for fn in (lambda: lira.tpr_at_fpr(scores, labels, 0.01), lambda: lira.auc(scores, labels),
