@@ -1,10 +1,11 @@
-"""attacks/wbc.py: WBC against the official code (tests/attacks/wbc_official.py, called as its pipeline calls it),
-and the leave-one-out forms against loops over (model, canary) that call wbc on one row."""
+"""attacks/wbc.py: WBC against a loop over each text's windows written from the definition (tests/attacks/
+wbc_reference.py), on the inputs the official pipeline gives it, and the leave-one-out forms against loops over
+(model, canary) that call wbc on one row."""
 
 import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
-from wbc_official import WbcAttack  # tests/attacks/, on sys.path (tests/conftest.py)
+from wbc_reference import wbc_rows  # tests/attacks/, on sys.path (tests/conftest.py)
 
 from attacks import wbc as W
 from lira.errors import InputError
@@ -12,8 +13,8 @@ from lira.errors import InputError
 CLOSE = {"rtol": 1e-12, "atol": 1e-12}
 
 
-def official_inputs(rng, N=12, T=20, T_ref=17):
-  """What compute_per_token_losses gives the official loop for both models: float32 losses and bool masks of
+def pipeline_inputs(rng, N=12, T=20, T_ref=17):
+  """What a per-token loss pipeline gives for both models: float32 losses and bool masks of
   ragged, different lengths (the reference tokenizes differently), with ties, zeros and a hole planted."""
   target = rng.exponential(2.0, size=(N, T)).astype(np.float32)
   ref = rng.exponential(2.0, size=(N, T_ref)).astype(np.float32)
@@ -37,11 +38,11 @@ def as_lp(loss, mask):
 
 
 @pytest.mark.parametrize("sizes", [W.WINDOW_SIZES, W.OFFICIAL_WINDOW_SIZES, (1,), (5, 2, 5), (30,)])
-def test_wbc_equals_the_official_code(sizes):
+def test_wbc_equals_the_definition(sizes):
   rng = np.random.default_rng(0)
   for _ in range(3):
-    target, target_mask, ref, ref_mask = official_inputs(rng)
-    want = WbcAttack(sizes)._process_losses(target, target_mask, ref, ref_mask)
+    target, target_mask, ref, ref_mask = pipeline_inputs(rng)
+    want = wbc_rows(target, target_mask, ref, ref_mask, sizes)
     ours = W.wbc(as_lp(target, target_mask), as_lp(ref, ref_mask), sizes)
     np.testing.assert_allclose(ours, want, **CLOSE)
   assert ours[5] == 0.0  # the equal rows: every window ties
@@ -53,7 +54,7 @@ def test_equal_windows_after_unequal_prefixes_tie_in_float64():
   target, ref = rng.exponential(2.0, size=(2, 6, 16))
   ref[:, 4:] = target[:, 4:]
   mask = np.ones(target.shape, bool)
-  want = WbcAttack(W.WINDOW_SIZES)._process_losses(target, mask, ref, mask)
+  want = wbc_rows(target, mask, ref, mask, W.WINDOW_SIZES)
   np.testing.assert_allclose(W.wbc(-target, -ref), want, **CLOSE)
 
 
