@@ -29,7 +29,7 @@ from lira import evaluation
 from lira import per_canary as ps
 from lira import scoring as scoring_lib
 from lira.errors import InputError, MissingFileError
-from lira.loo import leave_one_out_variants
+from lira.loo import leave_one_out, leave_one_out_variants
 from lira.per_canary import PerSampleOptions
 from lira.reports import loo_report
 from lira.reports import per_sample_plots
@@ -70,10 +70,9 @@ def _scorers(run, scoring, variants, chosen):
   """[(key, label, score(models, on_undefined) -> [m, N])]: the LiRA variants and the chosen attacks."""
   def lira_scorer(covariance, shared):
     def score(models, on_undefined="raise"):
-      loss = run.loss_MxNxT if len(models) == run.keep_MxN.shape[0] else evaluation.ModelRows(run.loss_MxNxT, models)
-      return leave_one_out_variants(loss, run.keep_MxN[models], [scoring.variant(covariance, shared)],
-                                    mask_NxT=run.mask_NxT, on_undefined=on_undefined,
-                                    model_ids=models)[0]
+      return leave_one_out(evaluation.ModelRows(run.loss_MxNxT, models), run.keep_MxN[models],
+                           scoring.variant(covariance, shared), mask_NxT=run.mask_NxT, on_undefined=on_undefined,
+                           model_ids=models)
     return score
   out = [(scoring_lib.variant_key(v), v[0], lira_scorer(v[1], v[2])) for v in variants]
   if chosen is not None:

@@ -24,7 +24,6 @@ Re-running the same command on the same --run_dir resumes; several hosts share t
 exits with status 143, Ctrl-C (SIGINT) the same with status 130 (training.preemption).
 """
 
-import glob
 import importlib.util
 import os
 import sys
@@ -144,7 +143,7 @@ def _stopped_words(stage, run_dir):
   if stage == "data":
     return " while the data was prepared: no model was trained yet. Re-run the same command to start"
   groups_dir = os.path.join(run_dir, run_folder.names.LOSSES_DIR)
-  finished = len(glob.glob(os.path.join(groups_dir, "group_[0-9][0-9][0-9][0-9].npy")))
+  finished = len(run_folder.finished_groups(run_dir))
   if not finished:
     return (": the first group in flight was abandoned; no group had finished. Re-run the same command to start "
             "again")

@@ -19,6 +19,15 @@ def fpr_key(fpr):
   return f"{float(fpr):g}"
 
 
+def _boolean(labels):
+  """Labels as bool: InputError unless they are boolean or 0/1."""
+  if labels.dtype != bool:
+    if not np.isin(labels, (0, 1)).all():
+      raise InputError("labels must be boolean (or 0/1): True = member")
+    labels = labels.astype(bool)
+  return labels
+
+
 def _scores_labels(scores, labels):
   """(scores float64, labels bool), both flat: InputError for labels that are not boolean or 0/1, for shapes that
   differ, and for labels of one class only (no ROC), as summarize refuses them."""
@@ -26,11 +35,7 @@ def _scores_labels(scores, labels):
   labels = np.asarray(labels)
   if scores.shape != labels.shape:
     raise InputError(f"scores {list(scores.shape)} and labels {list(labels.shape)} must have the same shape")
-  if labels.dtype != bool:
-    if not np.isin(labels, (0, 1)).all():
-      raise InputError("labels must be boolean (or 0/1): True = member")
-    labels = labels.astype(bool)
-  labels = labels.ravel()
+  labels = _boolean(labels).ravel()
   if labels.all() or not labels.any():
     raise InputError(f"need both members and non-members among the labels (got {int(labels.sum())} and "
                      f"{int((~labels).sum())})")
@@ -104,10 +109,7 @@ def check_pairs(scores_MxN, labels_MxN, valid_MxN=None):
   labels_MxN = np.atleast_2d(np.asarray(labels_MxN))
   if scores_MxN.ndim != 2 or scores_MxN.shape != labels_MxN.shape:
     raise InputError(f"scores {scores_MxN.shape} and labels {labels_MxN.shape} must both be [M, N]")
-  if labels_MxN.dtype != bool:
-    if not np.isin(labels_MxN, (0, 1)).all():
-      raise InputError("labels must be boolean (or 0/1): True = member")
-    labels_MxN = labels_MxN.astype(bool)
+  labels_MxN = _boolean(labels_MxN)
   if valid_MxN is None:
     valid_MxN = np.ones(scores_MxN.shape, dtype=bool)
   else:

@@ -246,6 +246,12 @@ def operating_point(counts, priors, n_boot=metrics.N_BOOT, seed=0, level=LEVEL):
   return out
 
 
+def canary_tpr(counts):
+  """tpr_N of per-canary counts (canary_counts): hits over decided IN pairs, NaN for a canary without one."""
+  with np.errstate(invalid="ignore", divide="ignore"):
+    return np.where(counts["n_in_N"] > 0, counts["hits_N"] / np.maximum(counts["n_in_N"], 1), np.nan)
+
+
 def vulnerable(hits_N, n_in_N, fpr, margin, level=LEVEL):
   """(vulnerable_N, low_N, high_N): the canaries whose TPR interval's lower bound exceeds fpr + margin."""
   low_N, high_N = clopper_pearson(hits_N, n_in_N, level)

@@ -29,8 +29,11 @@ os.environ["SEQLIRA_JAX_PIPELINE_ON_CPU"] = "1"
 # The data step's cache (training/token_cache.py) of one session, not the user's: every test process and command
 # shares it (the controller sets it before xdist starts the workers, who inherit it).
 if "SEQLIRA_CACHE" not in os.environ:
+  import atexit
+  import shutil
   import tempfile
   os.environ["SEQLIRA_CACHE"] = tempfile.mkdtemp(prefix="seqlira-test-cache-")
+  atexit.register(shutil.rmtree, os.environ["SEQLIRA_CACHE"], True)  # by the process that made it, at its exit
 
 # XLA compiles at LLVM optimisation level 0, with XLA CPU's elemental emitters where the installed jaxlib knows the
 # flags, here and in the commands the tests start (they inherit the environment): set before any test module imports

@@ -22,6 +22,7 @@ from lira.reports import loo_report
 from lira.reports import paper_table_report
 from lira.reports import population_files
 from lira.reports import provenance
+from lira.reports import tables
 import run_folder
 
 
@@ -84,14 +85,8 @@ def build(run_dir, top=FalsePositivesOptions.top, fpr=FalsePositivesOptions.fpr,
 
 
 def _text(text):
-  """A canary's text for a table cell: whitespace runs as one space, other unprintable characters (random-token
-  canaries decode to control bytes) as escapes such as \\x00, cut to TEXT_CHARS, `|` escaped."""
-  if text is None:
-    return ""
-  text = " ".join(text.split())
-  text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-  text = text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS - 3] + "..."
-  return text.replace("|", "\\|")
+  """A canary's text for a table cell (tables.text_cell), cut to TEXT_CHARS."""
+  return tables.text_cell(text, TEXT_CHARS)
 
 
 def _index(row):

@@ -7,6 +7,8 @@ import textwrap
 import numpy as np
 # matplotlib is imported inside the functions that draw
 
+from lira import per_canary
+
 FPR_COLORS = ("tab:blue", "tab:red", "tab:green", "tab:purple", "tab:brown")
 CATEGORY_COLORS = {"both": "tab:red", "first only": "tab:blue", "second only": "tab:orange", "neither": "0.6"}
 
@@ -29,11 +31,6 @@ def _title(fig, title):
   fig.tight_layout()
 
 
-def _tpr_N(canary):
-  with np.errstate(invalid="ignore", divide="ignore"):
-    return np.where(canary["n_in_N"] > 0, canary["hits_N"] / np.maximum(canary["n_in_N"], 1), np.nan)
-
-
 def tpr_histogram(audits, title):
   """One panel per attack: the histogram of per-canary TPR at each FPR's calibrated global threshold, the pooled
   held-out TPR marked."""
@@ -43,7 +40,7 @@ def tpr_histogram(audits, title):
     bins = (np.arange(n + 2) - 0.5) / n
     for i, entry in enumerate(audit["fprs"]):
       color = FPR_COLORS[i % len(FPR_COLORS)]
-      tpr_N = _tpr_N(entry["canary"])
+      tpr_N = per_canary.canary_tpr(entry["canary"])
       ax.hist(tpr_N[np.isfinite(tpr_N)], bins=bins, histtype="step", lw=1.6, color=color,
               label=f"FPR {100 * entry['fpr']:g}%: {int(entry['canary']['vulnerable_N'].sum())} vulnerable")
       ax.axvline(entry["global"]["tpr"], color=color, ls=(0, (1, 1.5)), lw=2.2,
@@ -68,7 +65,7 @@ def pair_scatter(label_a, label_b, audit_a, audit_b, title, seed=0):
   fig, axes = _grid(len(audit_a["fprs"]))
   rng = np.random.default_rng(seed)
   for ax, ea, eb in zip(axes, audit_a["fprs"], audit_b["fprs"]):
-    x_N, y_N = _tpr_N(ea["canary"]), _tpr_N(eb["canary"])
+    x_N, y_N = per_canary.canary_tpr(ea["canary"]), per_canary.canary_tpr(eb["canary"])
     jitter = 0.012
     for name, sel_N in _categories(ea["canary"]["vulnerable_N"], eb["canary"]["vulnerable_N"]).items():
       if sel_N.any():
@@ -96,7 +93,7 @@ def compare_scatter(audits, other_audits, other_name, records, title, seed=0):
   by_name = {r["name"]: r for r in records}
   for ax, (label, audit) in zip(axes, audits.items()):
     ea, eb = audit["fprs"][-1], other_audits[label]["fprs"][-1]
-    x_N, y_N = _tpr_N(ea["canary"]), _tpr_N(eb["canary"])
+    x_N, y_N = per_canary.canary_tpr(ea["canary"]), per_canary.canary_tpr(eb["canary"])
     for name, sel_N in _categories(ea["canary"]["vulnerable_N"], eb["canary"]["vulnerable_N"]).items():
       if sel_N.any():
         ax.scatter(x_N[sel_N] + rng.uniform(-0.012, 0.012, sel_N.sum()),

@@ -17,6 +17,7 @@ from lira import metrics
 from lira.errors import InputError
 from lira import per_canary as ps
 from lira.reports import provenance
+from lira.reports import tables
 import run_folder
 
 STEM = "per_sample"
@@ -113,15 +114,10 @@ def attack_record(label, audit, halves=None, planted_N=None):
   return out
 
 
-def _tpr_N(canary):
-  with np.errstate(invalid="ignore", divide="ignore"):
-    return np.where(canary["n_in_N"] > 0, canary["hits_N"] / np.maximum(canary["n_in_N"], 1), np.nan)
-
-
 def _fpr_overlap(ea, eb):
   """One FPR of two audits against each other: their vulnerable sets' overlap and the rank correlation of per-canary
   TPR at their calibrated global thresholds."""
-  rho, _ = ps.rank_correlation(_tpr_N(ea["canary"]), _tpr_N(eb["canary"]))
+  rho, _ = ps.rank_correlation(ps.canary_tpr(ea["canary"]), ps.canary_tpr(eb["canary"]))
   return {"fpr": ea["fpr"], "held_out_fpr": [ea["global"]["fpr"], eb["global"]["fpr"]], "tpr_spearman": rho,
           **ps.overlap(ea["canary"]["vulnerable_N"], eb["canary"]["vulnerable_N"])}
 
@@ -158,13 +154,14 @@ def csv_rows(audits, texts=None):
   """One row per (attack, canary): its pairs, AUC and per FPR its counts at the global threshold."""
   rows = []
   for label, audit in audits.items():
+    tprs = [ps.canary_tpr(entry["canary"]) for entry in audit["fprs"]]
     for n in range(audit["auc_N"].size):
       row = {"attack": label, "canary": n, "in_models": int(audit["n_in_N"][n]),
              "out_models": int(audit["n_out_N"][n]), "auc": _csv(audit["auc_N"][n])}
-      for entry in audit["fprs"]:
+      for entry, tpr_N in zip(audit["fprs"], tprs):
         c, key = entry["canary"], f"@{metrics.fpr_key(entry['fpr'])}"
         row.update({f"hits{key}": int(c["hits_N"][n]), f"in_decided{key}": int(c["n_in_N"][n]),
-                    f"tpr{key}": _csv(c["hits_N"][n] / c["n_in_N"][n] if c["n_in_N"][n] else np.nan),
+                    f"tpr{key}": _csv(tpr_N[n]),
                     f"tpr_low{key}": _csv(c["low_N"][n]), f"tpr_high{key}": _csv(c["high_N"][n]),
                     f"out_above{key}": int(c["false_N"][n]), f"out_decided{key}": int(c["n_out_N"][n]),
                     f"vulnerable{key}": int(c["vulnerable_N"][n])})
@@ -193,15 +190,6 @@ def _ci(pair, digits=2):
 
 def _threshold(t):
   return "n/a" if t is None else f"{t:.4g}"
-
-
-def _text(text):
-  if not text:
-    return ""
-  text = " ".join(text.split())
-  text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-  text = text if len(text) <= TEXT_CHARS else text[:TEXT_CHARS - 3] + "..."
-  return text.replace("|", "\\|")
 
 
 def _table(header, rows, align=None):
@@ -302,7 +290,7 @@ def top_rows(report, attack, texts=None):
     rows.append([t["canary"], f"{t['auc']:.3f}" if t["auc"] is not None else "n/a",
                  f"{_pct(t['tpr'], 1)}{_ci([t['tpr_low'], t['tpr_high']], 1)} ({t['hits']}/{t['in_decided']})",
                  f"{t['out_above']}/{t['out_decided']}", "yes" if t["vulnerable"] else "",
-                 _text(t.get("text"))])
+                 tables.text_cell(t.get("text"), TEXT_CHARS)])
   fpr = attack["fprs"][0]["fpr"]
   return ["canary", "AUC", f"TPR % at the calibrated {100 * fpr:g}% threshold [exact] (hits/IN)",
           "OUT above", "vulnerable", "text"], rows
@@ -311,12 +299,13 @@ def top_rows(report, attack, texts=None):
 def top_record(audit, texts=None, top=20):
   """The top canaries' rows for the JSON and the tables."""
   c = audit["fprs"][0]["canary"]
+  tpr_N = ps.canary_tpr(c)
   out = []
   for n in top_canaries(audit, 0, top):
     n = int(n)
     out.append({"canary": n, "auc": _json(audit["auc_N"][n]), "hits": int(c["hits_N"][n]),
                 "in_decided": int(c["n_in_N"][n]),
-                "tpr": _json(c["hits_N"][n] / c["n_in_N"][n]) if c["n_in_N"][n] else None,
+                "tpr": _json(tpr_N[n]),
                 "tpr_low": _json(c["low_N"][n]), "tpr_high": _json(c["high_N"][n]), "out_above": int(c["false_N"][n]),
                 "out_decided": int(c["n_out_N"][n]), "vulnerable": bool(c["vulnerable_N"][n]),
                 "text": None if texts is None else texts[n]})

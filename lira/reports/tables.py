@@ -94,3 +94,15 @@ def format_markdown(rows, fprs=DEFAULT_FPRS, first="variant", unit="canaries"):
     lines.append("")
     lines += [f"{n}  " if i < len(notes) - 1 else n for i, n in enumerate(notes)]
   return "\n".join(lines)
+
+
+def text_cell(text, chars):
+  """A canary's text for a table cell: whitespace runs as one space, other unprintable characters (random-token
+  canaries decode to control bytes) as escapes such as \\x00, cut to `chars`, `|` escaped; '' for None."""
+  if not text:
+    return ""
+  text = " ".join(text.split())
+  text = "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+  text = text if len(text) <= chars else text[:chars - 3] + "..."
+  return text.replace("|", "\\|")
+
