@@ -76,8 +76,7 @@ def _scorers(run, scoring, variants, chosen):
     return score
   out = [(scoring_lib.variant_key(v), v[0], lira_scorer(v[1], v[2])) for v in variants]
   if chosen is not None:
-    for attack, (label, scorer) in zip(chosen.attacks, chosen.scorers()):
-      out.append((attack.name, label, lambda models, on_undefined="raise", s=scorer: s(models, on_undefined)))
+    out += [(attack.name, label, scorer) for attack, (label, scorer) in zip(chosen.attacks, chosen.scorers())]
   return out
 
 
@@ -95,17 +94,16 @@ def _all_scores(run, scoring, variants, chosen, progress, what):
 
 def _pair(keys, labels):
   """The two audited attacks' labels set against each other, or None."""
-  if FLAGS.pair is not None:
-    if len(FLAGS.pair) != 2:
-      raise app.UsageError(f"--pair takes two attacks, got {len(FLAGS.pair)}")
-    by_key = dict(zip(keys, labels))
-    missing = [k for k in FLAGS.pair if k not in by_key]
-    if missing:
-      raise app.UsageError(f"--pair: {missing[0]!r} is not audited here; choose from {', '.join(keys)}")
-    return tuple(by_key[k] for k in FLAGS.pair)
-  if "univariate-shared" in keys and "oas-shared" in keys:
-    return scoring_lib.VARIANTS[1][0], scoring_lib.VARIANTS[5][0]
-  return None
+  by_key = dict(zip(keys, labels))
+  if FLAGS.pair is None:
+    default = ("univariate-shared", "oas-shared")
+    return tuple(by_key[k] for k in default) if all(k in by_key for k in default) else None
+  if len(FLAGS.pair) != 2:
+    raise app.UsageError(f"--pair takes two attacks, got {len(FLAGS.pair)}")
+  missing = [k for k in FLAGS.pair if k not in by_key]
+  if missing:
+    raise app.UsageError(f"--pair: {missing[0]!r} is not audited here; choose from {', '.join(keys)}")
+  return tuple(by_key[k] for k in FLAGS.pair)
 
 
 def main(argv):
