@@ -1,22 +1,18 @@
-"""Balanced leave-one-out with the IN count k a traced value: one program for many counts (the jax backend).
+"""Balanced leave-one-out with the IN count k a traced value: one program for every count of a run (the jax backend).
 
 lira.balanced.sorted_balanced has shapes that depend on k (each class's rows, each target's removed rows), so a run
-with canaries of many IN counts (a model subset of a shadow sweep, a keep matrix drawn per canary) compiles one
-program per count. Here every count of a bucket runs in one program of fixed shapes (a `Layout`): the sorted rows
-are laid out as n_in IN slots then n_out OUT slots, the slots beyond a canary block's own k and M - k holding rows
-of zeros, and each target removes up to S_own rows of its class and S_oth of the other, the slots beyond its
-count's s_own and s_oth zeroed. Rows of zeros change nothing: they add nothing to a class mean taken over its real
-rows, to a scatter or a Gram matrix (an eigenvalue 0, cut as null space by lira.gram.Fit), to a removed set's sums,
-or to a Woodbury form (their rows and columns of H are 0, so the capacitance matrix is block-triangular with an
-identity block); the removal count L enters as a traced scalar. The formulas are lira.balanced_removal.removal_scores,
-the numpy backend's.
+with canaries of many IN counts (a model subset of a shadow sweep, a keep matrix drawn per canary) would compile one
+program per count. Here every count runs in one program of fixed shapes (a `Layout` of the run's counts): the
+sorted rows are laid out as n_in IN slots then n_out OUT slots, the slots beyond a canary's own k and M - k holding
+rows of zeros, which change nothing (they add nothing to a class mean taken over its real rows, to a scatter or a
+Gram matrix: an eigenvalue 0, cut as null space by lira.gram.Fit). Each target's removed rows are read one at a time
+by loops whose trip counts are the block's largest removal counts (lira/removal_stream.py), so a block of canaries
+near half pays for the rows it removes, not for the run's largest; the removal count L and the counts s_own, s_oth
+are traced scalars. The formulas are those of lira.balanced_removal.removal_scores, the numpy backend's.
 
-Buckets: d = M - 2k (the count's distance from LiRA's half/half split) with the same sign and |d| in one of
-{0}, {1}, {2}, {3, 4}, {5, ..., 8}, ... share a layout, so the padded removal sizes are at most twice a count's own.
 Counts where a class would drop more rows than it keeps (lira.balanced fits those kept rows directly) keep their
-own static program. A block of the jax backend mixes the counts of a bucket (`per_canary`: the program of one canary,
-its count a traced scalar, mapped over the block's canaries), so a run with many counts pads at most one block per
-bucket.
+own static program. A block of the jax backend mixes counts (`per_canary`: the program of one canary, its count a
+traced scalar, mapped over the block's canaries; the loops' trip counts are the block's).
 """
 
 import dataclasses
@@ -26,6 +22,8 @@ from array_api_compat import array_namespace
 
 from lira import balanced
 from lira import balanced_removal
+from lira import gaussian
+from lira import removal_stream
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +34,7 @@ class Layout:
   n_out: int  # OUT slots (M minus its smallest k)
   sizes_in: tuple  # (S_own, S_oth) of IN targets
   sizes_out: tuple  # (S_own, S_oth) of OUT targets
+  unions: tuple = (0, 0)  # the most rows an IN / an OUT target removes in all (s_own + s_oth: a pooled fit's)
 
 
 def downdated(k, M):
@@ -44,41 +43,52 @@ def downdated(k, M):
   return 0 < k < M and all(max(s_own, s_oth) <= L for s_own, s_oth, L in balanced.removal_counts(k, M))
 
 
-def _bucket(k, M):
-  """(sign of d, the largest |d| of the bucket) for d = M - 2k."""
-  d = M - 2 * k
-  return int(np.sign(d)), (1 << (abs(d) - 1).bit_length()) if d else 0
-
-
-def layout(k, M):
-  """The Layout of count k's bucket (it depends on M and the bucket only: every run of M models shares it)."""
-  sign, hi = _bucket(k, M)
-  ks = [j for j in range(1, M) if _bucket(j, M) == (sign, hi) and downdated(j, M)]
-  if k not in ks:
-    raise ValueError(f"IN count {k} of {M} models has no padded program (lira.balanced_padded.downdated)")
-  counts = [balanced.removal_counts(j, M) for j in ks]
-  sizes = [tuple(max(c[t][i] for c in counts) for i in (0, 1)) for t in (0, 1)]
-  return Layout(M, max(ks), M - min(ks), sizes[0], sizes[1])
+def layout(counts, M):
+  """The Layout of the run's `downdated` counts (slots for the largest class of each, buffers for the most rows a
+  target of each class removes)."""
+  ks = sorted({int(k) for k in counts if downdated(int(k), M)})
+  if not ks:
+    raise ValueError(f"no IN count of {sorted(set(map(int, counts)))} of {M} models has a padded program "
+                     "(lira.balanced_padded.downdated)")
+  sizes = [tuple(max(balanced.removal_counts(j, M)[t][i] for j in ks) for i in (0, 1)) for t in (0, 1)]
+  unions = tuple(max(sum(balanced.removal_counts(j, M)[t][:2]) for j in ks) for t in (0, 1))
+  return Layout(M, max(ks), M - min(ks), sizes[0], sizes[1], unions)
 
 
 def program_keys(counts, M):
-  """{k: its program's static key}: a Layout where the counts are several and k is `downdated`, else k itself."""
+  """{k: its program's static key}: the run's Layout where the counts are several and k is `downdated`, else k."""
   if len(counts) < 2:
     return {k: k for k in counts}
-  return {k: layout(k, M) if downdated(k, M) else k for k in counts}
+  ks = [k for k in counts if downdated(k, M)]
+  lay = layout(ks, M) if ks else None
+  return {k: lay if downdated(k, M) else k for k in counts}
 
 
 def removed_rows(key, M):
   """The most rows a target removes (or, fitted on its kept rows, gathers: 2L) in the program of `key` (an IN count
   or a Layout): what a block's memory grows with beyond LiRA's half/half split (lira.loo_device.bytes_per_canary)."""
   if isinstance(key, Layout):
-    return max(sum(key.sizes_in), sum(key.sizes_out))
+    return max(key.unions)
   return max(s_own + s_oth if max(s_own, s_oth) <= L else 2 * L for s_own, s_oth, L in balanced.removal_counts(key, M))
 
 
-def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offline, floor, offline_shift="std"):
-  """lira.balanced.sorted_balanced of canaries whose first k models are IN, k a traced integer scalar of the
-  bucket of `lay`: scores [B, M] in the sorted order."""
+def removal_trips(k, M):
+  """{target_in: (s_own, s_oth, s_own + s_oth)} of count k (a number, or traced values of any shape): the removal
+  counts whose largest over a block are its loops' trip counts."""
+  xp = array_namespace(k) if not isinstance(k, (int, np.integer)) else np
+  out = {}
+  for target_in in (True, False):
+    n_own, n_oth = (k, M - k) if target_in else (M - k, k)
+    L = xp.minimum(n_own - 1, n_oth)
+    out[target_in] = (n_own - L, n_oth - L, n_own + n_oth - 2 * L)
+  return out
+
+
+def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offline, floor, offline_shift="std",
+                    trips=None):
+  """lira.balanced.sorted_balanced of canaries whose first k models are IN, k a traced integer scalar, one of the
+  counts of `lay`: scores [B, M] in the sorted order. trips: `removal_trips` of the largest counts the loops run to
+  (a block's, `per_canary`); default k's own."""
   xp = array_namespace(x_BxMxD)
   dt = x_BxMxD.dtype
   M = lay.M
@@ -105,33 +115,116 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
 
   fitted = balanced_removal.oas_fits(z_BxNxD, lay.n_in, delta_BxD, valid_BxD, shared) if oas else None
   floored = balanced_removal.floor_variance(xp, valid_BxD, floor, False)
+  own_trips = removal_trips(kk, M) if trips is None else trips
   scores = []
-  for target_in, (S_own, S_oth) in ((True, lay.sizes_in), (False, lay.sizes_out)):
+  for target_in, (S_own, S_oth), S_union in ((True, lay.sizes_in, lay.unions[0]),
+                                             (False, lay.sizes_out, lay.unions[1])):
     n_own, n_oth = n[target_in], n[not target_in]
     L = xp.minimum(n_own - 1, n_oth)
     s_own, s_oth = n_own - L, n_oth - L
+    trips_c = own_trips[target_in]
     own_at, oth_at = (0, lay.n_in) if target_in else (lay.n_in, 0)
     J = lay.n_in if target_in else lay.n_out
+    j_J = xp.asarray(np.arange(J), dtype=xp.int32)
+    first_BxJ = first_BxN[:, own_at:own_at + J]
+    B = x_BxMxD.shape[0]
     # the target and the next s_own - 1 of its class (cyclically), then the first s_oth of the other after it
-    own_idx = own_at + (xp.asarray(np.arange(J)[:, None] + np.arange(S_own)[None], dtype=xp.int32)) % n_own
-    oth_idx = oth_at + (first_BxN[:, own_at:own_at + J, None] + xp.asarray(np.arange(S_oth, dtype=np.int32))) % n_oth
-    idx_BxJxS = xp.concat([xp.broadcast_to(own_idx, oth_idx.shape[:2] + (S_own,)), oth_idx], axis=2)
-    t_S = xp.asarray(np.concatenate([np.arange(S_own), np.arange(S_oth)]), dtype=xp.int32)
-    mask_S = xp.astype(t_S < xp.concat([xp.full((S_own,), s_own), xp.full((S_oth,), s_oth)]), dt)
-    scores.append(balanced_removal.removal_scores(
-        z_BxNxD, delta_BxD, diag_w, fitted, target_in, idx_BxJxS, (S_own, S_oth), xp.astype(L, dt), mask_S,
-        valid_BxD, floored, oas=oas, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift))
+    own = (lambda t: xp.broadcast_to(own_at + (j_J + t) % n_own, (B, J)), s_own)
+    oth = (lambda t: oth_at + (first_BxJ + t) % n_oth, s_oth)
+    scores.append(_class_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, own, oth, trips_c,
+                                (S_own, S_oth, S_union), own_at, J, xp.astype(L, dt), valid_BxD, floored, oas=oas,
+                                shared=shared, offline=offline, floor=floor, offline_shift=offline_shift))
   scores_BxN = xp.concat(scores, axis=1)
   # back to the sorted order: sorted row i is IN slot i, or OUT slot i - k
   i_M = xp.asarray(np.arange(M), dtype=xp.int32)
   return xp.take(scores_BxN, xp.where(i_M < kk, i_M, lay.n_in + i_M - kk), axis=1)
 
 
+def _class_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, own, oth, trips, caps, own_at, J, L, valid_BxD,
+                  floored, *, oas, shared, offline, floor, offline_shift):
+  """Scores [B, J] of one class's J target slots, each fitted without its removed rows (own: the target and the next
+  of its class, oth: the first of the other class after it; each (slot of row t, count)), both classes left with L
+  rows: lira.balanced_removal.removal_scores, streamed (lira/removal_stream.py)."""
+  xp = array_namespace(z_BxNxD)
+  z_t = z_BxNxD[:, own_at:own_at + J]
+  sgn = 1.0 if target_in else -1.0
+  trip_own, trip_oth, trip_union = trips
+  if not oas:
+    (g_own,), sq_own = removal_stream.window_sums(z_BxNxD, removal_stream.Sets([own], trip_own))
+    (g_oth,), sq_oth = removal_stream.window_sums(z_BxNxD, removal_stream.Sets([oth], trip_oth))
+    removed_own, removed_oth = sq_own + g_own * g_own / L, sq_oth + g_oth * g_oth / L
+    r_own = z_t + g_own / L
+    r_oth = z_t + sgn * delta_BxD[:, None, :] + g_oth / L
+    if offline:  # the OUT fit: the own one for OUT targets, the other one for IN targets
+      r, scat = (r_oth, diag_w[False][:, None] - removed_oth) if target_in else \
+          (r_own, diag_w[False][:, None] - removed_own)
+      return gaussian.offline_z(r, floored(scat / L), valid_BxD, 1.0, offline_shift, model_axis=1)
+    if shared:  # unscored positions: zero residuals, so the floor there adds nothing
+      inv_var = (2.0 * L) / xp.maximum((diag_w[True] + diag_w[False])[:, None] - (removed_own + removed_oth),
+                                       2.0 * L * floor)
+      q_own = xp.sum(r_own * r_own * inv_var, axis=2)
+      q_oth = xp.sum(r_oth * r_oth * inv_var, axis=2)  # the same covariance for both classes: logdets cancel
+    else:
+      var_own = floored((diag_w[target_in][:, None] - removed_own) / L)
+      var_oth = floored((diag_w[not target_in][:, None] - removed_oth) / L)
+      q_own = xp.sum(r_own * r_own / var_own + xp.log(var_own), axis=2)
+      q_oth = xp.sum(r_oth * r_oth / var_oth + xp.log(var_oth), axis=2)
+    own_minus_oth = -0.5 * (q_own - q_oth)
+    return own_minus_oth if target_in else -own_minus_oth
+
+  fits, P_BxNxR, R_BxNxD, proj_delta = fitted
+  S_own, S_oth, S_union = caps
+
+  def stream(fit, sets, trip, S, n_after):
+    return removal_stream.Stream(fit, z_BxNxD, P_BxNxR, R_BxNxD, removal_stream.Sets(sets, trip), L, n_after, floor, S)
+
+  P_t = P_BxNxR[:, own_at:own_at + J]  # the targets' projections on their own class's fit (or the pooled one)
+  if offline:  # the OUT fit without the OUT rows removed: the other class's for IN targets, the own for OUT ones
+    fit = fits[False]
+    st = stream(fit, [oth] if target_in else [own], trip_oth if target_in else trip_own,
+                S_oth if target_in else S_own, L)
+    g, pg = st.gs[0], st.pgs[0]
+    if target_in:
+      r = st.vector(z_t + delta_BxD[:, None, :] + g / L, fit.project(z_t) + proj_delta[False] + pg / L)
+    else:
+      r = st.vector(z_t + g / L, P_t + pg / L)
+    valid = xp.astype(valid_BxD, z_BxNxD.dtype)[:, None, :]
+    if offline_shift == "uniform":
+      u_v = xp.broadcast_to(valid, z_t.shape)
+    else:  # sqrt(diag S') per target: diag(W') = diag(W) - sum of squared removed rows - g^2 / L
+      diag = diag_w[False][:, None] - (st.sq + g * g / L)
+      u_v = xp.sqrt(st.alpha[..., None] + st.beta[..., None] * xp.maximum(diag, 0.0)) * valid
+    u = st.vector(u_v, fit.project(u_v))
+    u_r, u_u = st.forms([(u, r), (u, u)])
+    return u_r / xp.sqrt(u_u)
+  if shared:  # one pooled fit without both sets
+    st = stream(fits[None], [own, oth], trip_union, S_union, 2.0 * L)
+    r_own = st.vector(z_t + st.gs[0] / L, P_t + st.pgs[0] / L)
+    r_oth = st.vector(z_t + sgn * delta_BxD[:, None, :] + st.gs[1] / L,
+                      P_t + sgn * proj_delta[None] + st.pgs[1] / L)
+    q_own, q_oth = st.forms([(r_own, r_own), (r_oth, r_oth)])  # logdets cancel
+  else:
+    so = stream(fits[target_in], [own], trip_own, S_own, L)
+    r_own = so.vector(z_t + so.gs[0] / L, P_t + so.pgs[0] / L)
+    q_own = so.forms([(r_own, r_own)])[0] + so.logdet()
+    fit = fits[not target_in]
+    sx = stream(fit, [oth], trip_oth, S_oth, L)
+    r_oth = sx.vector(z_t + sgn * delta_BxD[:, None, :] + sx.gs[0] / L,
+                      fit.project(z_t) + sgn * proj_delta[not target_in] + sx.pgs[0] / L)
+    q_oth = sx.forms([(r_oth, r_oth)])[0] + sx.logdet()
+  own_minus_oth = -0.5 * (q_own - q_oth)
+  return own_minus_oth if target_in else -own_minus_oth
+
+
 def per_canary(x_BxMxD, k_B, first_BxM, valid_BxD, lay, **options):
-  """`padded_balanced` of canaries with one IN count each (k_B [B] int, every count of the bucket of `lay`), by
-  jax.vmap over the canaries: scores [B, M] in each canary's sorted order. options: padded_balanced's keywords."""
+  """`padded_balanced` of canaries with one IN count each (k_B [B] int, counts of `lay`), by jax.vmap over the
+  canaries: scores [B, M] in each canary's sorted order. The loops run to the block's largest removal counts.
+  options: padded_balanced's keywords."""
   import jax
+  import jax.numpy as jnp
+  t = removal_trips(jnp.asarray(k_B, dtype=jnp.int32), lay.M)
+  trips = {c: tuple(jnp.max(s) for s in t[c]) for c in t}
 
   def one(x_MxD, k, first_M, valid_D):
-    return padded_balanced(x_MxD[None], k, first_M[None], valid_D[None], lay, **options)[0]
+    return padded_balanced(x_MxD[None], k, first_M[None], valid_D[None], lay, trips=trips, **options)[0]
   return jax.vmap(one)(x_BxMxD, k_B, first_BxM, valid_BxD)

@@ -178,7 +178,7 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
     index = {p: i for i, p in enumerate(programs)}
     n_in_L = np.asarray(keep_MxN[:, mine], bool).sum(axis=0)
     program_L = np.array([index[key[int(c)]] for c in n_in_L], dtype=np.int64)
-  blocks = _blocks(program_L, len(mine), bs, ndev)
+  blocks = _blocks(program_L, len(mine), bs, ndev, None if program_L is None else n_in_L)
 
   def read(block):  # host: the block's raw arrays, padded to its program's block size
     at, size = block
@@ -275,19 +275,20 @@ def _one_blas_thread():
   return threadpoolctl.threadpool_limits(1, user_api="blas")
 
 
-def _blocks(program_L, L, bs, ndev=1):
+def _blocks(program_L, L, bs, ndev=1, count_L=None):
   """[(canary positions, padded size)] of blocks of at most bs of the L canary positions; program_L (or None): each
-  canary's program, and a block holds the canaries of one program (one static IN count, or a bucket of counts,
-  lira/balanced_padded.py).
+  canary's program, and a block holds the canaries of one program (one static IN count, or the run's counts,
+  lira/balanced_padded.py); count_L (or None): each canary's IN count, by which a program's canaries are ordered,
+  so that a block's canaries remove similar numbers of rows (its loops run to the block's largest).
 
-  Canaries are stably sorted by program, so runs where every canary has the same count (LiRA's usual half/half
-  split) keep contiguous, memory-map-friendly blocks. A program's blocks share one size (one compile): bs, or, for a
+  Canaries are stably sorted by program (and count), so runs where every canary has the same count (LiRA's usual
+  half/half split) keep contiguous, memory-map-friendly blocks. A program's blocks share one size (one compile): bs, or, for a
   program with fewer canaries, their count rounded up to a multiple of ndev (the local devices), so a model subset's
   small programs are not padded to a block sized for the whole run.
   """
   if program_L is None:
     return [(np.arange(lo, min(lo + bs, L)), bs) for lo in range(0, L, bs)]
-  order = np.argsort(program_L, kind="stable")
+  order = np.argsort(program_L, kind="stable") if count_L is None else np.lexsort((count_L, program_L))
   starts = np.flatnonzero(np.r_[True, np.diff(program_L[order]) != 0, True])
   out = []
   for lo_g, hi in zip(starts[:-1], starts[1:]):

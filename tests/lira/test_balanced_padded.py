@@ -1,6 +1,6 @@
 """lira/balanced_padded.py: balanced leave-one-out with a traced IN count equals lira.balanced's static programs for
-every count of a bucket (empty slots and removal rows padded with zeros), and the jax backend compiles one program
-per bucket of counts instead of one per count."""
+every count of a run (empty slots padded with zeros, removed rows streamed by loops of traced trip counts), and the
+jax backend compiles one program for a run's counts instead of one per count."""
 
 import itertools
 
@@ -15,7 +15,8 @@ from lira import loo_jax
 from lira.scoring import VARIANTS
 from test_loo_jax import assert_backends_equal
 
-M = 40  # buckets with several downdated counts: |M - 2k| in {6, 8} (k = 16, 17) and {10, ..., 16} (k = 14, 15)
+M = 40  # downdated counts 14, ..., 26 (|M - 2k| <= 12); 13 and below fit the larger class on its kept rows
+COUNTS = (14, 15, 16, 17, 20, 23, 24, 25, 26)
 
 
 def sorted_rows(k, B, D, seed):
@@ -31,31 +32,45 @@ def sorted_rows(k, B, D, seed):
 
 def test_layouts():
   for k in range(1, M):
-    if not bp.downdated(k, M):
-      with pytest.raises(ValueError, match=f"IN count {k} of {M} models"):
-        bp.layout(k, M)
-      continue
-    lay = bp.layout(k, M)
-    assert lay.n_in >= k and lay.n_out >= M - k
-    for (s_own, s_oth, L), (S_own, S_oth) in zip(balanced.removal_counts(k, M), (lay.sizes_in, lay.sizes_out)):
-      assert s_own <= S_own <= 2 * s_own and s_oth <= S_oth <= 2 * s_oth  # padded at most twice a count's own
-  assert bp.layout(16, M) == bp.layout(17, M) != bp.layout(15, M) == bp.layout(14, M)
-  assert not bp.downdated(13, M) and bp.downdated(14, M)  # 13: the larger class drops 14 rows and keeps 13
-  # one count: its own static program; several: a bucket's Layout where the count is downdated
+    assert bp.downdated(k, M) == (14 <= k <= 26)
+  with pytest.raises(ValueError, match="no IN count of \\[12, 13\\] of 40 models"):
+    bp.layout([12, 13], M)
+  lay = bp.layout(COUNTS, M)
+  assert lay == bp.layout(list(COUNTS) + [12], M)  # counts that are not downdated have programs of their own
+  assert (lay.n_in, lay.n_out) == (26, 26)
+  for k in COUNTS:
+    for (s_own, s_oth, L), (S_own, S_oth), S in zip(balanced.removal_counts(k, M), (lay.sizes_in, lay.sizes_out),
+                                                   lay.unions):
+      assert s_own <= S_own and s_oth <= S_oth and s_own + s_oth <= S <= S_own + S_oth
+  assert max(sum(balanced.removal_counts(k, M)[0][:2]) for k in COUNTS) == lay.unions[0] == 14  # k = 14: 1 + 13
+  # one count: its own static program; several: the run's Layout where the count is downdated
   assert bp.program_keys([16], M) == {16: 16}
   keys = bp.program_keys([10, 14, 15, 16, 17, 20], M)
-  assert keys[10] == 10 and keys[14] == keys[15] != keys[16] == keys[17] and isinstance(keys[20], bp.Layout)
+  assert keys[10] == 10 and keys[14] == keys[15] == keys[16] == keys[20] == bp.layout([14, 15, 16, 17, 20], M)
+  # each count's removal counts, whose largest over a block are its loops' trip counts
+  for k in COUNTS:
+    trips = bp.removal_trips(k, M)
+    for target_in, (s_own, s_oth, _) in zip((True, False), balanced.removal_counts(k, M)):
+      assert trips[target_in] == (s_own, s_oth, s_own + s_oth)
+
+
+def padded_jitted():
+  import jax
+  return jax.jit(bp.padded_balanced, static_argnames=("lay", "oas", "shared", "offline", "floor", "offline_shift"))
 
 
 @pytest.mark.parametrize("D", [6, 30])  # each class's fit in position space (slots >= D) or in Gram space
 def test_padded_equals_static_for_every_count(D):
-  # The same formulas on padded rows: equal up to summation order (masked sums against means) and eigh of a larger
-  # Gram matrix with zero rows; assert_backends_equal's argument bounds both.
+  # The same formulas on padded rows, the removed rows read one at a time: equal up to summation order and eigh of
+  # a larger Gram matrix with zero rows; assert_backends_equal's argument bounds both. numpy runs the loops in
+  # Python; jax (one compile per variant, k traced) for four counts.
+  import jax.numpy as jnp
+  from lira.loo_jax import x64_context
+  lay = bp.layout(COUNTS, M)
+  fn = padded_jitted()
   worst = 0.0
-  for k in (14, 15, 16, 17, 20, 23, 24, 25, 26):
-    lay = bp.layout(k, M)
+  for k in COUNTS:
     x, first, valid = sorted_rows(k, B=3, D=D, seed=k)
-    assert lay.n_in + lay.n_out > M or k == 20  # every bucket but the half/half one pads some slots
     for oas, shared, offline in itertools.product((False, True), repeat=3):
       if shared and offline:
         continue
@@ -64,7 +79,30 @@ def test_padded_equals_static_for_every_count(D):
       got = bp.padded_balanced(x, np.int32(k), first, valid, lay, **kw)
       assert_backends_equal(want, got)
       worst = max(worst, np.abs(got - want).max())
+      if k in (14, 17, 20, 26) and oas:
+        with x64_context("float64"):
+          traced = np.asarray(fn(jnp.asarray(x), jnp.asarray(k), jnp.asarray(first), jnp.asarray(valid), lay=lay,
+                                 **kw))
+        assert_backends_equal(want, traced)
   assert worst > 0  # the padded program is a different computation, not the static one
+
+
+def test_a_block_runs_to_its_largest_removal_counts():
+  # per_canary: canaries of several counts in one block, each scored as on its own, the loops running to the
+  # block's largest counts (rows beyond a canary's own are the identity's in K and zero elsewhere).
+  import jax.numpy as jnp
+  from lira.loo_jax import x64_context
+  lay = bp.layout(COUNTS, M)
+  counts = [20, 14, 26]
+  parts = [sorted_rows(k, B=1, D=30, seed=k) for k in counts]
+  x, first, valid = (np.concatenate([p[i] for p in parts]) for i in range(3))
+  for shared, offline in ((False, False), (True, False), (False, True)):
+    kw = dict(oas=True, shared=shared, offline=offline, floor=1e-6)
+    with x64_context("float64"):
+      got = np.asarray(bp.per_canary(jnp.asarray(x), jnp.asarray(counts), jnp.asarray(first), jnp.asarray(valid),
+                                     lay, **kw))
+    want = np.concatenate([balanced.sorted_balanced(*p[:1], k, *p[1:], **kw) for p, k in zip(parts, counts)])
+    assert_backends_equal(want, got)
 
 
 def test_first_after_with_a_traced_count():
@@ -100,11 +138,11 @@ def unequal_run(counts, T=6, seed=0):
 
 
 @pytest.mark.parametrize("offline", [False, True])
-def test_jax_backend_compiles_one_program_per_bucket(offline):
-  # Canaries with 14, 15, 16 and 17 IN models of 40 (two buckets) and one with 12 (a class fitted on its kept rows:
-  # a static program of its own): three compiles for five counts, blocks of three that mix the counts of a bucket,
-  # scores equal to the numpy backend's.
-  counts = [14, 15, 16, 17, 12] * 2
+def test_jax_backend_compiles_one_program_for_the_runs_counts(offline):
+  # Canaries with 14, 15, 16, 17 and 20 IN models of 40 and one with 12 (a class fitted on its kept rows: a static
+  # program of its own): two compiles for six counts, blocks of three that mix counts, scores equal to the numpy
+  # backend's.
+  counts = [14, 15, 16, 17, 12, 20] * 2
   loss, keep, mask = unequal_run(counts)
   kept, _ = lira.scoring.applicable_variants(VARIANTS, lira.Scoring(offline=offline))
   fields = dict(offline=offline, statistic="logit")
@@ -112,24 +150,25 @@ def test_jax_backend_compiles_one_program_per_bucket(offline):
   jax_s = [lira.Scoring(covariance=c, shared=s, backend="jax", **fields) for _, c, s in kept]
   before = loo_device.jitted()._cache_size()
   got = lira.leave_one_out_variants(loss, keep, jax_s, mask_NxT=mask, block_size=3)
-  assert loo_device.jitted()._cache_size() == before + 3
+  assert loo_device.jitted()._cache_size() == before + 2
   want = lira.leave_one_out_variants(loss, keep, numpy_s, mask_NxT=mask, block_size=2)
   assert_backends_equal(np.stack(want), np.stack(got))
 
 
-def test_blocks_mix_the_counts_of_a_bucket():
-  # One block per program where it fits: the four counts of two buckets in two blocks, the static count in a third,
-  # sized to its two canaries (a multiple of the device count, 2 here), not to the run's block size; every canary
-  # once, and no block with canaries of two programs.
-  counts = np.array([14, 15, 16, 17, 12] * 2)
+def test_blocks_hold_one_program_ordered_by_count():
+  # One program's canaries in blocks by count (a block's loops run to its largest removal counts); the static count
+  # in a block of its own, sized to its two canaries (a multiple of the device count, 2 here), not to the run's
+  # block size; every canary once, and no block with canaries of two programs.
+  counts = np.array([17, 14, 16, 15, 12] * 2)
   keys = bp.program_keys(sorted(set(counts.tolist())), M)
   programs = list(dict.fromkeys(keys.values()))
   program_L = np.array([programs.index(keys[int(c)]) for c in counts])
-  blocks = loo_jax._blocks(program_L, len(counts), 6, ndev=2)
+  blocks = loo_jax._blocks(program_L, len(counts), 4, ndev=2, count_L=counts)
   ats = [at for at, _ in blocks]
   assert sorted(np.concatenate(ats).tolist()) == list(range(len(counts)))
-  assert len(blocks) == 3 and all(len(set(program_L[at].tolist())) == 1 for at in ats)
-  assert sorted((len(set(counts[at].tolist())), size) for at, size in blocks) == [(1, 2), (2, 4), (2, 4)]
+  assert all(len(set(program_L[at].tolist())) == 1 for at in ats)
+  assert sorted(sorted(counts[at].tolist()) for at in ats) == [[12, 12], [14, 14, 15, 15], [16, 16, 17, 17]]
+  assert sorted(size for _, size in blocks) == [2, 4, 4]
   # a program with more canaries than the block size: full blocks, the last padded to the same size
   assert [size for _, size in loo_jax._blocks(np.zeros(7, int), 7, 3)] == [3, 3, 3]
 
@@ -156,32 +195,13 @@ def test_cholesky_and_the_removal_inverse_equal_lapack():
       np.testing.assert_allclose(float(logdet_C), np.linalg.slogdet(C)[1], rtol=1e-13, atol=1e-15)
 
 
-def test_padded_programs_with_the_devices_solver(monkeypatch):
-  # GPUs and TPUs solve removals of more than two rows with the device's solver (LAPACK's LU on a CPU, where the
-  # tests run it at sizes too small for the batch pool to deadlock), not the Cholesky written out for XLA's CPU.
-  import jax
-  import jax.numpy as jnp
-  from lira import woodbury
-  from lira.loo_jax import x64_context
-  monkeypatch.setattr(woodbury, "lapack_deadlocks", lambda a: False)
-  fn = jax.jit(bp.padded_balanced, static_argnames=("lay", "oas", "shared", "offline", "floor", "offline_shift"))
-  for k in (14, 23):
-    lay = bp.layout(k, M)
-    x, first, valid = sorted_rows(k, B=2, D=30, seed=k)
-    for shared in (False, True):
-      kw = dict(oas=True, shared=shared, offline=False, floor=1e-6)
-      with x64_context("float64"):
-        got = np.asarray(fn(jnp.asarray(x), jnp.asarray(k), jnp.asarray(first), jnp.asarray(valid), lay=lay, **kw))
-      assert_backends_equal(balanced.sorted_balanced(x, k, first, valid, **kw), got)
-
-
 def test_memory_estimate_bounds_xla_for_padded_programs():
   # Unequal counts remove more rows per target (lira.balanced_padded.removed_rows); the block size on GPUs and TPUs
-  # follows bytes_per_canary with that count, which must not undercount what XLA allocates for the bucket's program.
+  # follows bytes_per_canary with that count, which must not undercount what XLA allocates for the run's program.
   from lira.loo_jax import x64_context
   B, T = 4, 12
-  lay = bp.layout(15, M)
-  assert bp.removed_rows(lay, M) == 14 and bp.removed_rows(20, M) == 2 and bp.removed_rows(12, M) == 24
+  lay = bp.layout([15, 20, 24], M)
+  assert bp.removed_rows(lay, M) == 12 and bp.removed_rows(20, M) == 2 and bp.removed_rows(12, M) == 24
   scorings = [lira.Scoring(covariance=c, shared=s, backend="jax") for _, c, s in VARIANTS]
   spec = loo_device.Spec.of(scorings, masked=True)
   loss, keep, mask = unequal_run([15] * B, T=T)

@@ -1,0 +1,247 @@
+"""Removals of per-target row sets from a fit, streamed one row (or one pair of rows) at a time: the cost follows each
+block's own removal counts, not the static bound of the program's buffers (lira/balanced_padded.py).
+
+Balanced leave-one-out (lira/balanced.py) removes from a fit, per target, s rows of one class or of each (a set of
+1-2 rows at LiRA's half/half split, about |M - 2k| + 1 rows at IN count k). lira.balanced_removal gathers every
+target's rows at once ([B, J, S, D]), so a program's cost and memory follow its static S. Here a program holds
+buffers for the largest S of the run, and loops whose trip counts are values (the block's largest s) read one row
+per step, so one program serves every count and a block of canaries near half pays for the rows it removes:
+
+- `window_sums`: per target, the sum g of each removed set, and the sum of squares of its rows (the diagonal
+  estimators' downdate, sum z^2 + g^2 / L, and offline std's diag(W'));
+- `Stream`: OAS with the set removed. trace(W') and ||W'||_F^2 (OAS's alpha', beta') from C = I + blocks of
+  1 1^T / L: trace(C G_S) with G_S = Z_S Z_S^T, tr(C Z_S W Z_S^T) with Z_S W Z_S^T in the fit's eigenbasis, and
+  tr(C G_S C G_S) = tr(G_S^2) + 2 / L sum_b |G_S 1_b|^2 + 1 / L^2 sum_bc (1_b^T G_S 1_c)^2 (one pass over pairs for
+  tr(G_S^2), one over rows for G_S 1_b = Z_S g_b). Then Woodbury as lira/woodbury.py writes it:
+    u^T S'^-1 v = u^T A^-1 v + beta' h_u^T K^-1 h_v,   h_u = Z_S A^-1 u,   K = C^-1 - beta' Z_S A^-1 Z_S^T,
+    logdet S' = logdet A + logdet C + logdet K,   C^-1 = I - blocks of 1 1^T / (L + s_b),
+  with K formed over pairs of rows and factored by a loop over its columns (woodbury.cholesky with a trip count;
+  rows beyond a target's own s are the identity's). The vectors scored (residuals, offline directions) are explicit
+  per target: the removed rows enter them only through g.
+
+Array API with two loop helpers (`fori`, `put`): lax.fori_loop and dynamic updates on jax, Python loops on numpy.
+Shapes: B canaries, N slots (rows), J targets, S the static bound of a target's removed rows, R eigenvectors.
+"""
+
+import numpy as np
+from array_api_compat import array_namespace
+
+from lira import woodbury
+
+
+def _is_numpy(a):
+  return isinstance(a, np.ndarray)
+
+
+def fori(n, body, carry, like):
+  """body(i, carry) for i in range(n): lax.fori_loop on jax (n may be traced), a Python loop on numpy."""
+  if _is_numpy(like):
+    for i in range(int(n)):
+      carry = body(i, carry)
+    return carry
+  import jax
+  return jax.lax.fori_loop(0, n, body, carry)
+
+
+def put(buf, i, value, axis):
+  """buf with index i of `axis` set to value (value lacks that axis)."""
+  if _is_numpy(buf):
+    out = buf.copy()
+    idx = [slice(None)] * buf.ndim
+    idx[axis] = int(i)
+    out[tuple(idx)] = value
+    return out
+  import jax
+  return jax.lax.dynamic_update_index_in_dim(buf, value, i, axis)
+
+
+def rows(a_BxNxX, idx_BxJ):
+  """a[b, idx[b, j]]: [B, J, X]."""
+  xp = array_namespace(a_BxNxX)
+  return a_BxNxX[xp.arange(a_BxNxX.shape[0])[:, None], idx_BxJ]
+
+
+class Sets:
+  """Per target, one or two sets of rows removed: set b holds s_b rows (s_b a number or a traced scalar, the same
+  for every target of the block's canary), its t-th row at slot at_b(t) ([B, J] int). Row t of the union is set 0's
+  for t < s_0, then set 1's. trip: a bound on s_0 + s_1 (the loops' count: the block's largest)."""
+
+  def __init__(self, sets, trip):
+    self.sets, self.trip = sets, trip
+
+  def total(self):
+    return sum(s for _, s in self.sets)
+
+  def at(self, xp, t):
+    """(slot [B, J] of union row t, its set (0 or 1), whether it is a removed row at all)."""
+    (at0, s0) = self.sets[0]
+    if len(self.sets) == 1:
+      return at0(t), xp.asarray(0), xp.asarray(t < s0)
+    at1, s1 = self.sets[1]
+    first = xp.asarray(t < s0)
+    later = max(t - s0, 0) if isinstance(t, int) else xp.maximum(t - s0, 0)
+    return xp.where(first, at0(t), at1(later)), xp.where(first, 0, 1), xp.asarray(t < s0 + s1)
+
+
+def window_sums(z_BxNxD, sets, squares=True):
+  """([g_b per set] [B, J, D], sum of squared rows [B, J, D] over the union or None)."""
+  xp = array_namespace(z_BxNxD)
+  B, _, D = z_BxNxD.shape
+  J = sets.sets[0][0](0).shape[-1]
+  zero = xp.zeros((B, J, D), dtype=z_BxNxD.dtype)
+
+  def body(t, carry):
+    gs, sq = carry
+    slot, which, real = sets.at(xp, t)
+    row = rows(z_BxNxD, slot) * xp.astype(real, z_BxNxD.dtype)
+    gs = tuple(g + row * xp.astype(which == b, row.dtype) for b, g in enumerate(gs))
+    return gs, (sq + row * row if squares else sq)
+
+  gs, sq = fori(sets.trip, body, (tuple(zero for _ in sets.sets), zero), z_BxNxD)
+  return list(gs), (sq if squares else None)
+
+
+class Vector:
+  """A vector scored per target: (v [B, J|1, D], its projection on the fit [B, J|1, R], its residual outside the
+  fit's span [B, J|1, D] or None: `outside`)."""
+
+  def __init__(self, v, p, r=None):
+    self.v, self.p, self.r = v, p, r
+
+
+class Stream:
+  """`fit` (a lira.gram.Fit of centred rows z_BxNxD, projections P_BxNxR, residuals R_BxNxD or None) with each
+  target's `sets` of rows removed, the classes left with L rows each (n_after rows in the fit: L, or 2L pooled)."""
+
+  def __init__(self, fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, n_after, floor, S):
+    xp = self.xp = fit.xp
+    dt = z_BxNxD.dtype
+    self.fit, self.z, self.P, self.R, self.sets, self.L, self.S = fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, S
+    self.gs, self.sq = window_sums(z_BxNxD, sets)
+    B, J, _ = self.gs[0].shape
+    lam = fit.lam[:, None, :]
+
+    def project_rows(t, carry):  # the sets' sums projected, and sum_t z_t^T W z_t
+      pgs, zwz = carry
+      slot, which, real = sets.at(xp, t)
+      p = rows(P_BxNxR, slot) * xp.astype(real, dt)
+      pgs = tuple(pg + p * xp.astype(which == b, dt) for b, pg in enumerate(pgs))
+      return pgs, zwz + xp.sum(p * p * lam, axis=-1)
+
+    R = fit.lam.shape[-1]
+    pgs, zwz_diag = fori(sets.trip, project_rows,
+                         (tuple(xp.zeros((B, J, R), dtype=dt) for _ in sets.sets), xp.zeros((B, J), dtype=dt)), z_BxNxD)
+    self.pgs = list(pgs)
+
+    def pair_squares(a, acc):  # tr(G_S^2) = sum over pairs (a, b) of (z_a . z_b)^2
+      slot_a, _, real_a = sets.at(xp, a)
+      z_a = rows(z_BxNxD, slot_a) * xp.astype(real_a, dt)
+
+      def inner(b, acc):
+        slot_b, _, real_b = sets.at(xp, b)
+        g = xp.sum(z_a * rows(z_BxNxD, slot_b), axis=-1) * xp.astype(real_b, dt)
+        return acc + xp.where(b == a, 1.0, 2.0) * g * g
+      return fori(a + 1, inner, acc, z_BxNxD)
+
+    tr_g2 = fori(sets.trip, pair_squares, xp.zeros((B, J), dtype=dt), z_BxNxD)
+
+    def row_sums(t, acc):  # sum_b |G_S 1_b|^2 = sum_b sum_t (z_t . g_b)^2
+      slot, _, real = sets.at(xp, t)
+      row = rows(z_BxNxD, slot) * xp.astype(real, dt)
+      return acc + sum(xp.sum(row * g, axis=-1) ** 2 for g in self.gs)
+
+    tr_eg2 = fori(sets.trip, row_sums, xp.zeros((B, J), dtype=dt), z_BxNxD)
+    gg = [[xp.sum(gb * gc, axis=-1) for gc in self.gs] for gb in self.gs]
+    trace = fit.trace_B[:, None] - (xp.sum(self.sq, axis=-1) + sum(gg[b][b] for b in range(len(self.gs))) / L)
+    zwz = zwz_diag + sum(xp.sum(pg * pg * lam, axis=-1) for pg in self.pgs) / L
+    fro2 = (fit.fro2_B[:, None] - 2.0 * zwz + tr_g2 + (2.0 / L) * tr_eg2
+            + sum(x * x for row in gg for x in row) / (L * L))
+    self.alpha, self.beta = fit.params(n_after, trace, fro2, floor)  # [B, J]
+    self.denom = fit.denominator(self.alpha, self.beta)
+    self.w = fit.weights(self.denom)  # [B, J, R]
+    self.full_rank = (fit.rank_B >= fit.p_B)[:, None]
+    self.logdet_C = sum(xp.log(1.0 + xp.astype(s, dt) / L) for _, s in sets.sets)
+
+    # K = C^-1 - beta' Z_S A^-1 Z_S^T, identity beyond each target's rows
+    sizes = [xp.astype(s, dt) for _, s in sets.sets]
+
+    def k_row(a, K):
+      slot_a, which_a, real_a = sets.at(xp, a)
+      pw_a = rows(P_BxNxR, slot_a) * self.w
+      va = self._row_vector(slot_a)
+
+      def inner(b, row):
+        slot_b, which_b, real_b = sets.at(xp, b)
+        h = xp.sum(pw_a * rows(P_BxNxR, slot_b), axis=-1) + self._outside(va, self._row_vector(slot_b))
+        same = xp.astype(which_a == which_b, dt)
+        size = sizes[0] if len(sizes) == 1 else xp.where(which_a == 0, sizes[0], sizes[1])
+        k = xp.where(b == a, 1.0, 0.0) - same / (L + size) - self.beta * h
+        k = xp.where(real_a & real_b, k, xp.where(b == a, 1.0, 0.0))
+        return put(row, b, k, axis=-1)
+      row = fori(a + 1, inner, xp.zeros((B, J, S), dtype=dt), z_BxNxD)
+      return put(K, a, row, axis=-2)
+
+    # row a holds K[a, :a + 1]: the lower triangle, all the loop of woodbury.cholesky reads
+    lower = fori(sets.trip, k_row, xp.zeros((B, J, S, S), dtype=dt), z_BxNxD)
+    if _is_numpy(lower):
+      eye = np.eye(S)
+      done = np.arange(S) < sets.trip  # rows the loop wrote; the rest are the identity's
+      strict = np.tril(lower, -1)
+      K = strict + np.swapaxes(strict, -1, -2) + np.diagonal(lower, axis1=-2, axis2=-1)[..., None] * eye
+      K = np.where(done[:, None] & done[None, :], K, eye)
+      self.K, self.F = K, None
+      self.logdet_K = np.linalg.slogdet(K)[1]
+    else:
+      self.F, self.logdet_K = woodbury.cholesky(lower, sets.trip)
+
+  def _row_vector(self, slot):
+    """The fit's row at `slot` as a Vector."""
+    return Vector(rows(self.z, slot), rows(self.P, slot), None if self.R is None else rows(self.R, slot))
+
+  def _outside(self, u, v):
+    """(u . v outside the fit's span) / alpha' where some canary's rows do not span its positions, [B, J]."""
+    xp = self.xp
+    if u.r is None and v.r is None:  # float64: |u . v - pu . pv| is rounding for vectors in or near the span
+      g = xp.sum(u.v * v.v, axis=-1) - xp.sum(u.p * v.p, axis=-1)
+    else:  # a residual is orthogonal to the span: one of them is enough
+      g = xp.sum((u.v if u.r is None else u.r) * (v.v if v.r is None else v.r), axis=-1)
+    return xp.where(self.full_rank, 0.0, g) / self.alpha
+
+  def vector(self, v, p):
+    """A Vector of v [B, J, D] with projection p, its residual where the fit needs residuals (float32)."""
+    return Vector(v, p, self.fit.residual(v, p) if self.fit.needs_residuals else None)
+
+  def forms(self, pairs):
+    """u^T S'^-1 v per target for pairs [(u, v)] of Vectors: [[B, J] per pair]."""
+    xp = self.xp
+    dt = self.z.dtype
+    vectors = []
+    for u, v in pairs:
+      for x in (u, v):
+        if not any(x is y for y in vectors):
+          vectors.append(x)
+    B, J = self.alpha.shape
+
+    def h_col(t, hs):
+      slot, _, real = self.sets.at(xp, t)
+      row = self._row_vector(slot)
+      pw = row.p * self.w
+      return tuple(put(h, t, (xp.sum(pw * x.p, axis=-1) + self._outside(row, x)) * xp.astype(real, dt), axis=-1)
+                   for h, x in zip(hs, vectors))
+
+    hs = fori(self.sets.trip, h_col, tuple(xp.zeros((B, J, self.S), dtype=dt) for _ in vectors), self.z)
+    if self.F is None:
+      solved = [np.linalg.solve(self.K, h[..., None])[..., 0] for h in hs]
+    else:
+      solved = [woodbury.cholesky_solve(self.F, h, self.sets.trip) for h in hs]
+    out = []
+    for u, v in pairs:
+      iu = next(i for i, x in enumerate(vectors) if x is u)
+      iv = next(i for i, x in enumerate(vectors) if x is v)
+      base = xp.sum(u.p * self.w * v.p, axis=-1) + self._outside(u, v)
+      out.append(base + self.beta * xp.sum(hs[iu] * solved[iv], axis=-1))
+    return out
+
+  def logdet(self):
+    """logdet S' per target, [B, J]."""
+    return self.fit.logdet(self.alpha, self.beta, self.denom) + self.logdet_C + self.logdet_K
