@@ -5,7 +5,7 @@
   python benchmarks/lira_loo.py --backends numpy jax --ref_targets 0   # numpy against the jax backend, same inputs
   python benchmarks/lira_loo.py --M 484 --ref_targets 0 --joint   # also all variants in one pass (numpy)
   python benchmarks/lira_loo.py --M 64 --N 1000 --T 32 --ref_targets 0 --variants oas-shared --backends numpy jax \
-      --keep bernoulli   # varying IN counts: the jax backend compiles once per count
+      --keep bernoulli   # varying IN counts: the jax backend's traced-count program
 
 --joint also times lira.leave_one_out_variants on all the chosen variants at once (one read and one per-token
 statistic per block, as experiments.evaluate runs them), first, on the same arrays; its scores must equal the

@@ -19,7 +19,7 @@ folder at the largest M, timed end to end as a user runs it, and the same with t
 --keep_of K draws the arrays for K models and keeps the first M of them, as `partial_run` does with a run: the IN
 counts then differ between canaries (tens of counts at M = 448 of 512), where LiRA's balanced keep matrix of M
 models gives every canary M / 2. The row records how many distinct counts there are and how many programs they
-compile (balanced: one per bucket of counts, lira/balanced_padded.py; plain OAS: one per count).
+compile (one for the run's counts, lira/balanced_padded.py, and one per count whose balanced fits take its kept rows).
 Writes one JSON (device, versions, every timing and difference) and prints a table. Runs as it is on a GPU machine
 with jax, flax, optax, orbax, numpy, scipy, scikit-learn and matplotlib installed and the project importable.
 The JSON is rewritten after every row, so a run stopped by a time limit keeps what it measured; each evaluate
@@ -74,7 +74,7 @@ def rel_diff(a, b):
 
 def one_count_compile(M, T, k, balanced, precision, key, B=64):
   """(seconds to lower, seconds to compile) the six-variant block of IN count k's program (key: k itself, or its
-  bucket's lira.balanced_padded.Layout), on B canaries: what each of a many-count run's programs costs the host
+  run's lira.balanced_padded.Layout), on B canaries: what each of a many-count run's programs costs the host
   (lowering traces Python under the GIL; compiling runs in XLA)."""
   from lira.loo_jax import x64_context
   scorings = [lira.Scoring(covariance=c, shared=s, balance_counts=balanced, backend="jax", precision=precision)
@@ -103,7 +103,7 @@ def run_loo(M, N, T, seed, save=None, keep_of=None, modes=("balanced", "plain"),
     row = {"M": M, "N": N, "T": T, "balance_counts": balanced, "keep_of": keep_of or M, "in_counts": in_counts}
     if in_counts > 1:  # what one program costs, before the calls that build all of them
       counts = sorted({int(c) for c in keep.sum(axis=0)})
-      keys = balanced_padded.program_keys(counts, M) if balanced else {c: c for c in counts}
+      keys = balanced_padded.program_keys(counts, M, balanced=balanced)
       row["programs"] = len(set(keys.values()))
       k = int(np.median(keep.sum(axis=0)))
       row["one_count_lower_s"], row["one_count_compile_s"] = one_count_compile(M, T, k, balanced, "float64", keys[k])

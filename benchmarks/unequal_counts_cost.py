@@ -1,6 +1,6 @@
 """What an IN count away from half costs balanced leave-one-out: one block of canaries that all have IN count k of
 M models, scored per covariance (both shared and class-wise), on the numpy backend and on the jax device pipeline
-with the count's own program (k static) and its bucket's (lira.balanced_padded.Layout, k traced).
+with the count's own program (k static) and the traced-count one (lira.balanced_padded.Layout, k traced).
 
   python benchmarks/unequal_counts_cost.py                                  # M = 448, T = 16, 16 canaries
   python benchmarks/unequal_counts_cost.py --M 448 --T 16 --B 16 --counts 224,222,218,210
@@ -63,7 +63,7 @@ def main():
   for k in map(int, a.counts.split(",")):
     loss_MxBxT, keep_MxB = block(a.M, a.T, a.B, k)
     args = tuple(jax.device_put(x) for x in (loss_MxBxT, np.ones((a.B, a.T), bool), keep_MxB))
-    keys = [k] + ([balanced_padded.layout(k, a.M)] if balanced_padded.downdated(k, a.M) else [])
+    keys = [k] + ([balanced_padded.layout([k], a.M)] if balanced_padded.downdated(k, a.M) else [])
     for cov in a.covariances.split(","):
       scorings = [Scoring.of(None, covariance=c, shared=s) for _, c, s in VARIANTS if c == cov]
       numpy_s = timed(lambda: loo.leave_one_out_variants(loss_MxBxT, keep_MxB, scorings), a.reps)

@@ -52,13 +52,13 @@ def scoring(flag_values=FLAGS, **fields):
   return Scoring.of(None, **{name: flag_values[name].value for name in names}, **fields)
 
 
-# The jax backend compiles its plain OAS scorer once per distinct IN count and its balanced one once per bucket of
-# counts (docs/statistics.md, "Backends").
+# The jax backend compiles its sorted scorers (OAS, balanced) once for a run's IN counts, with the count traced
+# (docs/statistics.md, "Backends").
 MANY_IN_COUNTS = 4
 
 
 def jax_compile_note(scoring, in_counts, where):
-  """A one-line note when the jax backend would compile many times: `in_counts` distinct IN counts (None: model
+  """A one-line note when the jax backend meets many IN counts: `in_counts` distinct IN counts (None: model
   subsets, whose counts always vary) under an OAS or balanced scorer; None otherwise."""
   if scoring.backend != "jax" or (in_counts is not None and in_counts <= MANY_IN_COUNTS):
     return None
@@ -66,5 +66,6 @@ def jax_compile_note(scoring, in_counts, where):
   if loo_jax.scores_on_host(scoring):  # jax on CPUs scores with the numpy backend: nothing is compiled
     return None
   many = "many" if in_counts is None else str(in_counts)
-  return (f"note: {where} {many} distinct IN counts; --backend=jax compiles its OAS and balanced scorers once per "
-          "count or bucket of counts, so --backend=numpy is likely faster here (docs/statistics.md, \"Backends\")")
+  return (f"note: {where} {many} distinct IN counts; --backend=jax scores them with one program whose count is "
+          "traced, slower per canary than one count's, so --backend=numpy may be faster here (docs/statistics.md, "
+          "\"Backends\")")

@@ -28,9 +28,9 @@ from lira import removal_stream
 
 @dataclasses.dataclass(frozen=True)
 class Layout:
-  """The fixed shapes of one bucket's program: slots per class and padded removal sizes per target class."""
+  """The fixed shapes of a run's program: slots per class and the most rows a target of each class removes."""
   M: int
-  n_in: int  # IN slots (the bucket's largest k)
+  n_in: int  # IN slots (the run's largest k)
   n_out: int  # OUT slots (M minus its smallest k)
   sizes_in: tuple  # (S_own, S_oth) of IN targets
   sizes_out: tuple  # (S_own, S_oth) of OUT targets
@@ -55,10 +55,15 @@ def layout(counts, M):
   return Layout(M, max(ks), M - min(ks), sizes[0], sizes[1], unions)
 
 
-def program_keys(counts, M):
-  """{k: its program's static key}: the run's Layout where the counts are several and k is `downdated`, else k."""
+def program_keys(counts, M, balanced=True):
+  """{k: its program's static key}: the run's Layout where the counts are several and k is `downdated`, else k.
+  balanced=False (plain leave-one-out, whose OAS removes each target's own row only, lira.gram.padded_loo): one
+  Layout of slots for every count where they are several."""
   if len(counts) < 2:
     return {k: k for k in counts}
+  if not balanced:
+    lay = Layout(M, max(counts), M - min(counts), (0, 0), (0, 0))
+    return {k: lay for k in counts}
   ks = [k for k in counts if downdated(k, M)]
   lay = layout(ks, M) if ks else None
   return {k: lay if downdated(k, M) else k for k in counts}

@@ -208,37 +208,59 @@ def loo_oas(x_MxBxD, keep_MxB, valid_BxD, *, shared, offline, sign, floor, offli
   return out_MxB
 
 
-def sorted_loo(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std"):
+def sorted_loo(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std", slots=None):
   """Scores for canaries whose first k models are IN and the rest OUT; [B, M] in that order.
 
-  Array API (numpy or jax.numpy, no in-place updates): the jax backend jits this one copy (k static).
+  Array API (numpy or jax.numpy, no in-place updates): the jax backend jits this one copy, k static, or, with
+  slots = (n_in, n_out, models), k a traced scalar: the rows laid out as n_in IN slots (k real) then n_out OUT
+  slots (models - k real), rows of zeros in the others (`padded_loo`), scores [B, n_in + n_out] per slot.
   """
   xp = array_namespace(x_BxMxD)
   dt = x_BxMxD.dtype
   B, M, D = x_BxMxD.shape
   p_B = xp.sum(xp.astype(valid_BxD, dt), axis=1)
-  is_in = xp.asarray(np.arange(M) < k)
-  mean_in = xp.mean(x_BxMxD[:, :k], axis=1)
-  mean_out = xp.mean(x_BxMxD[:, k:], axis=1)
+  if slots is None:
+    n_in_slots, n = k, {True: k, False: M - k}
+    is_in = xp.asarray(np.arange(M) < k)
+    mean_in = xp.mean(x_BxMxD[:, :k], axis=1)
+    mean_out = xp.mean(x_BxMxD[:, k:], axis=1)
+    real = None
+  else:
+    n_in_slots, _, models = slots
+    kk = xp.astype(k, dt)
+    n = {True: kk, False: models - kk}
+    is_in = xp.asarray(np.arange(M) < n_in_slots)
+    real = xp.astype(xp.where(is_in, xp.asarray(np.arange(M)) < k,
+                              xp.asarray(np.arange(M) - n_in_slots) < models - k), dt)
+    x_BxMxD = x_BxMxD * real[None, :, None]
+    mean_in = xp.sum(x_BxMxD[:, :n_in_slots], axis=1) / n[True]
+    mean_out = xp.sum(x_BxMxD[:, n_in_slots:], axis=1) / n[False]
+  k = n_in_slots  # from here on, the IN rows are the first k (slots)
   z_BxMxD = x_BxMxD - xp.where(is_in[None, :, None], mean_in[:, None], mean_out[:, None])
+  if real is not None:
+    z_BxMxD = z_BxMxD * real[None, :, None]
   delta_BxD = mean_in - mean_out
   zz_BxM = _dot_last(z_BxMxD, z_BxMxD)
   zd_BxM = _dot_last(z_BxMxD, delta_BxD[:, None, :])
   dd_B = xp.sum(delta_BxD**2, axis=1)
-  n_own = np.where(np.arange(M) < k, k, M - k).astype(np.float64)
-  c_M = xp.asarray(n_own / (n_own - 1.0), dtype=dt)
+  if real is None:
+    n_own = np.where(np.arange(M) < k, k, M - k).astype(np.float64)
+    c_M = xp.asarray(n_own / (n_own - 1.0), dtype=dt)
+  else:
+    n_own = xp.where(is_in, n[True], n[False])
+    c_M = n_own / (n_own - 1.0)
   # Residual of each target to the OTHER class mean: x - mean_other = z + s * delta (s = +1 for IN).
   s_M = xp.asarray(np.where(np.arange(M) < k, 1.0, -1.0), dtype=dt)
   oth_dot_oth = zz_BxM + 2 * s_M * zd_BxM + dd_B[:, None]
 
   if offline:
-    return _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, offline_shift)
+    return _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, offline_shift, n_out=n[False])
 
   if shared:
     fit = Fit(z_BxMxD, p_B)
     pz = fit.project(z_BxMxD)  # [B, M, R]
     p_delta = fit.project(delta_BxD[:, None, :])  # [B, 1, R]
-    alpha, beta = fit.loo_params(pz, zz_BxM, c_M[None], M - 1.0, floor)
+    alpha, beta = fit.loo_params(pz, zz_BxM, c_M[None], n[True] + n[False] - 1.0, floor)
     gamma = beta * c_M
     w = fit.weights(fit.denominator(alpha, beta))
     rz = fit.residual(z_BxMxD, pz)
@@ -266,13 +288,14 @@ def sorted_loo(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std
     s = 1.0 - beta * c * dad
     own = c**2 * dad / s + fit.logdet(alpha, beta, denom) + xp.log(s)
     # Targets of the other class: the full fit, residual x - mean_this = z_target - sign_oth * delta.
-    alpha_f, beta_f = (v[:, None] for v in fit.params(float(n), fit.trace_B, fit.fro2_B, floor))
+    alpha_f, beta_f = (v[:, None] for v in fit.params(n * 1.0, fit.trace_B, fit.fro2_B, floor))
     # (the other class's rows are far from this fit's span: u.u - |pu|^2 does not cancel there)
     pr = fit.project(z_BxMxD[:, oth]) - sign_oth * fit.project(delta_BxD[:, None, :])
     other = fit.bilinear(pr, pr, oth_dot_oth[:, oth], alpha_f, beta_f) + fit.logdet(alpha_f, beta_f)
     return own, other
 
   fit_in, fit_out = Fit.pair(z_BxMxD[:, :k], z_BxMxD[:, k:], p_B)
+  fit_in.n, fit_out.n = n[True], n[False]  # the real rows (zero rows beyond them in padded slots)
   own_in, oth_out = class_terms(fit_in, slice(0, k), slice(k, M), 1.0)  # IN fit: IN targets' own, OUT targets' other
   own_out, oth_in = class_terms(fit_out, slice(k, M), slice(0, k), -1.0)
   own = xp.concat([own_in, own_out], axis=1)
@@ -280,7 +303,7 @@ def sorted_loo(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std
   return -0.5 * s_M * (own - other)
 
 
-def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift):
+def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift, n_out=None):
   """One-sided OUT-only score: GLS z-score u^T S^-1 r / sqrt(u^T S^-1 u) of a shift along u.
 
   u = 1 on the scored positions (shift "uniform") or u = sqrt(diag S) (shift "std", scale-free); for an OUT target
@@ -292,7 +315,7 @@ def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift):
   p_B = xp.sum(valid, axis=1)
   out = slice(k, M)
   z_out = z_BxMxD[:, out]
-  fit = Fit(z_out, p_B)
+  fit = Fit(z_out, p_B, n=n_out)
   n = fit.n
   c = n / (n - 1.0)
 
@@ -316,7 +339,7 @@ def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift):
   u_u = fit.bilinear(p_u, p_u, xp.sum(u * u, axis=2), alpha, beta) + gamma * u_d**2 / s
   score_out = c * (u_d + gamma * u_d * dad / s) / xp.sqrt(u_u)
   # IN targets: the full OUT fit; residual z + delta.
-  alpha_f, beta_f = (v[:, None] for v in fit.params(float(n), fit.trace_B, fit.fro2_B, floor))
+  alpha_f, beta_f = (v[:, None] for v in fit.params(n * 1.0, fit.trace_B, fit.fro2_B, floor))
   u = direction(alpha_f, beta_f, diag_w_BxD[:, None, :])
   p_u = fit.project(u)
   r = z_BxMxD[:, :k] + delta_BxD[:, None, :]
@@ -324,3 +347,21 @@ def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift):
   u_r = fit.bilinear(p_u, pr, xp.sum(u * r, axis=2), alpha_f, beta_f)
   u_u = fit.bilinear(p_u, p_u, xp.sum(u * u, axis=2), alpha_f, beta_f)
   return xp.concat([u_r / xp.sqrt(u_u), score_out], axis=1)
+
+
+def padded_loo(x_BxMxD, k, valid_BxD, lay, **options):
+  """sorted_loo of canaries whose first k models are IN, k a traced scalar, in the slots of `lay` (a
+  lira.balanced_padded.Layout: n_in IN then n_out OUT slots): scores [B, M] in the sorted order. options:
+  sorted_loo's shared, offline, floor, offline_shift."""
+  xp = array_namespace(x_BxMxD)
+  M = lay.M
+  slot = np.arange(lay.n_in + lay.n_out)
+  kk = xp.asarray(k, dtype=xp.int32)
+  pos = xp.asarray(np.where(slot < lay.n_in, slot, slot - lay.n_in), dtype=xp.int32)
+  in_slot = xp.asarray(slot < lay.n_in)
+  real = pos < xp.where(in_slot, kk, M - kk)
+  src = xp.where(real, xp.where(in_slot, pos, kk + pos), 0)
+  x_BxNxD = xp.take(x_BxMxD, src, axis=1)
+  scores = sorted_loo(x_BxNxD, kk, valid_BxD, slots=(lay.n_in, lay.n_out, M), **options)
+  i_M = xp.asarray(np.arange(M), dtype=xp.int32)
+  return xp.take(scores, xp.where(i_M < kk, i_M, lay.n_in + i_M - kk), axis=1)

@@ -12,9 +12,9 @@ columns, and this function does on the device everything the numpy backend does 
      .sorted_balanced (balanced), lira.gram.sorted_loo (plain OAS), lira.gaussian.loo_diag (plain diagonal); the
      univariate variants take each model's mean over the scored positions, as lira.gaussian.univariate;
   5. the scores put back in model order.
-Where the models are sorted (balanced, or plain OAS) a block's canaries share one IN count k, static, or, balanced
-with canaries of several counts, one program per bucket of counts whose canaries each carry their own count, a
-traced value (lira/balanced_padded.py).
+Where the models are sorted (balanced, or plain OAS) a block's canaries share one IN count k, static, or, with
+canaries of several counts, one program for the run's counts whose canaries each carry their own count, a traced
+value (lira/balanced_padded.py, lira.gram.padded_loo).
 
 Precision: float32 matmuls run at full float32 precision (`jax.default_matmul_precision("highest")` around the
 traced body): the default on GPUs (TF32, 10-bit mantissa) and TPUs (bfloat16 passes) cost two orders of magnitude
@@ -149,8 +149,8 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
 
   loss_MxBxT as stored (any float dtype), mask_BxT bool (ignored unless spec.masked), keep_MxB bool; global_vars:
   per variant None or LiRA's fixed (var_in_M, var_out_M); k: the block's IN count where spec sorts the models, or
-  (balanced) the lira.balanced_padded.Layout of a program for every count of its bucket, each canary's count then
-  read from keep_MxB on the device.
+  the lira.balanced_padded.Layout of a program for every count of the run, each canary's count then read from
+  keep_MxB on the device.
   """
   import jax
   import jax.numpy as jnp
@@ -171,7 +171,7 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
       order_BxM = jnp.argsort((~keep_BxM).astype(jnp.int8), axis=1, stable=True)
       inverse_BxM = jnp.argsort(order_BxM, axis=1)
       xs_BxMxD = jnp.take_along_axis(x_BxMxD, order_BxM[:, :, None], axis=1)
-      # a padded program's counts are traced, one per canary (a block mixes the counts of its bucket)
+      # a padded program's counts are traced, one per canary (a block mixes counts)
       n_in = jnp.sum(keep_BxM.astype(jnp.int32), axis=1) if padded else k
       first_BxM = balanced.first_after(order_BxM, n_in)
     sign = member_sign(spec.statistic)
@@ -188,12 +188,15 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
         if oas and outs:  # the eigh calls read x (plain) or its centred rows (balanced)
           x = _after(x, outs[-1])
           centring = None if centring is None else (_after(centring[0], outs[-1]),) + tuple(centring[1:])
-        if padded:
+        if padded and spec.balance_counts:
           out = balanced_padded.per_canary(x, n_in, first_BxM, valid, k, oas=oas, shared=shared,
                                            offline=spec.offline, floor=spec.floor, offline_shift=spec.offline_shift)
         elif spec.balance_counts:
           out = balanced.sorted_balanced(x, k, first_BxM, valid, oas=oas, shared=shared, offline=spec.offline,
                                          floor=spec.floor, offline_shift=spec.offline_shift, centring=centring)
+        elif padded:
+          out = _per_canary_plain(x, n_in, valid, k, shared=shared, offline=spec.offline, floor=spec.floor,
+                                  offline_shift=spec.offline_shift)
         else:
           out = gram.sorted_loo(x, k, valid, shared, spec.offline, spec.floor, spec.offline_shift)
         out = jnp.take_along_axis(out, inverse_BxM, axis=1)
@@ -203,6 +206,15 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
         outs.append(gaussian.loo_diag(x, keep_BxM, valid, shared, spec.offline, sign, spec.floor, gv,
                                       spec.offline_shift, model_axis=1))
     return jnp.stack(outs)
+
+
+def _per_canary_plain(x_BxMxD, k_B, valid_BxD, lay, **options):
+  """lira.gram.padded_loo of canaries with one IN count each (k_B [B]), by jax.vmap over the canaries."""
+  import jax
+
+  def one(x_MxD, k, valid_D):
+    return gram.padded_loo(x_MxD[None], k, valid_D[None], lay, **options)[0]
+  return jax.vmap(one)(x_BxMxD, k_B, valid_BxD)
 
 
 @functools.lru_cache(maxsize=None)

@@ -7,10 +7,10 @@ IN-first model order and every requested variant's scores on the device and retu
 The maths is not copied: lira/gaussian.py (loo_diag), lira/gram.py (sorted_loo) and lira/balanced.py
 (sorted_balanced) are written against the Python array API, and the numpy backend runs the same functions. What
 stays on the host: the input checks, LiRA's pooled variance (--fix_variance, a pass of its own) and splitting the
-canaries into blocks (grouped by program where the models are sorted). Balanced runs with several counts compile
-one program per bucket of counts, each canary's count a traced value, so a block mixes the counts of its bucket
-(lira/balanced_padded.py); plain OAS compiles one per count; on one GPU or TPU every program is compiled up front,
-concurrently in host threads.
+canaries into blocks (grouped by program where the models are sorted, ordered by count within one). Runs with
+several counts compile one program for them, each canary's count a traced value, so a block mixes counts
+(lira/balanced_padded.py; counts whose balanced fits take the kept rows directly keep programs of their own); on one
+GPU or TPU every program is compiled up front, concurrently in host threads.
 
 A program's blocks have one fixed size (the last padded by repeating its last canary, whose scores are dropped),
 chosen from the devices' free memory on GPUs and TPUs (lira.loo_device.bytes_per_canary) and cache-sized on CPUs,
@@ -163,8 +163,8 @@ def score_variants(loss_MxNxT, mask_NxT, keep_MxN, idx_N, scorings, *, global_va
   M, _, T = loss_MxNxT.shape
   sorts = spec.sorts_models(T)
   counts = sorted({int(c) for c in np.asarray(keep_MxN[:, mine], bool).sum(axis=0)}) if sorts else [0]
-  # each count's program: its own (k static), or its bucket's (balanced with several counts: k traced)
-  key = balanced_padded.program_keys(counts, M) if base.balance_counts else {k: k for k in counts}
+  # each count's program: its own (k static, one count), or the run's (several counts: k traced)
+  key = balanced_padded.program_keys(counts, M, balanced=base.balance_counts)
   programs = list(dict.fromkeys(key.values()))
   removed = max([2] + [balanced_padded.removed_rows(p, M) for p in programs if base.balance_counts and sorts])
   bs = block_size or globals()["block_size"](M, T, spec, placer, scorings, removed)
@@ -228,7 +228,7 @@ def _compiled(fn, args_by_program, gv, spec, precision):
   """{k: the block compiled for k} for every program key k (an IN count, or a lira.balanced_padded.Layout) of
   args_by_program ({k: a block's device arrays (loss, mask, keep)}), compiled in host threads at once.
 
-  XLA compiles outside Python's GIL, so the programs of a model subset (a count's own, or a bucket's) compile side
+  XLA compiles outside Python's GIL, so the programs of a model subset (the run's, and counts' own) compile side
   by side on the host's cores instead of one after another as the blocks reach them. Each thread enters the
   precision's 64-bit mode itself (a thread-local setting).
   """

@@ -182,6 +182,9 @@ class Stream:
       return put(K, a, row, axis=-2)
 
     # row a holds K[a, :a + 1]: the lower triangle, all the loop of woodbury.cholesky reads
+    if S == 0:  # no target of the program removes a row from this fit
+      self.K, self.F, self.logdet_K = None, None, xp.zeros((B, J), dtype=dt)
+      return
     lower = fori(sets.trip, k_row, xp.zeros((B, J, S, S), dtype=dt), z_BxNxD)
     if _is_numpy(lower):
       eye = np.eye(S)
@@ -229,8 +232,11 @@ class Stream:
       return tuple(put(h, t, (xp.sum(pw * x.p, axis=-1) + self._outside(row, x)) * xp.astype(real, dt), axis=-1)
                    for h, x in zip(hs, vectors))
 
-    hs = fori(self.sets.trip, h_col, tuple(xp.zeros((B, J, self.S), dtype=dt) for _ in vectors), self.z)
-    if self.F is None:
+    hs = fori(self.sets.trip, h_col, tuple(xp.zeros((B, J, self.S), dtype=dt) for _ in vectors), self.z) \
+        if self.S else None
+    if self.S == 0:
+      solved = hs = [xp.zeros((B, J, 0), dtype=dt) for _ in vectors]
+    elif self.F is None:
       solved = [np.linalg.solve(self.K, h[..., None])[..., 0] for h in hs]
     else:
       solved = [woodbury.cholesky_solve(self.F, h, self.sets.trip) for h in hs]

@@ -1,5 +1,5 @@
-"""experiments.scoring_flags.jax_compile_note: the jax backend's one compile per distinct IN count is announced where
-it is costly (many counts, or model subsets) and nowhere else; the commands print it before scoring."""
+"""experiments.scoring_flags.jax_compile_note: the jax backend's traced-count program for many IN counts is announced
+where it is costly (many counts, or model subsets) and nowhere else; the commands print it before scoring."""
 
 import os
 import subprocess
@@ -19,8 +19,8 @@ def test_note_only_for_the_jax_backend_with_many_in_counts():
   assert scoring_flags.jax_compile_note(jax, 1, "x") is None  # a full run: every canary IN for M / 2 models
   assert scoring_flags.jax_compile_note(jax, scoring_flags.MANY_IN_COUNTS, "x") is None
   note = scoring_flags.jax_compile_note(jax, 24, "the run's canaries have")
-  assert note.startswith("note: the run's canaries have 24 distinct IN counts; --backend=jax compiles")
-  assert "--backend=numpy is likely faster" in scoring_flags.jax_compile_note(jax, None, "model subsets have")
+  assert note.startswith("note: the run's canaries have 24 distinct IN counts; --backend=jax scores them with one")
+  assert "--backend=numpy may be faster" in scoring_flags.jax_compile_note(jax, None, "model subsets have")
 
 
 def test_shadow_sweep_prints_the_note_with_the_jax_backend(tmp_path):

@@ -210,3 +210,39 @@ def test_memory_estimate_bounds_xla_for_padded_programs():
                                          k=lay).compile().memory_analysis()
   used = analysis.temp_size_in_bytes + analysis.argument_size_in_bytes + analysis.output_size_in_bytes
   assert used <= B * loo_device.bytes_per_canary(M, T, spec, bp.removed_rows(lay, M))
+
+
+def test_counts_above_half_remove_no_row_of_the_other_class():
+  # IN counts above M / 2 only: no IN target removes an OUT row (that fit's buffers are empty), numpy and jax.
+  import jax.numpy as jnp
+  from lira.loo_jax import x64_context
+  lay = bp.layout([21, 23, 25], M)
+  assert lay.sizes_in[1] == 0 and lay.sizes_out[0] == 1
+  fn = padded_jitted()
+  x, first, valid = sorted_rows(23, B=2, D=30, seed=3)
+  for shared, offline in ((False, False), (True, False), (False, True)):
+    kw = dict(oas=True, shared=shared, offline=offline, floor=1e-6)
+    want = balanced.sorted_balanced(x, 23, first, valid, **kw)
+    assert_backends_equal(want, bp.padded_balanced(x, np.int32(23), first, valid, lay, **kw))
+    with x64_context("float64"):
+      got = np.asarray(fn(jnp.asarray(x), jnp.asarray(23), jnp.asarray(first), jnp.asarray(valid), lay=lay, **kw))
+    assert_backends_equal(want, got)
+
+
+@pytest.mark.parametrize("offline", [False, True])
+def test_plain_oas_compiles_one_program_for_the_runs_counts(offline):
+  # Plain leave-one-out's OAS with a traced count (lira.gram.padded_loo): one compile for seven counts, equal to
+  # the numpy backend's static programs.
+  counts = [14, 15, 16, 17, 12, 20, 25] * 2
+  loss, keep, mask = unequal_run(counts)
+  fields = dict(offline=offline, balance_counts=False)
+  kept, _ = lira.scoring.applicable_variants(VARIANTS, lira.Scoring(**fields))
+  numpy_s = [lira.Scoring(covariance=c, shared=s, **fields) for _, c, s in kept]
+  jax_s = [lira.Scoring(covariance=c, shared=s, backend="jax", **fields) for _, c, s in kept]
+  before = loo_device.jitted()._cache_size()
+  got = lira.leave_one_out_variants(loss, keep, jax_s, mask_NxT=mask, block_size=3)
+  assert loo_device.jitted()._cache_size() == before + 1
+  want = lira.leave_one_out_variants(loss, keep, numpy_s, mask_NxT=mask, block_size=2)
+  assert_backends_equal(np.stack(want), np.stack(got))
+  assert bp.program_keys([14, 20], M, balanced=False) == {14: bp.Layout(M, 20, 26, (0, 0), (0, 0)),
+                                                         20: bp.Layout(M, 20, 26, (0, 0), (0, 0))}
