@@ -43,13 +43,30 @@ def downdated(k, M):
   return 0 < k < M and all(max(s_own, s_oth) <= L for s_own, s_oth, L in balanced.removal_counts(k, M))
 
 
-def layout(counts, M):
-  """The Layout of the run's `downdated` counts (slots for the largest class of each, buffers for the most rows a
-  target of each class removes)."""
+def _round_up(d):
+  """The power of two at or above d >= 1."""
+  return 1 << (d - 1).bit_length()
+
+
+def covered(counts, M):
+  """The counts a Layout of `counts` serves: those whose distance d = M - 2k from half lies in the range of the given
+  counts' d widened to powers of two on either side of 0, so that model subsets of one size (a sweep's draws, whose
+  counts differ a little) share one Layout, and so one compiled program (half, d = 0, always among them)."""
+  d = [M - 2 * int(k) for k in counts]
+  lo, hi = min(min(d), 0), max(max(d), 0)
+  lo = -_round_up(-lo) if lo < 0 else lo
+  hi = _round_up(hi) if hi > 0 else hi
+  return [k for k in range(1, M) if lo <= M - 2 * k <= hi]
+
+
+def layout(counts, M, widen=True):
+  """The Layout of the `downdated` counts `covered` by `counts` (slots for the largest class of each, buffers for the
+  most rows a target of each class removes); widen=False: of `counts` alone."""
   ks = sorted({int(k) for k in counts if downdated(int(k), M)})
   if not ks:
     raise ValueError(f"no IN count of {sorted(set(map(int, counts)))} of {M} models has a padded program "
                      "(lira.balanced_padded.downdated)")
+  ks = [k for k in covered(ks, M) if downdated(k, M)] if widen else ks
   sizes = [tuple(max(balanced.removal_counts(j, M)[t][i] for j in ks) for i in (0, 1)) for t in (0, 1)]
   unions = tuple(max(sum(balanced.removal_counts(j, M)[t][:2]) for j in ks) for t in (0, 1))
   return Layout(M, max(ks), M - min(ks), sizes[0], sizes[1], unions)
@@ -62,7 +79,8 @@ def program_keys(counts, M, balanced=True):
   if len(counts) < 2:
     return {k: k for k in counts}
   if not balanced:
-    lay = Layout(M, max(counts), M - min(counts), (0, 0), (0, 0))
+    ks = [k for k in covered(counts, M) if 0 < k < M]
+    lay = Layout(M, max(ks), M - min(ks), (0, 0), (0, 0))
     return {k: lay for k in counts}
   ks = [k for k in counts if downdated(k, M)]
   lay = layout(ks, M) if ks else None

@@ -43,6 +43,10 @@ def test_layouts():
                                                    lay.unions):
       assert s_own <= S_own and s_oth <= S_oth and s_own + s_oth <= S <= S_own + S_oth
   assert max(sum(balanced.removal_counts(k, M)[0][:2]) for k in COUNTS) == lay.unions[0] == 14  # k = 14: 1 + 13
+  # model subsets of one size share a Layout: the range of d = M - 2k widened to powers of two on either side of 0
+  assert bp.covered([18, 21], M) == list(range(18, 22)) and bp.covered([17, 20], M) == list(range(16, 21))
+  assert bp.covered([21, 23], M) == list(range(20, 25)) and bp.covered([19, 26], M) == list(range(19, 29))
+  assert bp.layout([17, 20], M) == bp.layout([16, 19], M) == bp.layout([18, 17], M)
   # one count: its own static program; several: the run's Layout where the count is downdated
   assert bp.program_keys([16], M) == {16: 16}
   keys = bp.program_keys([10, 14, 15, 16, 17, 20], M)
@@ -200,8 +204,8 @@ def test_memory_estimate_bounds_xla_for_padded_programs():
   # follows bytes_per_canary with that count, which must not undercount what XLA allocates for the run's program.
   from lira.loo_jax import x64_context
   B, T = 4, 12
-  lay = bp.layout([15, 20, 24], M)
-  assert bp.removed_rows(lay, M) == 12 and bp.removed_rows(20, M) == 2 and bp.removed_rows(12, M) == 24
+  lay = bp.layout([15, 20, 24], M)  # covers 14, ..., 24 (d = -8, ..., 10 widened to -8, ..., 16)
+  assert bp.removed_rows(lay, M) == 14 and bp.removed_rows(20, M) == 2 and bp.removed_rows(12, M) == 24
   scorings = [lira.Scoring(covariance=c, shared=s, backend="jax") for _, c, s in VARIANTS]
   spec = loo_device.Spec.of(scorings, masked=True)
   loss, keep, mask = unequal_run([15] * B, T=T)
@@ -216,7 +220,7 @@ def test_counts_above_half_remove_no_row_of_the_other_class():
   # IN counts above M / 2 only: no IN target removes an OUT row (that fit's buffers are empty), numpy and jax.
   import jax.numpy as jnp
   from lira.loo_jax import x64_context
-  lay = bp.layout([21, 23, 25], M)
+  lay = bp.layout([21, 23, 25], M, widen=False)
   assert lay.sizes_in[1] == 0 and lay.sizes_out[0] == 1
   fn = padded_jitted()
   x, first, valid = sorted_rows(23, B=2, D=30, seed=3)
@@ -244,5 +248,6 @@ def test_plain_oas_compiles_one_program_for_the_runs_counts(offline):
   assert loo_device.jitted()._cache_size() == before + 1
   want = lira.leave_one_out_variants(loss, keep, numpy_s, mask_NxT=mask, block_size=2)
   assert_backends_equal(np.stack(want), np.stack(got))
-  assert bp.program_keys([14, 20], M, balanced=False) == {14: bp.Layout(M, 20, 26, (0, 0), (0, 0)),
-                                                         20: bp.Layout(M, 20, 26, (0, 0), (0, 0))}
+  assert bp.program_keys([14, 20], M, balanced=False) == {14: bp.Layout(M, 20, 28, (0, 0), (0, 0)),
+                                                         20: bp.Layout(M, 20, 28, (0, 0), (0, 0))}
+  assert bp.program_keys([23, 25], M, balanced=False)[23] == bp.Layout(M, 28, 20, (0, 0), (0, 0))
