@@ -7,6 +7,8 @@ cannot fit every variant (balanced counts, class-wise or offline fits need 6).
 Writes shadow_sweep.json, shadow_sweep.csv and shadow_sweep.png (lira/reports/sweep_report.py) into DIR (or
 --out_dir); settings other than the defaults are appended to the names (shadow_sweep_reduction-group4.json), so
 sweeps with other settings are kept.
+--pairs=oas-shared:univariate-shared,... adds each subset's paired difference of two rows at --pair_fprs (0.1% and
+0.01%) with its paired canary-bootstrap interval (--n_boot replicates), printed as a second table.
 Counts above the run's M are dropped with a note. --attacks adds rows of the registered attacks that score
 leave-one-out (attacks/catalogue.py), scored on the same subsets (each target's reference models: the other m - 1).
 """
@@ -35,6 +37,11 @@ flags.DEFINE_list("variants", None, "Subset of variants, e.g. oas-shared,univari
 scoring_flags.define(("reduction", "statistic", "balance_counts", "backend", "precision"))
 attack_flags.define("leave_one_out", "Attacks to add as rows beside the variants")
 flags.DEFINE_float("fpr", 1e-4, "Target false positive rate.")
+flags.DEFINE_list("pairs", [], "Paired differences per subset, as a:b (e.g. oas-shared:univariate-shared): TPR(a) - "
+                  "TPR(b) at each --pair_fprs with its paired canary-bootstrap interval.")
+flags.DEFINE_list("pair_fprs", ["0.001", "0.0001"], "FPRs of the paired differences.")
+flags.DEFINE_integer("n_boot", 200, "Canary-bootstrap replicates of each paired difference.")
+cli.check_range("n_boot", 1)
 cli.check_range("fpr", 0, 1, low_open=True, high_open=True)
 flags.DEFINE_integer("seed", 0, "Seed for the model subsets.")
 cli.check_range("seed", 0)
@@ -47,6 +54,17 @@ def main(argv):
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
   variants = scoring_lib.select_variants(FLAGS.variants)
+  pairs = [tuple(p.split(":")) for p in FLAGS.pairs]
+  if any(len(p) != 2 for p in pairs):
+    raise app.UsageError(f"--pairs takes a:b items, got {FLAGS.pairs}")
+  names_by_key = {scoring_lib.variant_key(v): v[0] for v in scoring_lib.VARIANTS}
+  pairs = [tuple(names_by_key.get(x, x) for x in p) for p in pairs]  # variant keys as the rows' names
+  try:
+    pair_fprs = [float(f) for f in FLAGS.pair_fprs]
+  except ValueError:
+    raise app.UsageError(f"--pair_fprs takes numbers, got {FLAGS.pair_fprs}") from None
+  if any(not 0 < f < 1 for f in pair_fprs):
+    raise app.UsageError(f"--pair_fprs must lie in (0, 1), got {FLAGS.pair_fprs}")
   scoring = scoring_flags.scoring()
   attacks, attack_settings, given = attack_flags.chosen()
   chosen = shadow.choose(FLAGS.run_dir, attacks, attack_settings, scoring, given) if attacks or given else None
@@ -68,12 +86,15 @@ def main(argv):
               "reduction": scoring.reduction,
               "statistic": FLAGS.statistic, "fpr": FLAGS.fpr, "seed": FLAGS.seed,
               "balance_counts": FLAGS.balance_counts, "attacks": attacks or None,
+              "pairs": FLAGS.pairs,
               **(chosen.acted if chosen else {})}
   rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, scoring, counts=counts, draws=FLAGS.draws,
                                        variants=variants, mask_NxT=run.mask_NxT, fpr=FLAGS.fpr, seed=FLAGS.seed,
-                                       progress=FLAGS.progress, attack_scorers=chosen.scorers() if chosen else ())
+                                       progress=FLAGS.progress, attack_scorers=chosen.scorers() if chosen else (),
+                                       pairs=pairs, pair_fprs=pair_fprs, n_boot=FLAGS.n_boot)
   defaults = {**cli.flag_defaults(settings), **(chosen.defaults if chosen else {})}  # a list flag's default: strings
   recorded = {**settings, "counts": counts, "variants": keys, "dropped_counts_note": note,
+              "pair_fprs": pair_fprs if pairs else None, "n_boot": FLAGS.n_boot if pairs else None,
               **({"population": chosen.population_size()} if chosen and chosen.population_size() else {})}
   names = [v[0] for v in variants] + [name for name, _ in (chosen.scorers() if chosen else [])]
   text, paths = sweep_report.write(out_dir, FLAGS.run_dir, run, rows, names, settings, defaults, recorded,

@@ -8,6 +8,7 @@ import functools
 import numpy as np
 from tqdm.auto import tqdm
 
+from lira import compare
 from lira import metrics
 from lira import metrics_jax
 from lira.checks import check_arrays
@@ -85,20 +86,30 @@ def sweep_counts(num_models, scoring, variants=VARIANTS):
 
 
 def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws=3, variants=VARIANTS, mask_NxT=None,
-                       fpr=1e-4, seed=0, progress=True, attack_scorers=(), **fields):
+                       fpr=1e-4, seed=0, progress=True, attack_scorers=(), pairs=(), pair_fprs=(1e-3, 1e-4),
+                       n_boot=metrics.N_BOOT, **fields):
   """LOO evaluation on random subsets of m models, several draws per m (paper Figure 5).
 
   Within a subset every model is the target in turn and the other m-1 are its shadow models. With few
-  models some canaries have too few IN or OUT models for a fit; their pairs are left out and counted.
+  models some canaries have too few IN or OUT models for a fit; their pairs are left out and counted. The variants of
+  a subset are scored together (lira.leave_one_out_variants: one read of each block; on the jax backend one program
+  for every IN count of the subset, shared by the subsets of one size).
   attack_scorers [(name, scorer)] add other attacks' rows on the same subsets: scorer(model_ids, on_undefined) gives
-  the scores [m, N] of the subset's models (NaN where undefined). The full arrays are checked first
-  (lira.checks.check_arrays), and errors name the run's model ids.
+  the scores [m, N] of the subset's models (NaN where undefined). pairs [(name_a, name_b)] add, per subset and FPR of
+  pair_fprs, the paired difference TPR(a) - TPR(b) on the pairs both score, with its paired canary-bootstrap interval
+  (lira.compare.paired_difference, n_boot replicates): rows of kind "pair" named "a - b", whose tpr is the
+  difference. The full arrays are checked first (lira.checks.check_arrays), and errors name the run's model ids.
   """
   scoring = Scoring.of(scoring, **fields)
   M = np.shape(keep_MxN)[0]
   counts = sweep_counts(M, scoring, variants) if counts is None else sorted(counts)
   if min(counts) < 4 or max(counts) > M:
     raise InputError(f"shadow counts must lie in [4, M={M}], got {counts}")
+  known = [name for name, _, _ in variants] + [name for name, _ in attack_scorers]
+  for a, b in pairs:
+    for name in (a, b):
+      if name not in known:
+        raise InputError(f"pair {a} - {b}: {name!r} is not one of the sweep's rows ({', '.join(known)})")
   # Checked once on the full run, so that errors name the run's model ids, before any subset is scored.
   check_arrays(loss_MxNxT, keep_MxN, mask_NxT, scoring.reduction)
   rng = np.random.default_rng(seed)
@@ -107,23 +118,42 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
   for m, d in tqdm(jobs, desc="shadow-count sweep", disable=not progress):
     models = np.sort(rng.choice(M, size=m, replace=False))
     loss, keep = ModelRows(loss_MxNxT, models), keep_MxN[models]
-    scorers = [(name, functools.partial(leave_one_out, loss, keep, scoring.variant(covariance, shared),
-                                        mask_NxT=mask_NxT, model_ids=models))
-               for name, covariance, shared in variants]
-    scorers += [(name, functools.partial(scorer, models)) for name, scorer in attack_scorers]
-    for name, scorer in scorers:
-      llr = scorer(on_undefined="nan")
+    llrs = leave_one_out_variants(loss, keep, [scoring.variant(c, s) for _, c, s in variants], mask_NxT=mask_NxT,
+                                  on_undefined="nan", model_ids=models) if variants else []
+    scores = {name: llr for (name, _, _), llr in zip(variants, llrs)}
+    scores.update((name, scorer(models, on_undefined="nan")) for name, scorer in attack_scorers)
+    for name, llr in scores.items():
       valid = np.isfinite(llr)
-      row = {"variant": name, "m": m, "draw": d, "statistic": scoring.statistic,
-             "reduction": scoring.reduction or "none", "fpr": fpr,
-             "n_pairs": int(valid.sum()), "n_neg": int((~keep[valid]).sum()), "n_excluded": int((~valid).sum()),
-             "tpr": float("nan"), "auc": float("nan"), "resolved": False}
+      row = _sweep_row("variant" if name in known[:len(variants)] else "attack", name, m, d, scoring, fpr, valid,
+                       keep)
       labels = keep[valid]
       if labels.any() and (~labels).any():
         row.update(tpr=metrics.tpr_at_fpr(llr[valid], labels, fpr), auc=metrics.auc(llr[valid], labels),
                    resolved=metrics.is_resolved(int((~labels).sum()), fpr))
       rows.append(row)
+    for a, b in pairs:
+      valid = np.isfinite(scores[a]) & np.isfinite(scores[b])
+      labels = keep[valid]
+      defined = labels.any() and (~labels).any()
+      diff = compare.paired_difference(np.where(valid, scores[a], 0.0), np.where(valid, scores[b], 0.0), keep,
+                                       fprs=pair_fprs, n_boot=n_boot, seed=seed, valid_MxN=valid) if defined else None
+      for f in pair_fprs:
+        row = _sweep_row("pair", f"{a} - {b}", m, d, scoring, f, valid, keep)
+        if diff is not None:
+          cell = diff["tpr"][metrics.fpr_key(f)]
+          row.update(tpr=cell["diff"], auc=diff["auc"]["diff"], resolved=metrics.is_resolved(row["n_neg"], f),
+                     ci_low=cell["ci"][0], ci_high=cell["ci"][1], p_le_0=cell["p_le_0"], n_boot=int(n_boot))
+        rows.append(row)
   return rows
+
+
+def _sweep_row(kind, name, m, draw, scoring, fpr, valid_MxN, keep_MxN):
+  """A sweep row before its statistics (tpr, auc NaN; a pair's interval None)."""
+  return {"kind": kind, "variant": name, "m": m, "draw": draw, "statistic": scoring.statistic,
+          "reduction": scoring.reduction or "none", "fpr": fpr, "n_pairs": int(valid_MxN.sum()),
+          "n_neg": int((~keep_MxN[valid_MxN]).sum()), "n_excluded": int((~valid_MxN).sum()),
+          "tpr": float("nan"), "auc": float("nan"), "resolved": False, "ci_low": None, "ci_high": None,
+          "p_le_0": None, "n_boot": None}
 
 
 def default_lengths(shortest):

@@ -62,7 +62,36 @@ def write(out_dir, run_dir, run, rows, names, settings, defaults, recorded, styl
           f"(seed {settings['seed']})")
   title = (f"{provenance.run_description(run_dir, run.config)}\n"
            f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}")
-  figure = plots.sweep_figure(rows, ylabel=f"TPR @ {100 * settings['fpr']:g}% FPR", title=title,
+  figure = plots.sweep_figure([r for r in rows if r.get("kind") != "pair"], ylabel=f"TPR @ {100 * settings['fpr']:g}% FPR", title=title,
                               styles={} if styles is None else styles)
   run_folder.save_figure(paths[2], figure)
-  return f"{shape}; {line}\n\n{table(rows, names, recorded['counts'], settings['fpr'])}", paths
+  text = f"{shape}; {line}\n\n{table(rows, names, recorded['counts'], settings['fpr'])}"
+  pairs = pair_table(rows, recorded["counts"])
+  return text + (f"\n\n{pairs}" if pairs else ""), paths
+
+
+def pair_table(rows, counts):
+  """The paired differences (rows of kind "pair"): one line per pair and FPR, one column per m, each cell the
+  difference in TPR points with its paired-bootstrap interval (draw 0; every draw in the JSON and CSV); None if
+  there are none."""
+  pairs = [r for r in rows if r.get("kind") == "pair"]
+  if not pairs:
+    return None
+  keys = list(dict.fromkeys((r["variant"], r["fpr"]) for r in pairs))
+  width = max(len(name) + 10 for name, _ in keys)
+  lines = [f"{'paired difference':<{width}}" + "".join(f"{'m=' + str(m):>26}" for m in counts)]
+  for name, fpr in keys:
+    cells = []
+    for m in counts:
+      r = next((r for r in pairs if r["variant"] == name and r["fpr"] == fpr and r["m"] == m and r["draw"] == 0), None)
+      if r is None or r["ci_low"] is None or not np.isfinite(r["tpr"]):
+        cells.append("n/a")
+      elif not r["resolved"]:
+        cells.append("n/r")
+      else:
+        cells.append(f"{100 * r['tpr']:.2f} [{100 * r['ci_low']:.2f}, {100 * r['ci_high']:.2f}]")
+    lines.append(f"{name + f' @{100 * fpr:g}%':<{width}}" + "".join(f"{c:>26}" for c in cells))
+  n_boot = next(r["n_boot"] for r in pairs if r["n_boot"] is not None) if any(r["n_boot"] for r in pairs) else 0
+  lines.append(f"TPR(a) - TPR(b) in points at each FPR on the pairs both score, with the 95% paired canary-bootstrap "
+               f"interval ({n_boot} replicates) of draw 0; n/r = FPR not resolved by the subset's negatives.")
+  return "\n".join(lines)

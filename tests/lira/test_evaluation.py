@@ -126,6 +126,67 @@ def test_shadow_count_sweep_excludes_undefined_pairs(run_dir):
     evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[16])
 
 
+def test_shadow_count_sweep_rows_and_paired_differences_from_their_definitions(run_dir):
+  # Each row against leave_one_out of its variant alone on the same random subset (the draws' generator replayed),
+  # and each pair's difference and interval against lira.compare.paired_difference on those scores.
+  from lira import compare
+  run = run_folder.load_run(run_dir)
+  variants = scoring_lib.select_variants(["oas-shared", "univariate-shared", "independent-classwise"])
+  pairs = [("OAS Shared", "Univariate Shared"), ("Independent Class-Wise", "OAS Shared")]
+  rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[6, 8], draws=2, fpr=0.05,
+                                       variants=variants, pairs=pairs, pair_fprs=(0.05, 0.2), n_boot=50, seed=4,
+                                       progress=False)
+  rng = np.random.default_rng(4)
+  for m, d in ((6, 0), (6, 1), (8, 0)):
+    models = np.sort(rng.choice(8, size=m, replace=False))
+    keep = run.keep_MxN[models]
+    scores = {name: lira.leave_one_out(run.loss_MxNxT[models], keep, covariance=c, shared=s, on_undefined="nan")
+              for name, c, s in variants}
+    for name, llr in scores.items():
+      row = next(r for r in rows if r["variant"] == name and r["m"] == m and r["draw"] == d)
+      ok = np.isfinite(llr)
+      assert row["kind"] == "variant" and row["n_pairs"] == ok.sum()
+      assert row["tpr"] == lira.tpr_at_fpr(llr[ok], keep[ok], 0.05)
+    for a, b in pairs:
+      ok = np.isfinite(scores[a]) & np.isfinite(scores[b])
+      want = compare.paired_difference(np.where(ok, scores[a], 0), np.where(ok, scores[b], 0), keep,
+                                       fprs=(0.05, 0.2), n_boot=50, seed=4, valid_MxN=ok)
+      for f in (0.05, 0.2):
+        row = next(r for r in rows if r["variant"] == f"{a} - {b}" and r["m"] == m and r["draw"] == d
+                   and r["fpr"] == f)
+        cell = want["tpr"][lira.metrics.fpr_key(f)]
+        assert row["kind"] == "pair" and row["tpr"] == cell["diff"] and [row["ci_low"], row["ci_high"]] == cell["ci"]
+        assert row["tpr"] == lira.tpr_at_fpr(scores[a][ok], keep[ok], f) - lira.tpr_at_fpr(scores[b][ok], keep[ok], f)
+  with pytest.raises(lira.errors.InputError, match="pair OAS Shared - RMIA: 'RMIA' is not one of the sweep's rows"):
+    evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[8], variants=variants,
+                                  pairs=[("OAS Shared", "RMIA")], progress=False)
+
+
+def test_shadow_count_sweep_on_the_jax_pipeline_reuses_one_program_per_size(monkeypatch):
+  # Subsets of one size have different IN counts but share one traced-count program (layouts widened to powers of
+  # two, small programs' blocks sized to powers of two): three draws of m = 20 (counts 8-12) compile once; m = 16
+  # adds its layout and a static program for count 5 (at most two block sizes). Scores equal the numpy backend's.
+  from lira import balanced_padded
+  from lira import loo_device
+  from lira import loo_jax
+  monkeypatch.setenv(loo_jax.PIPELINE_ON_CPU_ENV, "1")
+  loss, keep = synthetic.synthetic_losses(24, 60, 4, seed=2)[:2]
+  rng = np.random.default_rng(1)
+  keys = {16: set(), 20: set()}
+  for m in (16, 16, 16, 20, 20, 20):
+    models = np.sort(rng.choice(24, size=m, replace=False))
+    keys[m] |= set(balanced_padded.program_keys(sorted(set(keep[models].sum(0).tolist())), m).values())
+  assert len(keys[20]) == 1 and len(keys[16]) == 2
+  kw = dict(counts=[16, 20], draws=3, fpr=0.05, variants=scoring_lib.select_variants(["oas-shared"]), progress=False,
+            seed=1)
+  before = loo_device.jitted()._cache_size()
+  got = evaluation.shadow_count_sweep(loss, keep, backend="jax", **kw)
+  assert loo_device.jitted()._cache_size() - before <= 4
+  want = evaluation.shadow_count_sweep(loss, keep, **kw)
+  for g, w in zip(got, want):
+    assert (g["m"], g["draw"]) == (w["m"], w["draw"]) and abs(g["auc"] - w["auc"]) < 1e-12
+
+
 def test_shadow_count_sweep_checks_the_full_run_first(run_dir, monkeypatch):
   run = run_folder.load_run(run_dir)
   loss = np.array(run.loss_MxNxT)
@@ -135,6 +196,7 @@ def test_shadow_count_sweep_checks_the_full_run_first(run_dir, monkeypatch):
     raise AssertionError("a subset was scored before the inputs were checked")
 
   monkeypatch.setattr(evaluation, "leave_one_out", no_scoring)
+  monkeypatch.setattr(evaluation, "leave_one_out_variants", no_scoring)
   # The run's model id (3), not its index inside a random subset.
   with pytest.raises(lira.errors.InputError, match=r"model 3 on canary 7 at position 2 is nan"):
     evaluation.shadow_count_sweep(loss, run.keep_MxN, counts=[4, 8], progress=False)
