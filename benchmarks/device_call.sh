@@ -14,8 +14,9 @@
 # progress bar (the first 448 of 512 models, 500 canaries: how long the 11 bucketed programs take to compile, and the
 # blocks' pace).
 # PART=sweep (about 9-10 minutes; its outputs come back as worst512.tar.gz): the worst-case LSTM with 512 models
-# trained and evaluated at m = 512, 64, 128, 256, 448 with paper_table's paired differences, then
-# membership_structure (docs/reproduction/worst512/run.sh).
+# trained, the paired model-count sweep on the GPU (shadow_sweep --backend=jax at m = 64, 128, 256, 448, 512 with
+# paired intervals at 0.1% and 0.01%), evaluate and paper_table on all 512, then membership_structure
+# (docs/reproduction/worst512/run.sh).
 # Every step has its own time limit and writes what it measured under $OUT as it goes.
 set -u
 OUT=${OUT:?set OUT}
@@ -45,9 +46,8 @@ case $PART in
       --progress --out "$OUT/many_counts.json"
     ;;
   sweep)
-    # all 512 first (one IN count, the jax backend), then the subsets smallest first, so a cut-off call loses 448
-    step worst512 550 env OUT="$OUT/worst512" RUNS=/tmp/runs PY="$PY" COUNTS="64 128 256 448" \
-      bash docs/reproduction/worst512/run.sh
+    # training, then the paired sweep (its tables first), then the reports of all 512
+    step worst512 550 env OUT="$OUT/worst512" RUNS=/tmp/runs PY="$PY" bash docs/reproduction/worst512/run.sh
     # one archive: a device call brings back at most 8 files, no deeper than two folders
     tar -czf "$OUT/worst512.tar.gz" -C "$OUT" worst512 && rm -rf "$OUT/worst512"
     ;;
