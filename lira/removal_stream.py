@@ -111,29 +111,36 @@ class Vector:
 
 class Stream:
   """`fit` (a lira.gram.Fit of centred rows z_BxNxD, projections P_BxNxR, residuals R_BxNxD or None) with each
-  target's `sets` of rows removed, the classes left with L rows each (n_after rows in the fit: L, or 2L pooled)."""
+  target's `sets` of rows removed, the classes left with L rows each (n_after rows in the fit: L, or 2L pooled).
+
+  Construction makes two passes over the removed rows (their sums; the pairs for tr(G_S^2)) and sets OAS's alpha',
+  beta'; `forms` makes the third (K and the vectors' h together) and factors K; `logdet` needs `forms` first."""
 
   def __init__(self, fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, n_after, floor, S):
     xp = self.xp = fit.xp
     dt = z_BxNxD.dtype
     self.fit, self.z, self.P, self.R, self.sets, self.L, self.S = fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, S
-    self.gs, self.sq = window_sums(z_BxNxD, sets)
-    B, J, _ = self.gs[0].shape
     lam = fit.lam[:, None, :]
+    B, J = sets.sets[0][0](0).shape
+    D, R = z_BxNxD.shape[-1], fit.lam.shape[-1]
 
-    def project_rows(t, carry):  # the sets' sums projected, and sum_t z_t^T W z_t
-      pgs, zwz = carry
+    def sums(t, carry):  # each set's sum g and its projection, the squared rows, and sum_t z_t^T W z_t
+      gs, pgs, sq, zwz = carry
       slot, which, real = sets.at(xp, t)
-      p = rows(P_BxNxR, slot) * xp.astype(real, dt)
+      on = xp.astype(real, dt)
+      row, p = rows(z_BxNxD, slot) * on, rows(P_BxNxR, slot) * on
+      gs = tuple(g + row * xp.astype(which == b, dt) for b, g in enumerate(gs))
       pgs = tuple(pg + p * xp.astype(which == b, dt) for b, pg in enumerate(pgs))
-      return pgs, zwz + xp.sum(p * p * lam, axis=-1)
+      return gs, pgs, sq + row * row, zwz + xp.sum(p * p * lam, axis=-1)
 
-    R = fit.lam.shape[-1]
-    pgs, zwz_diag = fori(sets.trip, project_rows,
-                         (tuple(xp.zeros((B, J, R), dtype=dt) for _ in sets.sets), xp.zeros((B, J), dtype=dt)), z_BxNxD)
-    self.pgs = list(pgs)
+    zeros = [xp.zeros((B, J, X), dtype=dt) for X in (D, R)]
+    gs, pgs, self.sq, zwz_diag = fori(sets.trip, sums, (tuple(zeros[0] for _ in sets.sets),
+                                                        tuple(zeros[1] for _ in sets.sets), zeros[0],
+                                                        xp.zeros((B, J), dtype=dt)), z_BxNxD)
+    self.gs, self.pgs = list(gs), list(pgs)
 
-    def pair_squares(a, acc):  # tr(G_S^2) = sum over pairs (a, b) of (z_a . z_b)^2
+    def pairs(a, acc):  # tr(G_S^2) = sum over pairs (a, b) of (z_a . z_b)^2, and sum_b |G_S 1_b|^2
+      tr_g2, tr_eg2 = acc
       slot_a, _, real_a = sets.at(xp, a)
       z_a = rows(z_BxNxD, slot_a) * xp.astype(real_a, dt)
 
@@ -141,16 +148,9 @@ class Stream:
         slot_b, _, real_b = sets.at(xp, b)
         g = xp.sum(z_a * rows(z_BxNxD, slot_b), axis=-1) * xp.astype(real_b, dt)
         return acc + xp.where(b == a, 1.0, 2.0) * g * g
-      return fori(a + 1, inner, acc, z_BxNxD)
+      return fori(a + 1, inner, tr_g2, z_BxNxD), tr_eg2 + sum(xp.sum(z_a * g, axis=-1) ** 2 for g in self.gs)
 
-    tr_g2 = fori(sets.trip, pair_squares, xp.zeros((B, J), dtype=dt), z_BxNxD)
-
-    def row_sums(t, acc):  # sum_b |G_S 1_b|^2 = sum_b sum_t (z_t . g_b)^2
-      slot, _, real = sets.at(xp, t)
-      row = rows(z_BxNxD, slot) * xp.astype(real, dt)
-      return acc + sum(xp.sum(row * g, axis=-1) ** 2 for g in self.gs)
-
-    tr_eg2 = fori(sets.trip, row_sums, xp.zeros((B, J), dtype=dt), z_BxNxD)
+    tr_g2, tr_eg2 = fori(sets.trip, pairs, (xp.zeros((B, J), dtype=dt),) * 2, z_BxNxD)
     gg = [[xp.sum(gb * gc, axis=-1) for gc in self.gs] for gb in self.gs]
     trace = fit.trace_B[:, None] - (xp.sum(self.sq, axis=-1) + sum(gg[b][b] for b in range(len(self.gs))) / L)
     zwz = zwz_diag + sum(xp.sum(pg * pg * lam, axis=-1) for pg in self.pgs) / L
@@ -161,41 +161,48 @@ class Stream:
     self.w = fit.weights(self.denom)  # [B, J, R]
     self.full_rank = (fit.rank_B >= fit.p_B)[:, None]
     self.logdet_C = sum(xp.log(1.0 + xp.astype(s, dt) / L) for _, s in sets.sets)
+    self.logdet_K = None
 
-    # K = C^-1 - beta' Z_S A^-1 Z_S^T, identity beyond each target's rows
+  def _factor_and_h(self, vectors):
+    """K = C^-1 - beta' Z_S A^-1 Z_S^T (identity beyond each target's rows; its lower triangle, all the loop of
+    woodbury.cholesky reads) and h_x = Z_S A^-1 x of each vector, in one pass over the rows; K factored."""
+    xp, sets, S, L = self.xp, self.sets, self.S, self.L
+    dt = self.z.dtype
+    B, J = self.alpha.shape
     sizes = [xp.astype(s, dt) for _, s in sets.sets]
 
-    def k_row(a, K):
+    def k_row(a, carry):
+      K, hs = carry
       slot_a, which_a, real_a = sets.at(xp, a)
-      pw_a = rows(P_BxNxR, slot_a) * self.w
       va = self._row_vector(slot_a)
+      pw_a = va.p * self.w
 
       def inner(b, row):
         slot_b, which_b, real_b = sets.at(xp, b)
-        h = xp.sum(pw_a * rows(P_BxNxR, slot_b), axis=-1) + self._outside(va, self._row_vector(slot_b))
+        h = xp.sum(pw_a * rows(self.P, slot_b), axis=-1) + self._outside(va, self._row_vector(slot_b))
         same = xp.astype(which_a == which_b, dt)
         size = sizes[0] if len(sizes) == 1 else xp.where(which_a == 0, sizes[0], sizes[1])
         k = xp.where(b == a, 1.0, 0.0) - same / (L + size) - self.beta * h
         k = xp.where(real_a & real_b, k, xp.where(b == a, 1.0, 0.0))
         return put(row, b, k, axis=-1)
-      row = fori(a + 1, inner, xp.zeros((B, J, S), dtype=dt), z_BxNxD)
-      return put(K, a, row, axis=-2)
+      row = fori(a + 1, inner, xp.zeros((B, J, S), dtype=dt), self.z)
+      on = xp.astype(real_a, dt)
+      hs = tuple(put(h, a, (xp.sum(pw_a * x.p, axis=-1) + self._outside(va, x)) * on, axis=-1)
+                 for h, x in zip(hs, vectors))
+      return put(K, a, row, axis=-2), hs
 
-    # row a holds K[a, :a + 1]: the lower triangle, all the loop of woodbury.cholesky reads
-    if S == 0:  # no target of the program removes a row from this fit
-      self.K, self.F, self.logdet_K = None, None, xp.zeros((B, J), dtype=dt)
-      return
-    lower = fori(sets.trip, k_row, xp.zeros((B, J, S, S), dtype=dt), z_BxNxD)
+    lower, hs = fori(sets.trip, k_row, (xp.zeros((B, J, S, S), dtype=dt),
+                                        tuple(xp.zeros((B, J, S), dtype=dt) for _ in vectors)), self.z)
     if _is_numpy(lower):
       eye = np.eye(S)
       done = np.arange(S) < sets.trip  # rows the loop wrote; the rest are the identity's
       strict = np.tril(lower, -1)
       K = strict + np.swapaxes(strict, -1, -2) + np.diagonal(lower, axis1=-2, axis2=-1)[..., None] * eye
       K = np.where(done[:, None] & done[None, :], K, eye)
-      self.K, self.F = K, None
       self.logdet_K = np.linalg.slogdet(K)[1]
-    else:
-      self.F, self.logdet_K = woodbury.cholesky(lower, sets.trip)
+      return list(hs), [np.linalg.solve(K, h[..., None])[..., 0] for h in hs]
+    F, self.logdet_K = woodbury.cholesky(lower, sets.trip)
+    return list(hs), [woodbury.cholesky_solve(F, h, sets.trip) for h in hs]
 
   def _row_vector(self, slot):
     """The fit's row at `slot` as a Vector."""
@@ -217,29 +224,17 @@ class Stream:
   def forms(self, pairs):
     """u^T S'^-1 v per target for pairs [(u, v)] of Vectors: [[B, J] per pair]."""
     xp = self.xp
-    dt = self.z.dtype
     vectors = []
     for u, v in pairs:
       for x in (u, v):
         if not any(x is y for y in vectors):
           vectors.append(x)
-    B, J = self.alpha.shape
-
-    def h_col(t, hs):
-      slot, _, real = self.sets.at(xp, t)
-      row = self._row_vector(slot)
-      pw = row.p * self.w
-      return tuple(put(h, t, (xp.sum(pw * x.p, axis=-1) + self._outside(row, x)) * xp.astype(real, dt), axis=-1)
-                   for h, x in zip(hs, vectors))
-
-    hs = fori(self.sets.trip, h_col, tuple(xp.zeros((B, J, self.S), dtype=dt) for _ in vectors), self.z) \
-        if self.S else None
-    if self.S == 0:
-      solved = hs = [xp.zeros((B, J, 0), dtype=dt) for _ in vectors]
-    elif self.F is None:
-      solved = [np.linalg.solve(self.K, h[..., None])[..., 0] for h in hs]
+    if self.S == 0:  # no target of the program removes a row from this fit
+      B, J = self.alpha.shape
+      hs = solved = [xp.zeros((B, J, 0), dtype=self.z.dtype) for _ in vectors]
+      self.logdet_K = xp.zeros((B, J), dtype=self.z.dtype)
     else:
-      solved = [woodbury.cholesky_solve(self.F, h, self.sets.trip) for h in hs]
+      hs, solved = self._factor_and_h(vectors)
     out = []
     for u, v in pairs:
       iu = next(i for i, x in enumerate(vectors) if x is u)
@@ -249,5 +244,5 @@ class Stream:
     return out
 
   def logdet(self):
-    """logdet S' per target, [B, J]."""
+    """logdet S' per target, [B, J] (after `forms`, which factors K)."""
     return self.fit.logdet(self.alpha, self.beta, self.denom) + self.logdet_C + self.logdet_K
