@@ -188,8 +188,8 @@ def test_float32_within_its_error(covariance, shared, balance_counts):
 def test_float32_balanced_with_very_unequal_counts(covariance, shared, offline):
   # Canaries with 3 to 13 IN models of 16: the larger class drops up to 10 rows and keeps 2. Such classes are fitted
   # on their kept rows directly (a downdate removing 10 rows of 12 cancelled to 0.2 relative error in float32).
-  # Each IN count is a compile (k is static), so the counts are the cases of lira.balanced.removal_counts, each both
-  # ways round (k and M - k), two canaries each: the most unequal (3: 10 rows of 12 dropped, fitted directly), the
+  # The counts are the cases of lira.balanced.removal_counts, each both ways round (k and M - k), two canaries each
+  # (the downdated ones in the run's traced-count program, the others in static programs of their own): the most unequal (3: 10 rows of 12 dropped, fitted directly), the
   # last fitted directly (5) and the first downdated, with its largest cancellation (6: as many rows removed as kept).
   M, counts = 16, [3, 5, 6, 10, 11, 13] * 2
   loss, _ = make_losses(M=M, N=len(counts), T=9, seed=3)
