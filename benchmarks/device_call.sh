@@ -10,9 +10,8 @@
 # PART=checks (about 10 minutes; at most 8 files in $OUT, of the 8 a call brings back): the six balanced variants at
 # M = 484 (float32 against float64 since the residual vectors and QR eigh; the numpy backend on the machine's cores),
 # the parts of the GPT-NeoX step in bf16 (AdamW's share), GPT-NeoX in float32 with G = auto at M = 32 (against the
-# bf16 auto row of BENCHMARKS.md: bf16 against float32 at each one's own G), then one many-IN-count evaluation with its
-# progress bar (the first 448 of 512 models, 500 canaries: how long the 11 bucketed programs take to compile, and the
-# blocks' pace).
+# bf16 auto row of BENCHMARKS.md: bf16 against float32 at each one's own G), then the first 448 of 512 models against
+# all 512 (5,000 canaries, T = 128, benchmarks/many_counts.py: one traced-count program, its compile and its calls).
 # PART=sweep (about 9-10 minutes; its outputs come back as worst512.tar.gz): the worst-case LSTM with 512 models
 # trained, the paired model-count sweep on the GPU (shadow_sweep --backend=jax at m = 64, 128, 256, 448, 512 with
 # paired intervals at 0.1% and 0.01%), evaluate and paper_table on all 512, then membership_structure
@@ -42,8 +41,8 @@ case $PART in
     step neox_parts 120 $PY benchmarks/neox_step_parts.py --dtypes bfloat16 --budget_s 100 --out "$OUT/neox_parts.json"
     step neox_f32_auto 150 $PY benchmarks/train_device.py --shapes neox_160m --notorch --notrain_shadows \
       --dtypes float32 --rules auto --grid none --M 32 --budget_s 5 --out "$OUT/train_device_neox_f32_auto.json"
-    step many_counts 140 $PY benchmarks/loo_device.py --Ms 448 --keep_of 512 --N 500 --counts balanced --noevaluate \
-      --progress --out "$OUT/many_counts.json"
+    step many_counts 140 $PY benchmarks/many_counts.py --N 5000 --counts balanced --nonumpy \
+      --out "$OUT/many_counts.json"
     ;;
   sweep)
     # training, then the paired sweep (its tables first), then the reports of all 512

@@ -64,7 +64,7 @@ def programs(loss, keep, spec, balanced, B=16):
   return list(dict.fromkeys(keys.values())), lower_s, compile_s
 
 
-def measure(loss, keep, balanced):
+def measure(loss, keep, balanced, with_numpy=True):
   jax_s = [lira.Scoring(covariance=c, shared=s, balance_counts=balanced, backend="jax") for c, s in VARIANTS]
   numpy_s = [lira.Scoring(covariance=c, shared=s, balance_counts=balanced) for c, s in VARIANTS]
   spec = loo_device.Spec.of(jax_s, masked=False)
@@ -79,10 +79,12 @@ def measure(loss, keep, balanced):
   t = time.perf_counter()
   lira.leave_one_out_variants(loss, keep, jax_s)
   second = time.perf_counter() - t
-  t = time.perf_counter()
-  want = lira.leave_one_out_variants(loss, keep, numpy_s)
-  numpy_time = time.perf_counter() - t
-  diff = max(float((np.abs(g - w) / np.maximum(1.0, np.abs(w))).max()) for g, w in zip(got, want))
+  numpy_time = diff = None
+  if with_numpy:
+    t = time.perf_counter()
+    want = lira.leave_one_out_variants(loss, keep, numpy_s)
+    numpy_time = time.perf_counter() - t
+    diff = max(float((np.abs(g - w) / np.maximum(1.0, np.abs(w))).max()) for g, w in zip(got, want))
   return {"in_counts": int(len(set(keep.sum(axis=0).tolist()))), "programs": len(keys), "lower_s": lower_s,
           "compile_s": compile_s, "first_s": first, "second_s": second, "numpy_s": numpy_time, "max_rel_diff": diff}
 
@@ -94,6 +96,7 @@ def main():
   ap.add_argument("--N", type=int, default=256)
   ap.add_argument("--T", type=int, default=128)
   ap.add_argument("--counts", nargs="+", choices=["balanced", "plain"], default=["balanced", "plain"])
+  ap.add_argument("--nonumpy", dest="numpy", action="store_false", help="skip the numpy backend's rows")
   ap.add_argument("--out", default=None, help="JSON (default benchmarks/results/many_counts_<platform>.json)")
   a = ap.parse_args()
   loss, keep = synthetic.synthetic_losses(a.M, a.N, a.T, shift=0.3)[:2]
@@ -108,17 +111,23 @@ def main():
   for counts in a.counts:
     rows = {}
     for m in (a.M, a.subset):
-      r = measure(np.ascontiguousarray(loss[:m]), np.ascontiguousarray(keep[:m]), counts == "balanced")
+      r = measure(np.ascontiguousarray(loss[:m]), np.ascontiguousarray(keep[:m]), counts == "balanced", a.numpy)
       rows[m] = r
       record["rows"].append({"counts": counts, "models": m, **r})
       out.parent.mkdir(parents=True, exist_ok=True)
       out.write_text(json.dumps(record, indent=1) + "\n")
       print(f"{counts:>9} {m:>7} {r['in_counts']:>9} {r['programs']:>8} {r['lower_s']:6.1f} {r['compile_s']:7.1f} "
-            f"{r['first_s']:7.2f} {r['second_s']:7.2f} {r['numpy_s']:7.2f} {r['max_rel_diff']:9.1e}", flush=True)
+            f"{r['first_s']:7.2f} {r['second_s']:7.2f} {_num(r['numpy_s'], '7.2f')} {_num(r['max_rel_diff'], '9.1e')}",
+            flush=True)
     s, f = rows[a.subset], rows[a.M]
+    numpy_ratio = f", numpy {s['numpy_s'] / f['numpy_s']:.2f}x" if a.numpy else ""
     print(f"{counts:>9} subset / full: first call {s['first_s'] / f['first_s']:.2f}x, second "
-          f"{s['second_s'] / f['second_s']:.2f}x, numpy {s['numpy_s'] / f['numpy_s']:.2f}x")
+          f"{s['second_s'] / f['second_s']:.2f}x{numpy_ratio}")
   print(f"wrote {out}")
+
+
+def _num(x, fmt):
+  return format(x, fmt) if x is not None else format("-", ">" + fmt.split(".")[0])
 
 
 if __name__ == "__main__":
