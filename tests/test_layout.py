@@ -146,3 +146,41 @@ def test_no_two_modules_share_a_name():
   by_base["errors"] = [n for n in by_base["errors"] if n != "lira.errors"]  # re-exports run_folder.errors
   shared = {b: n for b, n in by_base.items() if len(n) > 1 and b not in ("__init__",)}
   assert not shared, f"modules sharing a name: {shared}"
+
+
+# A header that marks a file as another project's: its copyright line or licence grant, in a file's first lines.
+FOREIGN_HEADER = re.compile(r"copyright\s*(\(c\)|©|\d{4})|spdx-license-identifier|licensed under the|"
+                            r"permission is hereby granted|all rights reserved", re.IGNORECASE)
+SOURCE_SUFFIXES = (".py", ".sh", ".pyx", ".c", ".cc", ".cpp", ".h", ".cu", ".js", ".ts")
+HEADER_LINES = 40
+
+
+def foreign_header(text):
+  """The first line among a file's first HEADER_LINES that carries a copyright or licence header, or None."""
+  for line in text.splitlines()[:HEADER_LINES]:
+    if FOREIGN_HEADER.search(line):
+      return line.strip()
+  return None
+
+
+def source_files():
+  """Every source file of the repository (hidden folders, virtual environments and run outputs left out)."""
+  skip = {"runs", "build", "dist", "node_modules", "__pycache__"}
+  for folder, dirs, files in os.walk(ROOT):
+    dirs[:] = [d for d in dirs if not d.startswith(".") and d not in skip and not d.endswith(".egg-info")
+               and not os.path.exists(os.path.join(folder, d, "pyvenv.cfg"))]
+    for name in files:
+      if name.endswith(SOURCE_SUFFIXES):
+        yield os.path.join(folder, name)
+
+
+def test_no_file_carries_another_projects_copyright_header():
+  # Every line of the project is written by its authors: a file copied from another project (its copyright or
+  # licence header kept, as licences require) fails here. The detector itself, on such headers and on ours:
+  assert foreign_header("# Copyright (c) 2023 Some Authors\n# Licensed under the MIT License") is not None
+  assert foreign_header('"""Module."""\n# SPDX-License-Identifier: Apache-2.0') is not None
+  assert foreign_header("# Copyright 2024 Google LLC.\n") is not None
+  assert foreign_header('"""Leave-one-out LiRA scores; the licence of the data is the user\'s."""') is None
+  found = {os.path.relpath(path, ROOT): line for path in source_files()
+           if (line := foreign_header(open(path, errors="replace").read()))}
+  assert not found, f"files with another project's copyright or licence header: {found}"
