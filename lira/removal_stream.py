@@ -11,8 +11,9 @@ per step, so one program serves every count and a block of canaries near half pa
   estimators' downdate, sum z^2 + g^2 / L, and offline std's diag(W'));
 - `Stream`: OAS with the set removed. trace(W') and ||W'||_F^2 (OAS's alpha', beta') from C = I + blocks of
   1 1^T / L: trace(C G_S) with G_S = Z_S Z_S^T, tr(C Z_S W Z_S^T) with Z_S W Z_S^T in the fit's eigenbasis, and
-  tr(C G_S C G_S) = tr(G_S^2) + 2 / L sum_b |G_S 1_b|^2 + 1 / L^2 sum_bc (1_b^T G_S 1_c)^2 (one pass over pairs for
-  tr(G_S^2), one over rows for G_S 1_b = Z_S g_b). Then Woodbury as lira/woodbury.py writes it:
+  tr(C G_S C G_S) = tr(G_S^2) + 2 / L sum_b |G_S 1_b|^2 + 1 / L^2 sum_bc (1_b^T G_S 1_c)^2 (a pass over the rows
+  for the sums g_b, then one over pairs for tr(G_S^2), whose outer loop gives G_S 1_b = Z_S g_b). Then Woodbury as
+  lira/woodbury.py writes it:
     u^T S'^-1 v = u^T A^-1 v + beta' h_u^T K^-1 h_v,   h_u = Z_S A^-1 u,   K = C^-1 - beta' Z_S A^-1 Z_S^T,
     logdet S' = logdet A + logdet C + logdet K,   C^-1 = I - blocks of 1 1^T / (L + s_b),
   with K formed over pairs of rows and factored by a loop over its columns (woodbury.cholesky with a trip count;
