@@ -1,7 +1,7 @@
 """How many canary slots (padding included) the jax backend scores for a model subset with many IN counts: blocks
-of one IN count each at the run's block size, against blocks of one program each (a bucket of counts,
-lira/balanced_padded.py: a block mixes the counts of its bucket), sized to the program's canaries where it has fewer
-than a block (lira.loo_jax._blocks).
+of one IN count each at the run's block size, against blocks of one program each (the run's traced-count program,
+lira/balanced_padded.py: a block mixes counts), sized to the program's canaries where it has fewer than a block
+(lira.loo_jax._blocks).
 
   python benchmarks/padded_blocks.py                       # the first 448 of 512 models, 5,000 canaries
   python benchmarks/padded_blocks.py --M 64 --keep_of 484 --N 1000

@@ -292,7 +292,10 @@ def _blocks(program_L, L, bs, ndev=1, count_L=None):
   starts = np.flatnonzero(np.r_[True, np.diff(program_L[order]) != 0, True])
   out = []
   for lo_g, hi in zip(starts[:-1], starts[1:]):
-    size = min(bs, -(-(1 << int(hi - lo_g - 1).bit_length()) // ndev) * ndev)
+    count = int(hi - lo_g)
+    size = -(-count // -(-count // bs))  # the program's canaries in equal blocks of at most bs
+    step = 1 << max(0, size.bit_length() - 4)  # rounded up to one of 16 sizes per octave
+    size = min(bs, -(-(-(-size // step) * step) // ndev) * ndev)
     out += [(order[lo:min(lo + size, hi)], size) for lo in range(lo_g, hi, size)]
   return out
 
