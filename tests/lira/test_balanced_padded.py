@@ -146,17 +146,22 @@ def test_jax_backend_compiles_one_program_for_the_runs_counts(offline):
   # Canaries with 14, 15, 16, 17 and 20 IN models of 40 and one with 12 (a class fitted on its kept rows: a static
   # program of its own): two compiles for six counts, blocks of three that mix counts, scores equal to the numpy
   # backend's.
-  counts = [14, 15, 16, 17, 12, 20] * 2
+  assert jax_compiles_equal_to_numpy([14, 15, 16, 17, 12, 20] * 2, offline=offline) == 2
+
+
+def jax_compiles_equal_to_numpy(counts, **fields):
+  """The compiles of the jax pipeline's six (applicable) variants on canaries with these IN counts of M, blocks of
+  three; their scores asserted equal to the numpy backend's."""
   loss, keep, mask = unequal_run(counts)
-  kept, _ = lira.scoring.applicable_variants(VARIANTS, lira.Scoring(offline=offline))
-  fields = dict(offline=offline, statistic="logit")
+  kept, _ = lira.scoring.applicable_variants(VARIANTS, lira.Scoring(**fields))
   numpy_s = [lira.Scoring(covariance=c, shared=s, **fields) for _, c, s in kept]
   jax_s = [lira.Scoring(covariance=c, shared=s, backend="jax", **fields) for _, c, s in kept]
   before = loo_device.jitted()._cache_size()
   got = lira.leave_one_out_variants(loss, keep, jax_s, mask_NxT=mask, block_size=3)
-  assert loo_device.jitted()._cache_size() == before + 2
+  compiles = loo_device.jitted()._cache_size() - before
   want = lira.leave_one_out_variants(loss, keep, numpy_s, mask_NxT=mask, block_size=2)
   assert_backends_equal(np.stack(want), np.stack(got))
+  return compiles
 
 
 def test_blocks_hold_one_program_ordered_by_count():
@@ -237,17 +242,7 @@ def test_counts_above_half_remove_no_row_of_the_other_class():
 def test_plain_oas_compiles_one_program_for_the_runs_counts(offline):
   # Plain leave-one-out's OAS with a traced count (lira.gram.padded_loo): one compile for seven counts, equal to
   # the numpy backend's static programs.
-  counts = [14, 15, 16, 17, 12, 20, 25] * 2
-  loss, keep, mask = unequal_run(counts)
-  fields = dict(offline=offline, balance_counts=False)
-  kept, _ = lira.scoring.applicable_variants(VARIANTS, lira.Scoring(**fields))
-  numpy_s = [lira.Scoring(covariance=c, shared=s, **fields) for _, c, s in kept]
-  jax_s = [lira.Scoring(covariance=c, shared=s, backend="jax", **fields) for _, c, s in kept]
-  before = loo_device.jitted()._cache_size()
-  got = lira.leave_one_out_variants(loss, keep, jax_s, mask_NxT=mask, block_size=3)
-  assert loo_device.jitted()._cache_size() == before + 1
-  want = lira.leave_one_out_variants(loss, keep, numpy_s, mask_NxT=mask, block_size=2)
-  assert_backends_equal(np.stack(want), np.stack(got))
+  assert jax_compiles_equal_to_numpy([14, 15, 16, 17, 12, 20, 25] * 2, offline=offline, balance_counts=False) == 1
   assert bp.program_keys([14, 20], M, balanced=False) == {14: bp.Layout(M, 20, 28, (0, 0), (0, 0)),
                                                          20: bp.Layout(M, 20, 28, (0, 0), (0, 0))}
   assert bp.program_keys([23, 25], M, balanced=False)[23] == bp.Layout(M, 28, 20, (0, 0), (0, 0))
