@@ -23,6 +23,7 @@ from array_api_compat import array_namespace
 from lira import balanced
 from lira import balanced_removal
 from lira import gaussian
+from lira import gram
 from lira import removal_stream
 
 
@@ -115,15 +116,10 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
   xp = array_namespace(x_BxMxD)
   dt = x_BxMxD.dtype
   M = lay.M
-  N = lay.n_in + lay.n_out
-  slot = np.arange(N)
-  in_slot = xp.asarray(slot < lay.n_in)
   kk = xp.asarray(k, dtype=xp.int32)
   n = {True: kk, False: M - kk}
   # sorted row of each slot (IN slots first), and whether the slot holds a row
-  pos_N = xp.asarray(np.where(slot < lay.n_in, slot, slot - lay.n_in), dtype=xp.int32)
-  real_N = pos_N < xp.where(in_slot, n[True], n[False])
-  src_N = xp.where(real_N, xp.where(in_slot, pos_N, kk + pos_N), 0)
+  in_slot, real_N, src_N = gram.slot_rows(xp, lay.n_in, lay.n_out, M, kk)
   realf_N = xp.astype(real_N, dt)
   x_BxNxD = xp.take(x_BxMxD, src_N, axis=1) * realf_N[:, None]
   first_BxN = xp.take(first_BxM, src_N, axis=1)
@@ -157,10 +153,7 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
     scores.append(_class_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, own, oth, trips_c,
                                 (S_own, S_oth, S_union), own_at, J, xp.astype(L, dt), valid_BxD, floored, oas=oas,
                                 shared=shared, offline=offline, floor=floor, offline_shift=offline_shift))
-  scores_BxN = xp.concat(scores, axis=1)
-  # back to the sorted order: sorted row i is IN slot i, or OUT slot i - k
-  i_M = xp.asarray(np.arange(M), dtype=xp.int32)
-  return xp.take(scores_BxN, xp.where(i_M < kk, i_M, lay.n_in + i_M - kk), axis=1)
+  return gram.slots_to_sorted(xp, xp.concat(scores, axis=1), lay.n_in, M, kk)
 
 
 def _class_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, own, oth, trips, caps, own_at, J, L, valid_BxD,

@@ -3,7 +3,6 @@ sweep (Figure 5) and the length-reduction grid (Figures 11-14)."""
 
 import concurrent.futures
 import dataclasses
-import functools
 
 import numpy as np
 from tqdm.auto import tqdm

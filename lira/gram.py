@@ -226,12 +226,11 @@ def sorted_loo(x_BxMxD, k, valid_BxD, shared, offline, floor, offline_shift="std
     mean_out = xp.mean(x_BxMxD[:, k:], axis=1)
     real = None
   else:
-    n_in_slots, _, models = slots
+    n_in_slots, n_out_slots, models = slots
     kk = xp.astype(k, dt)
     n = {True: kk, False: models - kk}
-    is_in = xp.asarray(np.arange(M) < n_in_slots)
-    real = xp.astype(xp.where(is_in, xp.asarray(np.arange(M)) < k,
-                              xp.asarray(np.arange(M) - n_in_slots) < models - k), dt)
+    is_in, real, _ = slot_rows(xp, n_in_slots, n_out_slots, models, k)
+    real = xp.astype(real, dt)
     x_BxMxD = x_BxMxD * real[None, :, None]
     mean_in = xp.sum(x_BxMxD[:, :n_in_slots], axis=1) / n[True]
     mean_out = xp.sum(x_BxMxD[:, n_in_slots:], axis=1) / n[False]
@@ -349,19 +348,28 @@ def _offline(z_BxMxD, zz_BxM, delta_BxD, k, valid_BxD, floor, shift, n_out=None)
   return xp.concat([u_r / xp.sqrt(u_u), score_out], axis=1)
 
 
+def slot_rows(xp, n_in, n_out, models, k):
+  """The slot layout of a traced IN count k (lira/balanced_padded.py): n_in IN slots then n_out OUT slots; per slot
+  (whether it is an IN slot, whether it holds a row, the sorted row it holds: 0 where it holds none)."""
+  slot = np.arange(n_in + n_out)
+  in_slot = xp.asarray(slot < n_in)
+  pos = xp.asarray(np.where(slot < n_in, slot, slot - n_in), dtype=xp.int32)
+  real = pos < xp.where(in_slot, k, models - k)
+  return in_slot, real, xp.where(real, xp.where(in_slot, pos, k + pos), 0)
+
+
+def slots_to_sorted(xp, scores_BxN, n_in, models, k):
+  """Scores per slot back in the sorted order [B, models]: sorted row i is IN slot i, or OUT slot i - k."""
+  i_M = xp.asarray(np.arange(models), dtype=xp.int32)
+  return xp.take(scores_BxN, xp.where(i_M < k, i_M, n_in + i_M - k), axis=1)
+
+
 def padded_loo(x_BxMxD, k, valid_BxD, lay, **options):
   """sorted_loo of canaries whose first k models are IN, k a traced scalar, in the slots of `lay` (a
   lira.balanced_padded.Layout: n_in IN then n_out OUT slots): scores [B, M] in the sorted order. options:
   sorted_loo's shared, offline, floor, offline_shift."""
   xp = array_namespace(x_BxMxD)
-  M = lay.M
-  slot = np.arange(lay.n_in + lay.n_out)
   kk = xp.asarray(k, dtype=xp.int32)
-  pos = xp.asarray(np.where(slot < lay.n_in, slot, slot - lay.n_in), dtype=xp.int32)
-  in_slot = xp.asarray(slot < lay.n_in)
-  real = pos < xp.where(in_slot, kk, M - kk)
-  src = xp.where(real, xp.where(in_slot, pos, kk + pos), 0)
-  x_BxNxD = xp.take(x_BxMxD, src, axis=1)
-  scores = sorted_loo(x_BxNxD, kk, valid_BxD, slots=(lay.n_in, lay.n_out, M), **options)
-  i_M = xp.asarray(np.arange(M), dtype=xp.int32)
-  return xp.take(scores, xp.where(i_M < kk, i_M, lay.n_in + i_M - kk), axis=1)
+  _, _, src = slot_rows(xp, lay.n_in, lay.n_out, lay.M, kk)
+  scores = sorted_loo(xp.take(x_BxMxD, src, axis=1), kk, valid_BxD, slots=(lay.n_in, lay.n_out, lay.M), **options)
+  return slots_to_sorted(xp, scores, lay.n_in, lay.M, kk)

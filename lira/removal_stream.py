@@ -27,6 +27,7 @@ Shapes: B canaries, N slots (rows), J targets, S the static bound of a target's 
 import numpy as np
 from array_api_compat import array_namespace
 
+from lira import balanced_removal
 from lira import woodbury
 
 
@@ -57,9 +58,8 @@ def put(buf, i, value, axis):
 
 
 def rows(a_BxNxX, idx_BxJ):
-  """a[b, idx[b, j]]: [B, J, X]."""
-  xp = array_namespace(a_BxNxX)
-  return a_BxNxX[xp.arange(a_BxNxX.shape[0])[:, None], idx_BxJ]
+  """a[b, idx[b, j]]: [B, J, X] (lira.balanced_removal.gather of one row per target)."""
+  return balanced_removal.gather(a_BxNxX, idx_BxJ[:, :, None])[:, :, 0]
 
 
 class Sets:
@@ -69,9 +69,6 @@ class Sets:
 
   def __init__(self, sets, trip):
     self.sets, self.trip = sets, trip
-
-  def total(self):
-    return sum(s for _, s in self.sets)
 
   def at(self, xp, t):
     """(slot [B, J] of union row t, its set (0 or 1), whether it is a removed row at all)."""
@@ -84,22 +81,33 @@ class Sets:
     return xp.where(first, at0(t), at1(later)), xp.where(first, 0, 1), xp.asarray(t < s0 + s1)
 
 
-def window_sums(z_BxNxD, sets, squares=True):
-  """([g_b per set] [B, J, D], sum of squared rows [B, J, D] over the union or None)."""
+def window_sums(z_BxNxD, sets, P_BxNxR=None, lam_BxR=None):
+  """([g_b per set] [B, J, D], the sum of squared rows over the union [B, J, D]); with the rows' projections on a
+  fit and its eigenvalues, also ([the g_b's projections] [B, J, R], sum_t z_t^T W z_t [B, J])."""
   xp = array_namespace(z_BxNxD)
+  dt = z_BxNxD.dtype
   B, _, D = z_BxNxD.shape
   J = sets.sets[0][0](0).shape[-1]
-  zero = xp.zeros((B, J, D), dtype=z_BxNxD.dtype)
+  zero = xp.zeros((B, J, D), dtype=dt)
+  projected = P_BxNxR is not None
+  zero_p = xp.zeros((B, J, P_BxNxR.shape[-1]), dtype=dt) if projected else None
 
   def body(t, carry):
-    gs, sq = carry
+    gs, sq, pgs, zwz = carry
     slot, which, real = sets.at(xp, t)
-    row = rows(z_BxNxD, slot) * xp.astype(real, z_BxNxD.dtype)
-    gs = tuple(g + row * xp.astype(which == b, row.dtype) for b, g in enumerate(gs))
-    return gs, (sq + row * row if squares else sq)
+    on = xp.astype(real, dt)
+    row = rows(z_BxNxD, slot) * on
+    gs = tuple(g + row * xp.astype(which == b, dt) for b, g in enumerate(gs))
+    if projected:
+      p = rows(P_BxNxR, slot) * on
+      pgs = tuple(pg + p * xp.astype(which == b, dt) for b, pg in enumerate(pgs))
+      zwz = zwz + xp.sum(p * p * lam_BxR[:, None, :], axis=-1)
+    return gs, sq + row * row, pgs, zwz
 
-  gs, sq = fori(sets.trip, body, (tuple(zero for _ in sets.sets), zero), z_BxNxD)
-  return list(gs), (sq if squares else None)
+  carry = (tuple(zero for _ in sets.sets), zero, tuple(zero_p for _ in sets.sets) if projected else (),
+           xp.zeros((B, J), dtype=dt) if projected else None)
+  gs, sq, pgs, zwz = fori(sets.trip, body, carry, z_BxNxD)
+  return (list(gs), sq) + ((list(pgs), zwz) if projected else ())
 
 
 class Vector:
@@ -123,22 +131,8 @@ class Stream:
     self.fit, self.z, self.P, self.R, self.sets, self.L, self.S = fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, S
     lam = fit.lam[:, None, :]
     B, J = sets.sets[0][0](0).shape
-    D, R = z_BxNxD.shape[-1], fit.lam.shape[-1]
-
-    def sums(t, carry):  # each set's sum g and its projection, the squared rows, and sum_t z_t^T W z_t
-      gs, pgs, sq, zwz = carry
-      slot, which, real = sets.at(xp, t)
-      on = xp.astype(real, dt)
-      row, p = rows(z_BxNxD, slot) * on, rows(P_BxNxR, slot) * on
-      gs = tuple(g + row * xp.astype(which == b, dt) for b, g in enumerate(gs))
-      pgs = tuple(pg + p * xp.astype(which == b, dt) for b, pg in enumerate(pgs))
-      return gs, pgs, sq + row * row, zwz + xp.sum(p * p * lam, axis=-1)
-
-    zeros = [xp.zeros((B, J, X), dtype=dt) for X in (D, R)]
-    gs, pgs, self.sq, zwz_diag = fori(sets.trip, sums, (tuple(zeros[0] for _ in sets.sets),
-                                                        tuple(zeros[1] for _ in sets.sets), zeros[0],
-                                                        xp.zeros((B, J), dtype=dt)), z_BxNxD)
-    self.gs, self.pgs = list(gs), list(pgs)
+    # each set's sum g and its projection, the squared rows, and sum_t z_t^T W z_t
+    self.gs, self.sq, self.pgs, zwz_diag = window_sums(z_BxNxD, sets, P_BxNxR, fit.lam)
 
     def pairs(a, acc):  # tr(G_S^2) = sum over pairs (a, b) of (z_a . z_b)^2, and sum_b |G_S 1_b|^2
       tr_g2, tr_eg2 = acc
