@@ -282,9 +282,10 @@ def _blocks(program_L, L, bs, ndev=1, count_L=None):
   so that a block's canaries remove similar numbers of rows (its loops run to the block's largest).
 
   Canaries are stably sorted by program (and count), so runs where every canary has the same count (LiRA's usual
-  half/half split) keep contiguous, memory-map-friendly blocks. A program's blocks share one size (one compile): bs, or, for a
-  program with fewer canaries, their count rounded up to a multiple of ndev (the local devices), so a model subset's
-  small programs are not padded to a block sized for the whole run.
+  half/half split) keep contiguous, memory-map-friendly blocks. A program's blocks share one size (one compile): its
+  canaries cut into equal blocks of at most bs, that size rounded up to one of 16 per octave and to a multiple of
+  ndev (the local devices). So a program is padded by at most about 1/16, never to a block sized for the whole run,
+  and subsets of one size (a sweep's draws, whose programs hold similar numbers of canaries) meet the same shapes.
   """
   if program_L is None:
     return [(np.arange(lo, min(lo + bs, L)), bs) for lo in range(0, L, bs)]
@@ -292,12 +293,15 @@ def _blocks(program_L, L, bs, ndev=1, count_L=None):
   starts = np.flatnonzero(np.r_[True, np.diff(program_L[order]) != 0, True])
   out = []
   for lo_g, hi in zip(starts[:-1], starts[1:]):
-    count = int(hi - lo_g)
-    size = -(-count // -(-count // bs))  # the program's canaries in equal blocks of at most bs
-    step = 1 << max(0, size.bit_length() - 4)  # rounded up to one of 16 sizes per octave
-    size = min(bs, -(-(-(-size // step) * step) // ndev) * ndev)
+    size = _ceil_div(hi - lo_g, _ceil_div(hi - lo_g, bs))  # equal blocks of at most bs
+    step = 1 << max(0, int(size).bit_length() - 4)  # one of 16 sizes per octave
+    size = min(bs, _ceil_div(_ceil_div(size, step) * step, ndev) * ndev)
     out += [(order[lo:min(lo + size, hi)], size) for lo in range(lo_g, hi, size)]
   return out
+
+
+def _ceil_div(a, b):
+  return -(-int(a) // int(b))
 
 
 def _collect(block, llr_VxMxL):

@@ -1,7 +1,8 @@
 """The shadow-model sweep written out (experiments/shadow_sweep.py; docs/outputs.md): TPR at one FPR against m.
 
 shadow_sweep.json (schema "seqlira.shadow_sweep"): the block every report opens with (lira.reports.provenance.header),
-then `fpr` and `rows` (lira.evaluation.shadow_count_sweep's rows: one per variant or attack, m and draw);
+then `fpr` and `rows` (lira.evaluation.shadow_count_sweep's rows: one per variant or attack, m and draw, and with
+--pairs one per pair, FPR, m and draw, kind "pair", printed as a second table);
 shadow_sweep.csv holds the rows; shadow_sweep.png draws TPR against m with a min-max band over the draws. Settings
 other than their defaults are appended to the names (shadow_sweep_reduction-group4.json).
 """
@@ -62,7 +63,8 @@ def write(out_dir, run_dir, run, rows, names, settings, defaults, recorded, styl
           f"(seed {settings['seed']})")
   title = (f"{provenance.run_description(run_dir, run.config)}\n"
            f"Shadow-model sweep (leave-one-out in each subset of m models)\n{shape}\n{line}")
-  figure = plots.sweep_figure([r for r in rows if r.get("kind") != "pair"], ylabel=f"TPR @ {100 * settings['fpr']:g}% FPR", title=title,
+  figure = plots.sweep_figure([r for r in rows if r.get("kind") != "pair"],
+                              ylabel=f"TPR @ {100 * settings['fpr']:g}% FPR", title=title,
                               styles={} if styles is None else styles)
   run_folder.save_figure(paths[2], figure)
   text = f"{shape}; {line}\n\n{table(rows, names, recorded['counts'], settings['fpr'])}"
@@ -91,7 +93,8 @@ def pair_table(rows, counts):
       else:
         cells.append(f"{100 * r['tpr']:.2f} [{100 * r['ci_low']:.2f}, {100 * r['ci_high']:.2f}]")
     lines.append(f"{name + f' @{100 * fpr:g}%':<{width}}" + "".join(f"{c:>26}" for c in cells))
-  n_boot = next(r["n_boot"] for r in pairs if r["n_boot"] is not None) if any(r["n_boot"] for r in pairs) else 0
-  lines.append(f"TPR(a) - TPR(b) in points at each FPR on the pairs both score, with the 95% paired canary-bootstrap "
-               f"interval ({n_boot} replicates) of draw 0; n/r = FPR not resolved by the subset's negatives.")
+  n_boot = next((r["n_boot"] for r in pairs if r["n_boot"]), 0)
+  lines.append(f"TPR(a) - TPR(b) in points at each FPR on the pairs both score, with the {100 * metrics.LEVEL:g}% paired "
+               f"canary-bootstrap interval ({n_boot} replicates) of draw 0; n/r = FPR not resolved by the subset's "
+               "negatives.")
   return "\n".join(lines)
