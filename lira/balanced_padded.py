@@ -134,14 +134,15 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
 
   fitted = balanced_removal.oas_fits(z_BxNxD, lay.n_in, delta_BxD, valid_BxD, shared) if oas else None
   floored = balanced_removal.floor_variance(xp, valid_BxD, floor, False)
-  own_trips = removal_trips(kk, M) if trips is None else trips
+  counts = removal_trips(kk, M)  # this canary's (s_own, s_oth, their sum) per target class
+  trips = counts if trips is None else trips
   scores = []
   for target_in, (S_own, S_oth), S_union in ((True, lay.sizes_in, lay.unions[0]),
                                              (False, lay.sizes_out, lay.unions[1])):
     n_own, n_oth = n[target_in], n[not target_in]
-    L = xp.minimum(n_own - 1, n_oth)
-    s_own, s_oth = n_own - L, n_oth - L
-    trips_c = own_trips[target_in]
+    s_own, s_oth, _ = counts[target_in]
+    L = n_own - s_own
+    trips_c = trips[target_in]
     own_at, oth_at = (0, lay.n_in) if target_in else (lay.n_in, 0)
     J = lay.n_in if target_in else lay.n_out
     j_J = xp.asarray(np.arange(J), dtype=xp.int32)
