@@ -1,8 +1,9 @@
 """The features folder (schema "seqlira.features/1", docs/outputs.md): the one reader, and the writers its builder uses.
 
 A features folder holds everything the pretraining-data attacks need, so every attack is recomputed without the
-model: lp / mu / sigma [N, T], the conditional lp under ReCaLL prefixes, EM-MIA's pair lp, the reference model's and
-the neighbours' lp, texts.json and labels.npy. Arrays are read lazily (memory-mapped, no pickle) and every shape an
+model: lp / mu / sigma [N, T], top1 [N, T] (bool: the model's top-1 token is the text's), the conditional lp
+under ReCaLL prefixes, EM-MIA's pair lp, the reference model's lp and top1, the neighbours' lp, texts.json and
+labels.npy. Arrays are read lazily (memory-mapped, no pickle) and every shape an
 attack relies on is checked against lp's [N, T] before any attack runs.
 """
 
@@ -28,7 +29,8 @@ _PER_TOKEN = {
     "cond_lp_ensemble": lambda N, T: (None, N, T), "pair_lp": lambda N, T: (N, N, T),
     "ref_lp": lambda N, T: (N, None), "neighbour_lp": lambda N, T: (N, None, None),
 }
-_OTHER = {"ids": lambda N, T: (N, T), "mask": lambda N, T: (N, T), "labels": lambda N, T: (N,),
+_OTHER = {"ids": lambda N, T: (N, T), "mask": lambda N, T: (N, T), "top1": lambda N, T: (N, T),
+          "ref_top1": lambda N, T: (N, None), "labels": lambda N, T: (N,),
           "source_index": lambda N, T: (N,)}
 
 
@@ -134,6 +136,8 @@ class Features:
     rule = _PER_TOKEN.get(name) or _OTHER.get(name)
     if rule is None:
       return
+    if name in ("top1", "ref_top1") and value.dtype != bool:
+      raise InputError(f"{path}: expected bool top-1 correctness, got dtype {value.dtype}")
     want = rule(self.N, self.T)
     shape = value.shape
     if len(shape) != len(want) or any(w is not None and s != w for s, w in zip(shape, want)):
@@ -156,6 +160,10 @@ class Features:
       hint = ""
       if FILES["pair_lp"] in missing and os.path.isdir(os.path.join(self.folder, run_folder.names.PAIRS_DIR)):
         hint = " (pairs/ holds chunks: the pair extraction did not finish; re-run it to resume)"
+      elif {FILES["top1"], FILES["ref_top1"]} & set(missing):
+        hint = (" (the top-1 correctness arrays, which extract_features writes from the same forward pass as lp; a "
+                "folder built before them gets them by re-running its extract_features command, which keeps the "
+                "arrays it has)")
       raise MissingFileError(f"attack {attack.name} needs {', '.join(missing)}, which {self.folder} lacks{hint}")
     out = {name: self[name] for name in attack.features}
     for name, value in out.items():

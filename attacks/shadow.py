@@ -106,6 +106,14 @@ class ShadowRun:
       return ModelRows(pop_MxZxT, models), pop_mask_ZxT
     return self._once("population", lambda: population_files.load_population(self.run_dir, mmap=True))
 
+  def top1(self):
+    """top1.npy [M, N, T] bool (memory-mapped; this run's models' rows): whether each model's top-1 token at a
+    position is the canary's."""
+    if self._parent is not None:
+      parent, models = self._parent
+      return ModelRows(parent.top1(), models)
+    return self._once("top1", lambda: _top1(self.run_dir, self.loss_MxNxT.shape))
+
   def base_losses(self):
     """The canaries' per-token losses on the base model [N, T] (base_losses.npy of a fine-tuning run)."""
     if self._parent is not None:
@@ -113,12 +121,12 @@ class ShadowRun:
     return self._once("base", lambda: _base_losses(self.run_dir, self.loss_MxNxT.shape[1:]))
 
   def prepare(self, attacks):
-    """Read every input the attacks need ("texts", "moments", "population", "base") now: a missing file is named, with the
-    attack that needs it, before any scoring."""
+    """Read every input the attacks need ("texts", "moments", "population", "base", "top1") now: a missing file is
+    named, with the attack that needs it, before any scoring."""
     for attack in attacks:
       for need in attack.needs:
         load = {"texts": self.texts, "moments": self.moments, "population": self.population,
-                "base": self.base_losses}[need]
+                "base": self.base_losses, "top1": self.top1}[need]
         if need == "population":  # its own message says how to make the population
           load()
           continue
@@ -180,6 +188,20 @@ def _moments(run_dir, shape):
       raise InputError(f"{path}: shape {list(array.shape)} does not match losses.npy {list(shape)}")
     out.append(array)
   return out
+
+
+def _top1(run_dir, shape):
+  """top1.npy [M, N, T] bool of the run (memory-mapped), shape- and dtype-checked."""
+  path = os.path.join(run_dir, run_folder.names.TOP1)
+  if not os.path.exists(path):
+    raise MissingFileError(f"{path}: the models' top-1 correctness per token, which train_shadows writes beside "
+                           "losses.npy from the same forward pass; this run has none (made before the file existed: "
+                           f"python -m experiments.train_shadows --run_dir={run_dir} adds it from the groups' "
+                           "checkpoints; or not made by train_shadows)")
+  array = run_folder.load_npy(path, mmap=True)
+  if array.shape != tuple(shape) or array.dtype != bool:
+    raise InputError(f"{path}: {array.dtype} {list(array.shape)}, expected bool {list(shape)} as losses.npy")
+  return array
 
 
 def _base_losses(run_dir, shape):

@@ -4,8 +4,8 @@
   python benchmarks/neox_forward.py --sizes tiny --reps 2 --out /tmp/n.json   # smoke test
 
 Two jobs, each timed for both frameworks on the same random weights and tokens:
-  * extraction: forward pass + per-token (loss, mu, sigma) (models.token_loss.token_statistics; in torch the same
-    log_softmax / gather / p * logp sums under inference_mode);
+  * extraction: forward pass + per-token (loss, mu, sigma, top1) (models.token_loss.token_statistics; in torch
+    the same log_softmax / gather / p * logp sums / argmax under inference_mode);
   * fine-tuning: one AdamW step (training.trainer.make_step with G = 1 stacked copy; in torch forward,
     cross-entropy, backward, optimizer.step) on BOS-shifted inputs scoring all T positions.
 After one warm-up (compile) call of each, Flax and torch alternate for --reps rounds (an untimed call, then a
@@ -61,7 +61,8 @@ def torch_statistics(logits_BxTxV, targets_BxT):
   p_BxTxV = logp_BxTxV.exp()
   mu_BxT = (p_BxTxV * logp_BxTxV).sum(-1)
   var_BxT = (p_BxTxV * (logp_BxTxV - mu_BxT[..., None]).square()).sum(-1)
-  return loss_BxT, mu_BxT, var_BxT.clamp_min(0).sqrt()
+  top1_BxT = logits_BxTxV.argmax(-1) == targets_BxT
+  return loss_BxT, mu_BxT, var_BxT.clamp_min(0).sqrt(), top1_BxT
 
 
 def interleaved(fns, reps):
@@ -104,9 +105,9 @@ def bench_extract(model, params, hf, batch, T, reps):
     with torch.inference_mode():
       return torch_statistics(hf(tx).logits, ty)
 
-  diffs = [float(np.abs(np.asarray(a) - b.numpy()).max()) for a, b in zip(flax(), pytorch())]
+  diffs = [float(np.abs(np.asarray(a, np.float64) - b.numpy()).max()) for a, b in zip(flax(), pytorch())]
   times = interleaved(dict(flax=flax, torch=pytorch), reps)
-  return dict(batch=batch, T=T, max_abs_diff=dict(zip(("loss", "mu", "sigma"), diffs)),
+  return dict(batch=batch, T=T, max_abs_diff=dict(zip(("loss", "mu", "sigma", "top1"), diffs)),
               **{k: summary(v, batch * T) for k, v in times.items()})
 
 

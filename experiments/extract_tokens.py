@@ -3,13 +3,13 @@
 python -m experiments.extract_tokens --model=RUN_DIR/base_model --texts=texts.jsonl --out_dir=DIR
 --model is a Hugging Face GPT-NeoX folder or hub id; --texts a JSONL file of {"text": ...} rows or a plain text
 file (one text per line). Writes token_ids.npy [N, T] int32, mask.npy [N, T] bool (the attention mask: True at every
-token), lp.npy, mu.npy, sigma.npy [N, T] float32 (lp = ln p(t_i | t_<i); position 0 and padding are NaN) and
-texts.json.
+token), lp.npy, mu.npy, sigma.npy [N, T] float32 (lp = ln p(t_i | t_<i); position 0 and padding are NaN), top1.npy [N, T]
+bool (the model's top-1 token is t_i; False where lp is NaN) and texts.json.
 
 python -m experiments.extract_tokens --run_arrays --model=M0,M1,... --texts=canaries.jsonl --out_dir=RUN [--keep=K.npy]
 writes run-folder arrays instead: losses.npy [M, N, T] float32 (-lp, one row per model), mask.npy [N, T] bool (True
-only where a loss is scored: position 0 and padding are False), canaries.npy, config.json, and with --keep the
-membership matrix keep.npy [M, N]: a run folder for `experiments.evaluate`, or target losses for an attack.
+only where a loss is scored: position 0 and padding are False), top1.npy [M, N, T], canaries.npy, config.json, and
+with --keep the membership matrix keep.npy [M, N]: a run folder for `experiments.evaluate`, or target losses for an attack.
 """
 
 import os
@@ -75,19 +75,20 @@ def main(argv):
   tokenizer = data_lib.load_tokenizer(FLAGS.tokenizer or FLAGS.model[0])  # before the (possibly long) model load
   ids_NxT, mask_NxT = per_token.encode_batch(tokenizer, texts, FLAGS.max_length)
   out = FLAGS.out_dir
-  lp_MxNxT = []
+  lp_MxNxT, top1_MxNxT = [], []
   for name in tqdm(FLAGS.model, desc="models", unit="model", disable=not FLAGS.progress or len(FLAGS.model) == 1):
     module = hf_convert.from_pretrained(name, dtype=FLAGS.dtype)
     if ids_NxT.max() >= module.config.vocab_size:
       raise InputError(f"the tokenizer gives id {ids_NxT.max()} but {name} embeds {module.config.vocab_size}")
-    lp, mu, sigma = per_token.causal_lm_statistics(module, ids_NxT, mask_NxT, FLAGS.batch_size)
+    lp, mu, sigma, top1 = per_token.causal_lm_statistics(module, ids_NxT, mask_NxT, FLAGS.batch_size)
     lp_MxNxT.append(lp)
+    top1_MxNxT.append(top1)
   if not FLAGS.run_arrays:
     for name, array in ((names.TOKEN_IDS, ids_NxT), (names.MASK, mask_NxT), (names.FEATURE_FILES["lp"], lp),
-                        (names.MU, mu), (names.SIGMA, sigma)):
+                        (names.MU, mu), (names.SIGMA, sigma), (names.TOP1, top1)):
       run_folder.save_npy(os.path.join(out, name), array)
     run_folder.save_json(os.path.join(out, names.TEXTS), {"model": FLAGS.model[0], "texts": texts})
-    print(f"{len(texts)} texts, up to {ids_NxT.shape[1]} tokens: lp, mu, sigma written to {out}")
+    print(f"{len(texts)} texts, up to {ids_NxT.shape[1]} tokens: lp, mu, sigma, top1 written to {out}")
     return
   scored_NxT = np.isfinite(lp_MxNxT[0])  # position 0 and padding are NaN: not scored
   loss_MxNxT = -np.stack(lp_MxNxT).astype(np.float32)  # NaN where not scored
@@ -95,7 +96,7 @@ def main(argv):
             "tokenizer": FLAGS.tokenizer or FLAGS.model[0], "max_length": FLAGS.max_length, "dtype": FLAGS.dtype}
   # Without --keep a replaced run's keep.npy is removed: it would claim a membership of the new losses.
   run_folder.save_run(out, {names.CANARIES: ids_NxT, names.MASK: scored_NxT, names.KEEP: keep_MxN,
-                            names.LOSSES: loss_MxNxT}, config)
+                            names.TOP1: np.stack(top1_MxNxT), names.LOSSES: loss_MxNxT}, config)
   M, N, T = loss_MxNxT.shape
   print(f"{N} texts, up to {T} tokens, {M} model(s): losses.npy [M, N, T], mask.npy (scored positions)"
         f"{', keep.npy' if keep_MxN is not None else ''} written to {out}")

@@ -52,8 +52,11 @@ class ModelRows:
     self.ndim, self.dtype = 3, loss_MxNxT.dtype
 
   def __getitem__(self, key):
+    """[:, canaries] (a block of every model's rows), or [m] (model m's [N, T])."""
+    if isinstance(key, (int, np.integer)):
+      return self.array[int(self.models[key])]
     if not (isinstance(key, tuple) and len(key) == 2 and isinstance(key[0], slice) and key[0] == slice(None)):
-      raise IndexError("ModelRows is indexed as [:, canaries]")
+      raise IndexError("ModelRows is indexed as [:, canaries] or [m]")
     return np.asarray(self.array[:, key[1]])[self.models]
 
 

@@ -19,7 +19,8 @@ def lm_loss(module, tokens_BxT, bos_id, key):
 
 
 def lm_statistics(module, tokens_BxT, bos_id):
-  """(loss, mu, sigma) [B, T] of a causal LM: the loss and the moments of ln p over the vocabulary."""
+  """(loss, mu, sigma, top1) [B, T] of a causal LM: the loss, the moments of ln p over the vocabulary, and whether
+  the top-1 token is the true one."""
   return token_loss.sequence_statistics(lambda x, m: module(x, attention_mask=m), tokens_BxT, bos_id=bos_id)
 
 
@@ -33,7 +34,7 @@ def image_statistics(module, images_BxHxWxC, bos_id):
   return (image_loss(module, images_BxHxWxC, bos_id, None),)
 
 
-LM_STATS = ("mu", "sigma")  # what an LM's statistics() returns beside the loss
+LM_STATS = ("mu", "sigma", "top1")  # what an LM's statistics() returns beside the loss
 
 
 @dataclasses.dataclass(frozen=True)

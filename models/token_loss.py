@@ -1,11 +1,13 @@
-"""Per-token loss of a model family: -ln p(target), and mean / std of log-probabilities over the vocabulary.
+"""Per-token loss of a model family: -ln p(target), the mean / std of log-probabilities over the vocabulary, and
+whether the model's top-1 token is the target.
 
 The functions a family's loss and statistics are built from (models.functional_model, models.lstm); extracting
 these arrays from trained models in batches is training.per_token's.
 
 mu_i = sum_v p_v ln p_v and sigma_i^2 = sum_v p_v (ln p_v - mu_i)^2 at each position (Min-K%++, Zhang et al. 2024;
 docs/conventions.md, "Per-token statistics"), so the pretraining-data attacks can be recomputed from stored arrays
-without the model.
+without the model. top1_i = [argmax_v logits_v = target] (the first index on ties, as jnp.argmax and
+torch.argmax give it) is what EZ-MIA's error zone reads (the positions where it is False).
 
 The loss -ln p_t is computed without cancellation. With logits z shifted by their maximum (z <= 0) and
 r = sum_{v != t} exp(z_v), the loss is ln(exp(z_t) + r) - z_t = log1p(r + expm1(z_t)) - z_t. A memorised token is
@@ -140,7 +142,8 @@ _chunked_loss.defvjp(_chunked_fwd, _chunked_bwd)
 
 
 def token_statistics(logits_BxTxV, targets_BxT):
-  """(loss, mu, sigma), each [B, T] float32: -ln p(target), and the moments of ln p under p, from float32 logits.
+  """(loss, mu, sigma, top1), each [B, T]: -ln p(target) and the moments of ln p under p (float32, from float32
+  logits), and top1 (bool): the logits' argmax is the target.
 
   With z = logits - max and e = exp(z), s = sum e: ln p = z - ln s, so mu = E_p[z] - ln s and sigma^2 =
   E_p[(z - E_p[z])^2], where E_p[f] = sum(e f) / s. This never forms ln p or p over the vocabulary (measured
@@ -152,7 +155,8 @@ def token_statistics(logits_BxTxV, targets_BxT):
   log_s_BxT = jnp.log(s_BxT)
   mean_z_BxT = jnp.sum(e_BxTxV * z_BxTxV, axis=-1) / s_BxT
   var_BxT = jnp.sum(e_BxTxV * jnp.square(z_BxTxV - mean_z_BxT[..., None]), axis=-1) / s_BxT
-  return loss_BxT, mean_z_BxT - log_s_BxT, jnp.sqrt(var_BxT)
+  top1_BxT = jnp.argmax(z_BxTxV, axis=-1) == targets_BxT
+  return loss_BxT, mean_z_BxT - log_s_BxT, jnp.sqrt(var_BxT), top1_BxT
 
 
 def with_bos(tokens_BxT, bos_id):
@@ -162,11 +166,13 @@ def with_bos(tokens_BxT, bos_id):
 
 
 def sequence_statistics(apply_fn, tokens_BxT, mask_BxT=None, bos_id=None):
-  """(loss, mu, sigma) [B, T] for a batch of sequences under `apply_fn(inputs_BxT, mask_BxT) -> logits_BxTxV`.
+  """(loss, mu, sigma, top1) [B, T] for a batch of sequences under `apply_fn(inputs_BxT, mask_BxT) ->
+  logits_BxTxV` (token_statistics).
 
   With `bos_id`, a BOS token is prepended and all T positions are scored (the shadow-model convention). Without
   it, position t >= 1 is scored from tokens < t and position 0, which nothing predicts, is NaN (the
-  pretraining-data convention: the first token is never scored). Padded positions (mask 0) are NaN too.
+  pretraining-data convention: the first token is never scored). Padded positions (mask 0) are NaN too, and False
+  in top1.
   """
   tokens_BxT = jnp.asarray(tokens_BxT)
   if bos_id is not None:
@@ -182,4 +188,4 @@ def sequence_statistics(apply_fn, tokens_BxT, mask_BxT=None, bos_id=None):
     scored_BxT = jnp.arange(tokens_BxT.shape[1])[None] >= 1
   if mask_BxT is not None:
     scored_BxT = scored_BxT & (jnp.asarray(mask_BxT) > 0)
-  return tuple(jnp.where(scored_BxT, s, jnp.nan) for s in stats)
+  return tuple(jnp.where(scored_BxT, s, False if s.dtype == jnp.bool_ else jnp.nan) for s in stats)

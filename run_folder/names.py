@@ -7,9 +7,12 @@ RUN_DIR/keep.npy         membership [M, N] bool
 RUN_DIR/mask.npy         scored positions [N, T] bool (optional)
 RUN_DIR/config.json      the config that wrote the run
 RUN_DIR/mu.npy, sigma.npy  a language model's per-token extras [M, N, T] (stat_file)
+RUN_DIR/top1.npy         [M, N, T] bool: the model's top-1 token at that position is the canary's (stat_file)
 RUN_DIR/canaries.npy, tokenizer.json, texts.json  the canaries (token ids or images), their tokenizer, their texts
 RUN_DIR/population.npy, population_losses.npy [M, Z, T], population_mask.npy [Z, T]  RMIA's population
+RUN_DIR/population_top1.npy [M, Z, T] bool: top-1 correctness on the population
 RUN_DIR/base_model/      a fine-tuned run's base model (a Hugging Face folder)
+RUN_DIR/base_losses.npy, base_top1.npy [N, T]  the canaries on that base model
 RUN_DIR/population_overwrite/  a replacement population while experiments.population_losses --overwrite builds it
                          (run_folder.staging: links to the run's files beside the new population's)
 
@@ -17,8 +20,9 @@ A shadow run keeps each group's files (training/pipeline.py writes them, trainin
 training/shadow_model.py read them):
 RUN_DIR/checkpoints/group_GGGG  orbax checkpoint of group G's parameters
 RUN_DIR/losses/group_GGGG.npy   its canary losses [G, N, T], written last: the group is done when it exists
-RUN_DIR/losses/group_GGGG_<stat>.npy  a language model's per-token extras (mu, sigma) beside them
+RUN_DIR/losses/group_GGGG_<stat>.npy  a language model's per-token extras (mu, sigma, top1) beside them
 RUN_DIR/losses/group_GGGG_population.npy  its losses of RMIA's population [G, Z, T] (training/population.py)
+RUN_DIR/losses/group_GGGG_population_top1.npy  its top-1 correctness on the population [G, Z, T]
 """
 
 import os
@@ -33,11 +37,14 @@ TOKENIZER = "tokenizer.json"
 TEXTS = "texts.json"
 MU = "mu.npy"
 SIGMA = "sigma.npy"
+TOP1 = "top1.npy"
 POPULATION = "population.npy"
 POPULATION_LOSSES = "population_losses.npy"
 POPULATION_MASK = "population_mask.npy"
+POPULATION_TOP1 = "population_top1.npy"
 BASE_MODEL_DIR = "base_model"
 BASE_LOSSES = "base_losses.npy"  # [N, T] the canaries' per-token losses on the base model (fine-tuning runs)
+BASE_TOP1 = "base_top1.npy"  # [N, T] bool: the base model's top-1 token is the canary's
 POPULATION_STAGING_DIR = "population_overwrite"  # population_losses --overwrite's new population, until swapped in
 
 RUN_FILES = (LOSSES, KEEP, MASK, CONFIG)  # a folder holding any of them holds a run
@@ -53,7 +60,7 @@ MODEL_WEIGHTS_INDEX = "model.safetensors.index.json"
 
 # ---- a features folder (attacks/feature_folder.py), every file by its short name ----
 FEATURE_FILES = {
-    "lp": "lp.npy", "mu": MU, "sigma": SIGMA, "ids": "ids.npy", "mask": MASK,
+    "lp": "lp.npy", "mu": MU, "sigma": SIGMA, "top1": TOP1, "ref_top1": "ref_top1.npy", "ids": "ids.npy", "mask": MASK,
     "labels": "labels.npy", "source_index": "source_index.npy", "texts": TEXTS,
     "cond_lp_shots": "cond_lp_shots.npy", "cond_lp_member": "cond_lp_member.npy",
     "cond_lp_ensemble": "cond_lp_ensemble.npy", "pair_lp": "pair_lp.npy", "ref_lp": "ref_lp.npy",
@@ -107,9 +114,10 @@ def stat_path(losses_path, stat):
   return losses_path[:-len(".npy")] + f"_{stat}.npy"
 
 
-def population_group_path(losses_path):
-  """A group's population losses, beside its canary losses file."""
-  return stat_path(losses_path, "population")
+def population_group_path(losses_path, stat=None):
+  """A group's population losses (or, with `stat`, its per-token extra on the population: "top1"), beside its
+  canary losses file."""
+  return stat_path(losses_path, "population" if stat is None else f"population_{stat}")
 
 
 def group_index(file_name):

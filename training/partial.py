@@ -6,11 +6,12 @@ models are still a complete experiment: their losses [K, N, T] and membership ke
 with that membership would have produced. Membership was drawn for M models (each canary IN for exactly M/2 of
 them), so among the first K a canary's IN count varies around K/2; the leave-one-out evaluation handles unequal
 counts, and a canary the K models leave with no IN or no OUT model is refused there by name. RMIA's population
-losses (losses/group_GGGG_population.npy) are stacked the same way, beside a copy of population.npy. A folder
+losses (losses/group_GGGG_population.npy) and top-1 correctness are stacked the same way, beside a copy of
+population.npy. A folder
 with losses.npy and no group files (another partial run) gives the first K rows of its stacked arrays instead.
 
 Canaries can be dropped as well (drop_canaries: their indices in the source run): every per-canary array (losses,
-keep, the family's statistics, canaries.npy, mask.npy) loses those rows of its canary axis, and config.json records
+keep, the family's statistics, canaries.npy, mask.npy, a fine-tuned run's base_losses.npy and base_top1.npy) loses those rows of its canary axis, and config.json records
 the dropped indices, so a question such as "do these canaries cause that ranking?" is answered by evaluating the rest.
 """
 
@@ -24,7 +25,9 @@ import run_folder
 from training import population
 
 COPIED = (run_folder.names.TOKENIZER, run_folder.names.POPULATION)  # depend on neither the models nor the canaries
-PER_CANARY = (run_folder.names.CANARIES, run_folder.names.MASK)  # [N, ...]: copied without the dropped canaries
+# [N, ...]: copied without the dropped canaries
+PER_CANARY = (run_folder.names.CANARIES, run_folder.names.MASK, run_folder.names.BASE_LOSSES,
+              run_folder.names.BASE_TOP1)
 MIN_MODELS = 6  # the balanced leave-one-out evaluation: every canary IN for 3 models and OUT for 3
 
 
@@ -105,6 +108,7 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
     expected = [M]
     stat_files = {stat: [os.path.join(run_dir, run_folder.names.stat_file(stat))] for stat in stored_statistics(config)}
     population_parts = [os.path.join(run_dir, run_folder.names.POPULATION_LOSSES)]
+    population_top1_parts = [os.path.join(run_dir, run_folder.names.POPULATION_TOP1)]
   else:
     groups = [ids for _, ids in run_folder.groups(M, G) if ids[0] < K]
     if groups[-1][-1] + 1 != K:
@@ -118,6 +122,7 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
     expected = [len(ids) for ids in groups]
     stat_files = {stat: [run_folder.stat_path(p, stat) for p in parts] for stat in stored_statistics(config)}
     population_parts = [population.group_path(p) for p in parts]  # RMIA's population, when the run has one
+    population_top1_parts = [run_folder.names.population_group_path(p, "top1") for p in parts]
   if not os.path.exists(keep_path):
     raise MissingFileError(f"{keep_path} does not exist")
   keep_MxN = run_folder.load_npy(keep_path)
@@ -147,8 +152,10 @@ def write_partial_run(run_dir, out_dir, num_models=None, drop_canaries=()):
   for stat, stat_parts in stat_files.items():  # the family's extras, as assemble() writes them
     if all(os.path.exists(p) for p in stat_parts):
       save(run_folder.names.stat_file(stat), stack(stat_parts), canary_axis=1)
-  if all(os.path.exists(p) for p in population_parts):
-    save(run_folder.names.POPULATION_LOSSES, stack(population_parts))
+  for name, population_files in ((run_folder.names.POPULATION_LOSSES, population_parts),
+                                  (run_folder.names.POPULATION_TOP1, population_top1_parts)):
+    if all(os.path.exists(p) for p in population_files):
+      save(name, stack(population_files))
   for name in PER_CANARY:
     if os.path.exists(os.path.join(run_dir, name)):
       save(name, run_folder.load_npy(os.path.join(run_dir, name)), canary_axis=0)

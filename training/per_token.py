@@ -17,10 +17,12 @@ from models.token_loss import sequence_statistics
 
 def batched(fn, arrays, batch_size, axis=0):
   """Apply `fn(*batch) -> tuple of arrays` to chunks of the arrays' leading axis; the outputs, concatenated along
-  `axis` (where their batch dimension is: 1 for per-model stacks [G, B, ...]), as numpy float32."""
+  `axis` (where their batch dimension is: 1 for per-model stacks [G, B, ...]), as numpy float32 (bool outputs, such
+  as top1, stay bool)."""
   n = len(arrays[0])
   parts = [jax.device_get(fn(*(a[i:i + batch_size] for a in arrays))) for i in range(0, n, batch_size)]
-  return tuple(np.concatenate([p[k] for p in parts], axis=axis).astype(np.float32) for k in range(len(parts[0])))
+  out = (np.concatenate([p[k] for p in parts], axis=axis) for k in range(len(parts[0])))
+  return tuple(a if a.dtype == bool else a.astype(np.float32) for a in out)
 
 
 def encode_batch(tokenizer, texts, max_length):
@@ -53,13 +55,13 @@ def padded_batches(fn, arrays, batch_size):
 def _lm_statistics(graphdef, state, tokens_BxT, mask_BxT, bos_id):
   from flax import nnx
   apply_fn = lambda x, m: nnx.merge(graphdef, state)(x, attention_mask=m)  # noqa: E731
-  loss, mu, sigma = sequence_statistics(apply_fn, tokens_BxT, mask_BxT, bos_id)
-  return -loss, mu, sigma
+  loss, mu, sigma, top1 = sequence_statistics(apply_fn, tokens_BxT, mask_BxT, bos_id)
+  return -loss, mu, sigma, top1
 
 
 def causal_lm_statistics(module, tokens_BxT, mask_BxT, batch_size=16, bos_id=None):
-  """(lp, mu, sigma) [B, T] float32 of an NNX causal LM on token ids: lp = ln p(t_i | t_<i); position 0 and
-  padding are NaN (the pretraining-data attacks' convention, docs/conventions.md, "Pretraining-data attacks").
+  """(lp, mu, sigma, top1) [B, T] of an NNX causal LM on token ids: lp = ln p(t_i | t_<i) (float32) and top1 =
+  the model's top-1 token there is t_i (bool), from the same forward pass; position 0 and padding are NaN (False) (the pretraining-data attacks' convention, docs/conventions.md, "Pretraining-data attacks").
   With bos_id (a shadow run's models, which read BOS first) position 0 is scored too, as ln p(t_0 | BOS).
 
   The parameters are an argument of the jitted function (not constants folded into it) and the last batch is

@@ -265,20 +265,38 @@ def restore_checkpoint(ckpt, target):
     return _checkpointer().restore(ckpt, target)
 
 
+def _population_files(data, model, losses_path):
+  """A group's population files when the run has a population: its losses, and top-1 correctness where the family
+  has it."""
+  if data.population_ZxT is None:
+    return []
+  paths = [population_lib.group_path(losses_path)]
+  if "top1" in model.stat_names:
+    paths.append(run_folder.names.population_group_path(losses_path, "top1"))
+  return paths
+
+
+def _missing(paths):
+  return [p for p in paths if not os.path.exists(p)]
+
+
 def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True, dp=None):
-  """Train (or restore) one group, checkpoint it, and write its population losses [G, Z, T] (with a population), the
-  family's stats and its canary losses [G, N, T], that last. A finished group (its canary losses written) that lacks
-  its population losses is only restored from its checkpoint and scored on the population.
+  """Train (or restore) one group, checkpoint it, and write its population losses [G, Z, T] and top-1 correctness
+  (with a population), the family's stats and its canary losses [G, N, T], that last. A finished group (its canary
+  losses written) that lacks some of these files (its population's, or a statistic written by a later version:
+  top1) is only restored from its checkpoint and scored for them; the files it has are kept.
   dp: the run's DP-SGD settings (dp_setup)."""
   ckpt, losses_path = run_folder.group_paths(run_dir, g)
   finished = os.path.exists(losses_path)
+  stat_paths = [run_folder.stat_path(losses_path, stat) for stat in model.stat_names]
   # the group's params, shard by shard on the devices it is scored on (the first local one without a mesh)
   target = nnx.to_pure_dict(trainer.abstract_stack(model, len(model_ids), mesh))
   if os.path.exists(ckpt):  # trained before a kill that came before its losses were written
     params = restore_checkpoint(ckpt, target)
   elif finished:
+    missing = [os.path.relpath(p, run_dir) for p in _missing(stat_paths + _population_files(data, model, losses_path))]
     raise MissingFileError(f"{ckpt} does not exist: group {g} (models {model_ids[0]}-{model_ids[-1]}) is finished but "
-                           "its checkpoint is gone, so its population losses cannot be computed")
+                           f"its checkpoint is gone, so {', '.join(missing)} cannot be computed")
   else:
     tcfg = trainer.TrainConfig(cfg.train.epochs, cfg.train.batch_size, cfg.train.learning_rate,
                                cfg.train.weight_decay, run_config.model_seed(cfg), dp, run_config.compute_dtype(cfg))
@@ -295,43 +313,57 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
   if progress and batch_size < eval_batch:
     print(f"group {g}: per-token extraction in batches of {batch_size} sequences (train.eval_batch_size = "
           f"{eval_batch}: the group's logits over the vocabulary would not fit the device's memory)", flush=True)
-  population_path = population_lib.group_path(losses_path)
-  if data.population_ZxT is not None and not os.path.exists(population_path):
-    # the canaries' per-token loss function, on the population (the stats it also returns are not kept)
-    loss_GxZxT = trainer.canary_statistics(model, state, data.population_ZxT, bos_id=data.bos_id,
-                                           batch_size=batch_size, mesh=mesh)[0]
-    run_folder.save_npy(population_path, loss_GxZxT)
-  if finished:
+  population_paths = _population_files(data, model, losses_path)
+  if _missing(population_paths):
+    # the canaries' per-token functions, on the population: its losses, and top1 where the family has it
+    loss_GxZxT, *stats = trainer.canary_statistics(model, state, data.population_ZxT, bos_id=data.bos_id,
+                                                   batch_size=batch_size, mesh=mesh)
+    top1 = dict(zip(model.stat_names, stats)).get("top1")
+    for path, array_GxZxT in zip(population_paths, (loss_GxZxT, top1)):
+      if array_GxZxT is not None and not os.path.exists(path):
+        run_folder.save_npy(path, array_GxZxT)
+  if finished and not _missing(stat_paths):
     return run_folder.load_npy(losses_path)
   loss_GxNxT, *stats = trainer.canary_statistics(model, state, data.canaries_NxT, bos_id=data.bos_id,
                                                  batch_size=batch_size, mesh=mesh)
-  for stat, array_GxNxT in zip(model.stat_names, stats):
-    run_folder.save_npy(run_folder.stat_path(losses_path, stat), array_GxNxT)
+  for path, array_GxNxT in zip(stat_paths, stats):
+    if not (finished and os.path.exists(path)):
+      run_folder.save_npy(path, array_GxNxT)
+  if finished:  # its losses stay as they were written
+    return run_folder.load_npy(losses_path)
   run_folder.save_npy(losses_path, loss_GxNxT)
   return loss_GxNxT
 
 
 def write_base_losses(cfg, run_dir, data, model, mesh=None):
-  """RUN_DIR/base_losses.npy [N, T]: the canaries' per-token losses on the base model every copy is fine-tuned from
-  (what WBC compares each fine-tuned model with, window by window), once; nothing for families trained from
-  scratch."""
-  path = os.path.join(run_dir, run_folder.names.BASE_LOSSES)
-  if model.pretrained is None or os.path.exists(path):
+  """RUN_DIR/base_losses.npy and base_top1.npy [N, T]: the canaries' per-token losses on the base model every copy is
+  fine-tuned from (what WBC and EZ-MIA compare each fine-tuned model with) and its top-1 correctness, once each;
+  nothing for families trained from scratch, or when both files exist."""
+  paths = [os.path.join(run_dir, n) for n in (run_folder.names.BASE_LOSSES, run_folder.names.BASE_TOP1)]
+  if model.pretrained is None or not _missing(paths):
     return
   base = trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 1), mesh)  # the base, as a stack of one
-  loss_1xNxT = trainer.canary_statistics(model, base, data.canaries_NxT, bos_id=data.bos_id,
-                                         batch_size=group_plan.extraction_batch(
-                                             model, 1, data.canaries_NxT.shape[1:],
-                                             cfg.train.get("eval_batch_size", 256), mesh), mesh=mesh)[0]
-  run_folder.save_npy(path, np.asarray(loss_1xNxT[0]))
+  loss_1xNxT, *stats = trainer.canary_statistics(model, base, data.canaries_NxT, bos_id=data.bos_id,
+                                                 batch_size=group_plan.extraction_batch(
+                                                     model, 1, data.canaries_NxT.shape[1:],
+                                                     cfg.train.get("eval_batch_size", 256), mesh), mesh=mesh)
+  arrays = (loss_1xNxT, dict(zip(model.stat_names, stats)).get("top1"))
+  for path, array_1xNxT in zip(paths, arrays):
+    if array_1xNxT is not None and not os.path.exists(path):
+      run_folder.save_npy(path, np.asarray(array_1xNxT[0]))
 
 
 def group_done(cfg, run_dir, g):
-  """Whether group g is finished: its canary losses exist, and its population losses when the run has a
-  population."""
+  """Whether group g is finished: its canary losses and the family's statistics (mu, sigma, top1) exist, and its
+  population losses and top-1 correctness when the run has a population."""
   losses_path = run_folder.group_paths(run_dir, g)[1]
-  return os.path.exists(losses_path) and (population_lib.settings(cfg)[0] == 0 or
-                                          os.path.exists(population_lib.group_path(losses_path)))
+  stat_names = family(cfg).stat_names
+  paths = [losses_path] + [run_folder.stat_path(losses_path, stat) for stat in stat_names]
+  if population_lib.settings(cfg)[0]:
+    paths.append(population_lib.group_path(losses_path))
+    if "top1" in stat_names:
+      paths.append(run_folder.names.population_group_path(losses_path, "top1"))
+  return not _missing(paths)
 
 
 def _stack(run_dir, name, parts):
@@ -372,6 +404,9 @@ def assemble(cfg, run_dir):
     if not all(os.path.exists(p) for p in population_parts):
       return False
     _stack(run_dir, run_folder.names.POPULATION_LOSSES, population_parts)
+    top1_parts = [run_folder.names.population_group_path(p, "top1") for p in parts]
+    if "top1" in family(cfg).stat_names and all(os.path.exists(p) for p in top1_parts):
+      _stack(run_dir, run_folder.names.POPULATION_TOP1, top1_parts)
   return True
 
 
@@ -421,7 +456,7 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   dp = dp_setup(cfg, run_dir, data)
   if group_plan.planned(cfg.shadow.group_size):  # planned once, before the first group; a resume keeps the record
     cfg = plan_group_size(cfg, run_dir, data, model, dp, mesh, process_id, log_groups)
-  if process_id == 0 and not is_finished(cfg, run_dir):  # a finished run's folder is left untouched (read-only)
+  if process_id == 0:  # only what is missing: a finished run's folder is left untouched (read-only)
     write_base_losses(cfg, run_dir, data, model, mesh)
   if log_groups and dp is not None:
     record = run_folder.load_config(run_dir)["accountant"]
@@ -430,11 +465,12 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
           "(each model's in config.json)", flush=True)
   mine = groups_of(cfg, process_id, num_processes)
   todo = [(g, ids) for g, ids in mine if not group_done(cfg, run_dir, g)]
-  rescore = sum(os.path.exists(run_folder.group_paths(run_dir, g)[1]) for g, _ in todo)  # trained, no population
+  rescore = sum(os.path.exists(run_folder.group_paths(run_dir, g)[1]) for g, _ in todo)  # trained, files missing
   done = len(mine) - len(todo)
   if log_groups and (done or rescore):
     print(f"resuming {run_dir}: {done} of {len(mine)} group(s) already finished, {len(todo) - rescore} to train"
-          + (f", {rescore} trained before the population to score on it" if rescore else ""), flush=True)
+          + (f", {rescore} trained before to score from their checkpoints for the files they lack (population, "
+             "top1)" if rescore else ""), flush=True)
   for i, (g, ids) in enumerate(todo):
     preemption.check()
     t0 = time.perf_counter()

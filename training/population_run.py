@@ -48,8 +48,8 @@ def _population_files(config):
   """The run's files that hold its population, relative to the run folder (each group's losses of it included)."""
   shadow = config.get("shadow") or {}
   groups = run_folder.groups(shadow["num_models"], shadow["group_size"]) if "num_models" in shadow else []
-  return [names.population_group_path(names.group_losses_file(g)) for g, _ in groups] + [
-      names.POPULATION, names.POPULATION_LOSSES, names.POPULATION_MASK]
+  return [names.population_group_path(names.group_losses_file(g), stat) for g, _ in groups for stat in (None, "top1")
+          ] + [names.POPULATION, names.POPULATION_LOSSES, names.POPULATION_MASK, names.POPULATION_TOP1]
 
 
 def _staged(run_dir, config, size, source):
@@ -84,9 +84,9 @@ def _replace(run_dir, config, size, source, progress):
 
 def _remove_population(run_dir, config):
   """Delete a run's population files and its config.json block (--overwrite)."""
-  files = [population_lib.FILE, population_lib.LOSSES_FILE]
+  files = [population_lib.FILE, population_lib.LOSSES_FILE, names.POPULATION_TOP1]
   for g, _ in run_folder.groups(config["shadow"]["num_models"], config["shadow"]["group_size"]):
-    files.append(population_lib.group_path(run_folder.names.group_losses_file(g)))
+    files += [names.population_group_path(run_folder.names.group_losses_file(g), s) for s in (None, "top1")]
   run_folder.remove_files(run_dir, files)
   config = {k: v for k, v in config.items() if k != "population"}
   run_folder.save_config(run_dir, config)

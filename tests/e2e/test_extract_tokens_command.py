@@ -28,7 +28,9 @@ def test_extract_tokens_cli_on_the_base_checkpoint(tmp_path, pythia_run):
          f"--out_dir={out}", "--batch_size=2"]
   proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=600)
   assert proc.returncode == 0, proc.stderr[-3000:]
-  ids_BxT, mask_BxT, lp, mu, sigma = (np.load(out / f"{n}.npy") for n in ("token_ids", "mask", "lp", "mu", "sigma"))
+  ids_BxT, mask_BxT, lp, mu, sigma, top1 = (np.load(out / f"{n}.npy")
+                                             for n in ("token_ids", "mask", "lp", "mu", "sigma", "top1"))
+  assert top1.dtype == bool and not top1[:, 0].any() and not top1[~mask_BxT].any()
   assert json.loads((out / "texts.json").read_text())["texts"] == texts
   assert np.isnan(lp[:, 0]).all() and np.isnan(lp[~mask_BxT]).all()
   module = hf_convert.from_pretrained(base)
@@ -39,6 +41,7 @@ def test_extract_tokens_cli_on_the_base_checkpoint(tmp_path, pythia_run):
     for ours, ref in zip((-lp[b, 1:n], mu[b, 1:n], sigma[b, 1:n]), alone):
       # padded and unpadded rows have other shapes, so other reduction orders (~1e-6 of O(1-10) values): as above
       np.testing.assert_allclose(ours, ref[1:], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(top1[b, 1:n], alone[3][1:])  # the argmax of those logits
   torch = pytest.importorskip("torch")
   transformers = pytest.importorskip("transformers")
   hf = transformers.GPTNeoXForCausalLM.from_pretrained(base, attn_implementation="eager").eval()

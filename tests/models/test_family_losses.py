@@ -45,7 +45,7 @@ def train_and_score(model, vocab, lr, wd):
                                                  seed=2)
   cfg = trainer.TrainConfig(epochs=2, batch_size=4, learning_rate=lr, weight_decay=wd, seed=1)
   params, loss_G = trainer.train_group(model, examples_ExT, ids, [0, 1], cfg, bos_id=0, progress=False)
-  loss, mu, sigma = trainer.canary_statistics(model, params, canaries_NxT, bos_id=0)
+  loss, mu, sigma, _ = trainer.canary_statistics(model, params, canaries_NxT, bos_id=0)
   return dict(loss_G=loss_G, loss_GxNxT=loss[:, :2, :3], mu_GxT=mu[:, 0, :3], sigma_GxT=sigma[:, 0, :3])
 
 
@@ -71,6 +71,6 @@ def test_the_lm_family_loss_is_the_token_loss_of_the_logits():
     np.testing.assert_array_equal(model.loss(params, tokens_BxT, 0, key=jax.random.PRNGKey(1)), before)  # no dropout
     stats = model.statistics(params, tokens_BxT, 0)
     want = token_loss.sequence_statistics(lambda x, m: model.apply(params, x, m), tokens_BxT, bos_id=0)
-    assert len(stats) == 1 + len(model.stat_names) == 3
+    assert len(stats) == 1 + len(model.stat_names) == 4
     for a, b in zip(stats, want):
       np.testing.assert_array_equal(a, b)

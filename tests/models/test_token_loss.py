@@ -25,8 +25,15 @@ def test_token_statistics_equal_the_full_softmax_computation():
   logits_BxTxV[1, 2] = 0.0  # uniform: mu = -ln V, sigma = 0
   logits_BxTxV[1, 3, 4] = 60.0  # nearly one-hot: mu ~ 0, sigma ~ 0, finite
   targets_BxT = rng.integers(0, 37, (2, 5))
-  loss, mu, sigma = (np.asarray(a) for a in token_loss.token_statistics(jnp.asarray(logits_BxTxV),
-                                                                     jnp.asarray(targets_BxT)))
+  targets_BxT[0, 0] = int(np.argmax(logits_BxTxV[0, 0]))  # one position the model gets right
+  targets_BxT[1, 3] = 4
+  logits_BxTxV[0, 1, :2] = logits_BxTxV[0, 1].max() + 1.0  # a tie for the top: argmax takes the first index
+  targets_BxT[0, 1] = 1
+  loss, mu, sigma, top1 = (np.asarray(a) for a in token_loss.token_statistics(jnp.asarray(logits_BxTxV),
+                                                                           jnp.asarray(targets_BxT)))
+  # top-1 correctness from its definition: numpy's argmax (first index on ties) of the same logits
+  np.testing.assert_array_equal(top1, np.argmax(logits_BxTxV, axis=-1) == targets_BxT)
+  assert top1.dtype == bool and top1[0, 0] and top1[1, 3] and not top1[0, 1]
   for b in range(2):
     ref = numpy_stats(logits_BxTxV[b], targets_BxT[b])
     for ours, theirs in zip((loss[b], mu[b], sigma[b]), ref):
@@ -48,9 +55,11 @@ def fake_apply(inputs_BxT, mask_BxT):
 
 def test_sequence_statistics_with_bos_score_every_position():
   tokens_BxT = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 5, 3]])
-  loss, mu, sigma = (np.asarray(a) for a in token_loss.sequence_statistics(fake_apply, tokens_BxT, bos_id=0))
+  loss, mu, sigma, top1 = (np.asarray(a)
+                           for a in token_loss.sequence_statistics(fake_apply, tokens_BxT, bos_id=0))
   inputs_BxT = np.concatenate([np.zeros((2, 1), int), tokens_BxT[:, :-1]], axis=1)
   logits_BxTxV = np.asarray(fake_apply(jnp.asarray(inputs_BxT), None))
+  np.testing.assert_array_equal(top1, np.argmax(logits_BxTxV, axis=-1) == tokens_BxT)
   for b in range(2):
     for ours, theirs in zip((loss[b], mu[b], sigma[b]), numpy_stats(logits_BxTxV[b], tokens_BxT[b])):
       np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-5)  # logits < 17: 1e-6 rounding, as above
@@ -59,12 +68,16 @@ def test_sequence_statistics_with_bos_score_every_position():
 def test_sequence_statistics_without_bos_leave_the_first_token_and_padding_unscored():
   tokens_BxT = np.array([[3, 1, 4, 1, 5], [9, 2, 6, 0, 0]])
   mask_BxT = np.array([[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]])
-  loss, mu, sigma = (np.asarray(a)
-                     for a in token_loss.sequence_statistics(fake_apply, tokens_BxT, jnp.asarray(mask_BxT)))
+  loss, mu, sigma, top1 = (np.asarray(a)
+                           for a in token_loss.sequence_statistics(fake_apply, tokens_BxT, jnp.asarray(mask_BxT)))
   logits_BxTxV = np.asarray(fake_apply(jnp.asarray(tokens_BxT), None))
   for s in (loss, mu, sigma):
     assert np.isnan(s[:, 0]).all() and np.isnan(s[1, 3:]).all()
     assert np.isfinite(s[0, 1:]).all() and np.isfinite(s[1, 1:3]).all()
+  scored_BxT = np.isfinite(loss)
+  want_BxT = np.zeros_like(scored_BxT)  # position t >= 1 predicted from the logits at t - 1; False where unscored
+  want_BxT[:, 1:] = np.argmax(logits_BxTxV[:, :-1], axis=-1) == tokens_BxT[:, 1:]
+  np.testing.assert_array_equal(top1, want_BxT & scored_BxT)
   ref = numpy_stats(logits_BxTxV[0, :-1], tokens_BxT[0, 1:])
   for ours, theirs in zip((loss[0, 1:], mu[0, 1:], sigma[0, 1:]), ref):
     np.testing.assert_allclose(ours, theirs, rtol=2e-5, atol=2e-5)  # as above

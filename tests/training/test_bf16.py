@@ -117,9 +117,9 @@ def test_bfloat16_training_memorises_the_in_canaries(bf16_trained):
 def test_extraction_from_a_bfloat16_trained_model_is_the_float32_extraction(bf16_trained):
   model, params, canaries_NxT, _ = bf16_trained
   bf16 = model.with_compute_dtype("bfloat16")
-  loss, mu, sigma = trainer.canary_statistics(bf16, params, canaries_NxT, bos_id=0)
-  for a, b in zip((loss, mu, sigma), trainer.canary_statistics(model, params, canaries_NxT, bos_id=0)):
-    assert a.dtype == np.float32
+  loss, mu, sigma, top1 = trainer.canary_statistics(bf16, params, canaries_NxT, bos_id=0)
+  for a, b in zip((loss, mu, sigma, top1), trainer.canary_statistics(model, params, canaries_NxT, bos_id=0)):
+    assert a.dtype == (bool if a is top1 else np.float32)
     np.testing.assert_array_equal(a, b)  # whichever model it is handed, extraction runs the float32 one
   for m in range(4):
     one = jax.tree.map(lambda x: x[m], params)

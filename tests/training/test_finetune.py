@@ -66,7 +66,7 @@ def test_copies_fine_tuned_together_equal_copies_fine_tuned_one_by_one():
                          learning_rate=cfg.learning_rate, steps=cfg.epochs * -(-length // cfg.batch_size))
     stats_together = trainer.canary_statistics(model, jax.tree.map(lambda x: x[i:i + 1], together), canaries_NxT,
                                                bos_id=0)
-    for a, b in zip(stats_together, trainer.canary_statistics(model, alone, canaries_NxT, bos_id=0)):
-      np.testing.assert_allclose(a, b, **LOSS_TOL)
+    for a, b in zip(stats_together[:3], trainer.canary_statistics(model, alone, canaries_NxT, bos_id=0)[:3]):
+      np.testing.assert_allclose(a, b, **LOSS_TOL)  # loss, mu, sigma (top1 is bool)
   # different data orders and IN sets give different models
   assert not np.allclose(together["embed_in"]["embedding"][0], together["embed_in"]["embedding"][1])

@@ -29,6 +29,7 @@ def fake_run(path, M=8, G=2, N=5, T=3, finished=3, stats=True):
     np.save(os.path.join(path, "losses", f"group_{g:04d}.npy"), loss)
     if stats:
       np.save(os.path.join(path, "losses", f"group_{g:04d}_mu.npy"), loss + 1)
+      np.save(os.path.join(path, "losses", f"group_{g:04d}_top1.npy"), loss < 0.5)
     groups.append(loss)
   return keep, groups
 
@@ -40,6 +41,7 @@ def test_the_first_finished_groups_become_a_run(tmp_path):
   np.testing.assert_array_equal(np.load(f"{dst}/losses.npy"), np.concatenate(groups))
   np.testing.assert_array_equal(np.load(f"{dst}/keep.npy"), keep[:6])
   np.testing.assert_array_equal(np.load(f"{dst}/mu.npy"), np.concatenate(groups) + 1)
+  np.testing.assert_array_equal(np.load(f"{dst}/top1.npy"), np.concatenate(groups) < 0.5)
   np.testing.assert_array_equal(np.load(f"{dst}/canaries.npy"), np.load(f"{src}/canaries.npy"))
   assert not os.path.exists(f"{dst}/sigma.npy")  # no group has it
   with open(f"{dst}/config.json") as f:
@@ -89,9 +91,11 @@ def test_a_population_is_stacked_and_copied_too(tmp_path):
   pop = [rng.exponential(size=(2, 4, 3)).astype(np.float32) for _ in range(3)]
   for g, loss in enumerate(pop):
     np.save(os.path.join(src, "losses", f"group_{g:04d}_population.npy"), loss)
+    np.save(os.path.join(src, "losses", f"group_{g:04d}_population_top1.npy"), loss < 0.5)
   np.save(os.path.join(src, "population.npy"), rng.integers(0, 9, size=(4, 3)))
   partial.write_partial_run(src, dst)
   np.testing.assert_array_equal(np.load(f"{dst}/population_losses.npy"), np.concatenate(pop))
+  np.testing.assert_array_equal(np.load(f"{dst}/population_top1.npy"), np.concatenate(pop) < 0.5)
   np.testing.assert_array_equal(np.load(f"{dst}/population.npy"), np.load(f"{src}/population.npy"))
   assert run_folder.load_population(dst)[0].shape == (6, 4, 3)
   partial.write_partial_run(src, str(tmp_path / "dropped"), drop_canaries=[0, 3])  # the population is no canary
@@ -106,6 +110,9 @@ def test_dropped_canaries_leave_every_per_canary_array(tmp_path):
   rng = np.random.default_rng(2)
   mask = rng.random((6, 3)) < 0.7
   np.save(os.path.join(src, "mask.npy"), mask)
+  base_losses, base_top1 = rng.exponential(size=(6, 3)).astype(np.float32), rng.random((6, 3)) < 0.5
+  np.save(os.path.join(src, "base_losses.npy"), base_losses)  # a fine-tuning run's base model on the canaries
+  np.save(os.path.join(src, "base_top1.npy"), base_top1)
   config, _ = partial.write_partial_run(src, dst, drop_canaries=["4", "1", "4"])  # as the flag passes them
   kept = [0, 2, 3, 5]
   loss = np.concatenate(groups)
@@ -114,6 +121,9 @@ def test_dropped_canaries_leave_every_per_canary_array(tmp_path):
   np.testing.assert_array_equal(np.load(f"{dst}/keep.npy"), keep[:, kept])
   np.testing.assert_array_equal(np.load(f"{dst}/canaries.npy"), np.load(f"{src}/canaries.npy")[kept])
   np.testing.assert_array_equal(np.load(f"{dst}/mask.npy"), mask[kept])
+  np.testing.assert_array_equal(np.load(f"{dst}/base_losses.npy"), base_losses[kept])
+  np.testing.assert_array_equal(np.load(f"{dst}/base_top1.npy"), base_top1[kept])
+  np.testing.assert_array_equal(np.load(f"{dst}/top1.npy"), loss[:, kept] < 0.5)
   assert config["partial_of"]["dropped_canaries"] == [1, 4] and config["partial_of"]["num_canaries"] == 6
   run = run_folder.load_run(dst)
   assert run.loss_MxNxT.shape == (8, 4, 3) and run.keep_MxN.shape == (8, 4)

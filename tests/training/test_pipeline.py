@@ -7,9 +7,11 @@ import numpy as np
 import pytest
 
 import lira
+from attacks.shadow import ShadowRun
 from experiments.configs import lstm as lstm_configs
 from experiments.configs import pythia as pythia_configs
 from lira import dp_audit
+from lira.errors import MissingFileError
 import run_folder
 from resume_check import assert_killed_run_resumes
 from training import data as data_lib
@@ -117,6 +119,32 @@ def test_a_finished_run_reruns_without_writing_anything(finished_run, monkeypatc
 
 
 @pytest.mark.slow
+def test_a_run_from_before_top1_gets_it_from_its_checkpoints(tmp_path, monkeypatch, finished_run):
+  """A finished run without the top-1 files (canaries' and population's, group and stacked): re-running it scores
+  each group's checkpoint for them, retrains nothing and leaves the losses it has untouched."""
+  import shutil
+  run_dir = str(tmp_path / "run")
+  shutil.copytree(finished_run, run_dir)
+  top1 = ["top1.npy", "population_top1.npy"] + [os.path.join("losses", f"group_{g:04d}_{kind}top1.npy")
+                                                for g in range(2) for kind in ("", "population_")]
+  for name in top1:
+    os.remove(os.path.join(run_dir, name))
+  assert not pipeline.is_finished(tiny_cfg(), run_dir)
+  with pytest.raises(MissingFileError, match=r"top1.npy: the models' top-1 correctness per token.*python -m "
+                     r"experiments.train_shadows --run_dir=.* adds it from the groups' checkpoints"):
+    ShadowRun.load(run_dir).top1()
+  kept = {n: os.path.getmtime(os.path.join(run_dir, n)) for n in ("losses.npy", "population_losses.npy",
+                                                                  os.path.join("losses", "group_0000.npy"))}
+  monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("retrained a finished group"))
+  assert pipeline.run(tiny_cfg(), run_dir, progress=False)
+  for name in top1:  # the same forward pass of the same parameters: the same bits
+    np.testing.assert_array_equal(np.load(os.path.join(run_dir, name)), np.load(os.path.join(finished_run, name)),
+                                  err_msg=name)
+  assert {n: os.path.getmtime(os.path.join(run_dir, n)) for n in kept} == kept
+  assert pipeline.is_finished(tiny_cfg(), run_dir)
+
+
+@pytest.mark.slow
 def test_assemble_names_groups_without_mu_or_sigma(tmp_path, finished_run):
   """A group extracted without mu / sigma files: losses.npy is still assembled; mu.npy is not, with a warning that
   names the missing file."""
@@ -143,8 +171,9 @@ def test_a_killed_run_resumes_to_identical_arrays(tmp_path, monkeypatch, finishe
 def test_a_run_split_over_two_processes_equals_one_process(tmp_path, finished_run):
   run_dir = str(tmp_path / "run")
   assert not pipeline.run(tiny_cfg(), run_dir, process_id=1, num_processes=2, progress=False)
-  assert sorted(os.listdir(os.path.join(run_dir, "losses"))) == ["group_0001.npy", "group_0001_mu.npy",
-                                                                  "group_0001_population.npy", "group_0001_sigma.npy"]
+  assert sorted(os.listdir(os.path.join(run_dir, "losses"))) == [
+      "group_0001.npy", "group_0001_mu.npy", "group_0001_population.npy", "group_0001_population_top1.npy",
+      "group_0001_sigma.npy", "group_0001_top1.npy"]
   assert pipeline.run(tiny_cfg(), run_dir, process_id=0, num_processes=2, progress=False)
   for name in ("losses", "population_losses"):
     np.testing.assert_array_equal(np.load(os.path.join(run_dir, f"{name}.npy")),
@@ -164,8 +193,9 @@ def test_a_diverging_group_names_the_model_and_keeps_finished_groups(tmp_path, m
   monkeypatch.setattr(trainer, "train_group", diverge_second_group)
   with pytest.raises(trainer.TrainingDiverged, match="model 3 has a non-finite training loss"):
     pipeline.run(tiny_cfg(), run_dir, progress=False)
-  assert sorted(os.listdir(os.path.join(run_dir, "losses"))) == ["group_0000.npy", "group_0000_mu.npy",
-                                                                  "group_0000_population.npy", "group_0000_sigma.npy"]
+  assert sorted(os.listdir(os.path.join(run_dir, "losses"))) == [
+      "group_0000.npy", "group_0000_mu.npy", "group_0000_population.npy", "group_0000_population_top1.npy",
+      "group_0000_sigma.npy", "group_0000_top1.npy"]
   assert os.listdir(os.path.join(run_dir, "checkpoints")) == ["group_0000"]
 
 
@@ -247,10 +277,14 @@ def test_pythia_run_pretrains_a_base_then_fine_tunes_copies_of_it(pythia_run):
   nnx.replace_by_pure_dict(state, params)
   one = jax.tree.map(lambda x: x[1], state)
   canaries_NxT = np.load(os.path.join(pythia_run, "canaries.npy"))
-  loss, mu, sigma = token_loss.sequence_statistics(lambda x, m: model.apply(one, x, m), canaries_NxT,
-                                                   bos_id=data.bos_id)
+  loss, mu, sigma, top1 = token_loss.sequence_statistics(lambda x, m: model.apply(one, x, m), canaries_NxT,
+                                                         bos_id=data.bos_id)
   for ours, stored in zip((loss, mu, sigma), (run.loss_MxNxT[4], mu_MxNxT[4], sigma_MxNxT[4])):
     np.testing.assert_allclose(stored, ours, rtol=1e-5, atol=1e-5)  # same params; rounding order only (~1e-6)
+  # top1 is the argmax of the same logits: it could differ only where the top two logits are within that rounding
+  top1_MxNxT = np.load(os.path.join(pythia_run, "top1.npy"))
+  assert top1_MxNxT.dtype == bool and top1_MxNxT.shape == run.loss_MxNxT.shape
+  np.testing.assert_array_equal(top1_MxNxT[4], top1)
   # fine-tuning moved the copy away from the base
   base_params = nnx.state(base_model, nnx.Param)
   assert not np.allclose(one["embed_in"]["embedding"], base_params["embed_in"]["embedding"])
@@ -263,10 +297,11 @@ def test_a_fine_tuning_run_records_the_canaries_losses_on_its_base_model(pythia_
   data = run_data.prepare_data(pythia_cfg(), pythia_run, progress=False)
   model = pipeline.build_model(pythia_cfg(), data, pythia_run, progress=False)  # the saved base: model.pretrained
   canaries_NxT = np.load(os.path.join(pythia_run, "canaries.npy"))
-  loss, _, _ = token_loss.sequence_statistics(lambda x, m: model.apply(model.pretrained, x, m), canaries_NxT,
-                                              bos_id=data.bos_id)
+  loss, _, _, top1 = token_loss.sequence_statistics(lambda x, m: model.apply(model.pretrained, x, m), canaries_NxT,
+                                                    bos_id=data.bos_id)
   assert base_NxT.shape == canaries_NxT.shape and base_NxT.dtype == np.float32
   np.testing.assert_allclose(base_NxT, loss, rtol=1e-5, atol=1e-5)  # same params; rounding order only (~1e-6)
+  np.testing.assert_array_equal(np.load(os.path.join(pythia_run, "base_top1.npy")), top1)  # the same logits' argmax
   assert not np.allclose(base_NxT, np.load(os.path.join(pythia_run, "losses.npy"))[0])  # the copies moved away
   assert not os.path.exists(os.path.join(finished_run, "base_losses.npy"))  # an LSTM trained from scratch has none
 

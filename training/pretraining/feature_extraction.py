@@ -2,9 +2,9 @@
 later without the model (docs/outputs.md, "Features folder").
 
 Stages, each written atomically as soon as it is done and skipped when already on disk, so a killed build resumes:
-token ids and lp / mu / sigma; ReCaLL's conditional lp under 1..S non-member shots, under S member shots
+token ids and lp / mu / sigma / top1; ReCaLL's conditional lp under 1..S non-member shots, under S member shots
 (Con-ReCall) and under G disjoint groups of the shots (the ensemble); EM-MIA's N x N pairs in chunks of rows; a
-reference model's lp; neighbour lp. A prefix is the token-level concatenation of its shots' ids (each shot cut to
+reference model's lp and top1; neighbour lp. A prefix is the token-level concatenation of its shots' ids (each shot cut to
 max_length tokens, as the texts are; the separator's ids between shots and before the text), so the text keeps exactly the tokens it has in lp.
 
 Prefix shots are drawn from the evaluated texts' known non-members (and as many known members, the Con-ReCall
@@ -96,11 +96,13 @@ def _encode(tokenizer, texts, max_length):
   return per_token.encode_batch(tokenizer, texts, max_length)
 
 
-def _lp_of_texts(module, tokenizer, texts, max_length, batch_size, bos_id=None):
-  """lp [len(texts), T] (NaN at padding, and at position 0 without BOS) of texts under their own tokenisation."""
+def _lp_of_texts(module, tokenizer, texts, max_length, batch_size, bos_id=None, top1=False):
+  """lp [len(texts), T] (NaN at padding, and at position 0 without BOS) of texts under their own tokenisation;
+  with top1, (lp, top1) from the same forward pass."""
   from training import per_token
   ids, mask = _encode(tokenizer, texts, max_length)
-  return per_token.causal_lm_statistics(module, ids, mask, batch_size, bos_id)[0]
+  lp, _, _, top1_NxT = per_token.causal_lm_statistics(module, ids, mask, batch_size, bos_id)
+  return (lp, top1_NxT) if top1 else lp
 
 
 def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, max_length=128, batch_size=16,
@@ -215,11 +217,11 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
   save("mask", mask_NxT)
   if prefix_info is not None:
     folder_io.write_json(out_dir, "prefix", prefix_info)
-  if not _have(out_dir, "lp", "mu", "sigma"):
-    lp, mu, sigma = per_token.causal_lm_statistics(module, ids_NxT, mask_NxT, batch_size, bos_id)
-    save("mu", mu)
-    save("sigma", sigma)
-    save("lp", lp)
+  if not _have(out_dir, "lp", "mu", "sigma", "top1"):  # one forward pass; what a stage already wrote is kept
+    lp, mu, sigma, top1 = per_token.causal_lm_statistics(module, ids_NxT, mask_NxT, batch_size, bos_id)
+    for name, array in (("mu", mu), ("sigma", sigma), ("top1", top1), ("lp", lp)):
+      if not _have(out_dir, name):
+        save(name, array)
   for name, prefixes in prefix_sets.items():
     if _have(out_dir, name):
       continue
@@ -229,9 +231,12 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
   if pairs and not _have(out_dir, "pair_lp"):
     save("pair_lp", _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress, bos_id))
     remove_pair_chunks(out_dir)
-  if reference_model is not None and not _have(out_dir, "ref_lp"):
+  if reference_model is not None and not _have(out_dir, "ref_lp", "ref_top1"):
     ref = hf_convert.from_pretrained(reference_model, dtype=dtype)
-    save("ref_lp", _lp_of_texts(ref, ref_tok, eval_texts, max_length, batch_size))
+    ref_lp, ref_top1 = _lp_of_texts(ref, ref_tok, eval_texts, max_length, batch_size, top1=True)
+    for name, array in (("ref_top1", ref_top1), ("ref_lp", ref_lp)):
+      if not _have(out_dir, name):
+        save(name, array)
   J = None
   if neighbours is not None:
     lists = [list(neighbours[i]) for i in source_N]

@@ -63,8 +63,31 @@ def test_folder_holds_every_array_and_prefix_texts_leave_the_evaluated_set(model
   assert meta["arrays"]["pair_lp"] == [N, N, T] and meta["arrays"]["neighbour_lp"][:2] == [N, 2]
   assert sorted(sum(prefix["ensemble"], [])) == sorted(prefix["nonmember"])
   assert not os.path.exists(os.path.join(out, "pairs"))
-  # The reference model is the model itself here: its lp must equal lp.
-  np.testing.assert_array_equal(np.load(os.path.join(out, "ref_lp.npy")), np.load(os.path.join(out, "lp.npy")))
+  # The reference model is the model itself here: its lp must equal lp, and its top1 top1.
+  lp = np.load(os.path.join(out, "lp.npy"))
+  np.testing.assert_array_equal(np.load(os.path.join(out, "ref_lp.npy")), lp)
+  top1 = np.load(os.path.join(out, "top1.npy"))
+  np.testing.assert_array_equal(np.load(os.path.join(out, "ref_top1.npy")), top1)
+  assert top1.dtype == bool and meta["arrays"]["top1"] == [N, T] and not top1[~np.isfinite(lp)].any()
+
+
+def test_top1_is_the_argmax_of_the_logits_lp_comes_from(model_dir, tmp_path):
+  """top1 from the forward pass that gives lp, against the model's logits taken apart: argmax at t - 1 equals the
+  token at t; and a folder built before top1 existed gets it by re-running the build, keeping the arrays it has."""
+  from models import hf_convert
+  texts, labels = _labelled(6)
+  out = feature_extraction.build_features(tmp_path / "f", model_dir, texts, labels, progress=False)
+  ids, mask = np.load(os.path.join(out, "ids.npy")), np.load(os.path.join(out, "mask.npy"))
+  module = hf_convert.from_pretrained(model_dir)
+  logits_NxTxV = np.asarray(module(ids, attention_mask=mask))
+  want = np.zeros(ids.shape, bool)
+  want[:, 1:] = (np.argmax(logits_NxTxV[:, :-1], axis=-1) == ids[:, 1:]) & mask[:, 1:]
+  np.testing.assert_array_equal(np.load(os.path.join(out, "top1.npy")), want)
+  lp_mtime = os.path.getmtime(os.path.join(out, "lp.npy"))
+  os.remove(os.path.join(out, "top1.npy"))
+  feature_extraction.build_features(tmp_path / "f", model_dir, texts, labels, progress=False)
+  np.testing.assert_array_equal(np.load(os.path.join(out, "top1.npy")), want)
+  assert os.path.getmtime(os.path.join(out, "lp.npy")) == lp_mtime
 
 
 def test_cond_lp_equals_the_text_scored_after_the_concatenated_prefix(model_dir, tmp_path):
