@@ -12,8 +12,8 @@ from lira.errors import InputError
 
 
 @pytest.mark.parametrize("name, data_kind, stat_names, fine_tunes", [
-    ("lstm", "tokens", ("mu", "sigma"), False),
-    ("gpt_neox", "tokens", ("mu", "sigma"), True),
+    ("lstm", "tokens", ("mu", "sigma", "top1"), False),
+    ("gpt_neox", "tokens", ("mu", "sigma", "top1"), True),
     ("pixelcnn_pp", "images", (), False),
 ])
 def test_each_family_answers_for_itself(name, data_kind, stat_names, fine_tunes):
