@@ -1,5 +1,6 @@
 """The project's attacks, registered (attacks/registry.py): reference-free (Loss, Zlib, Min-K%, Min-K%++), RMIA in
-its four forms, the pretraining-data attacks on a features folder, the blind baseline, and WBC (attacks/wbc.py).
+its four forms, the pretraining-data attacks on a features folder, the blind baseline, WBC (attacks/wbc.py) and EZ-MIA
+(attacks/ez_mia.py).
 
 Each record says how the attack scores a shadow run's leave-one-out pairs and/or a features folder's texts; the
 commands (evaluate, audit, shadow_sweep, pretrain_attacks) and their reports iterate over ATTACKS.
@@ -9,6 +10,7 @@ import numpy as np
 
 import attacks as A
 from attacks import blind
+from attacks import ez_mia
 from attacks import wbc
 from attacks.min_k import DEFAULT_K
 from attacks.registry import Attack, Registry, Setting
@@ -194,5 +196,5 @@ ATTACKS = Registry(
      EM_MIA, BLIND,
      _rmia("rmia", "darkviolet"), _rmia("rmia_offline", "plum"), _rmia("rmia_tokens", "sienna"),
      _rmia("rmia_tokens_offline", "burlywood"),
-     *wbc.ATTACKS],
+     *wbc.ATTACKS, *ez_mia.ATTACKS],
     SETTINGS)

@@ -16,7 +16,9 @@ from sklearn import metrics as skm
 
 import attacks as A
 from attacks import blind
+from attacks import ez_mia
 from attacks import feature_folder
+from attacks import wbc
 from attacks.catalogue import ATTACKS
 from lira import metrics
 from lira.errors import InputError, MissingFileError
@@ -34,8 +36,9 @@ def strict_json(path):
     return json.load(f, parse_constant=refuse)
 
 
-def make_features(folder, seed=0):
-  """A hand-made features folder: members' lp raised by 0.8 nats, ragged rows, every array of the schema."""
+def make_features(folder, seed=0, same_tokens=False):
+  """A hand-made features folder: members' lp raised by 0.8 nats, ragged rows, every array of the schema; the
+  reference model tokenizes the texts its own way, or (same_tokens) as the target does."""
   rng = np.random.default_rng(seed)
   labels_N = np.array([1, 0] * (N // 2), np.int8)
   length_N = rng.integers(3, T + 1, size=N)
@@ -57,9 +60,11 @@ def make_features(folder, seed=0):
       "labels": labels_N, "source_index": np.arange(N, dtype=np.int64) + S,
       "cond_lp_shots": per_token(S, shift=1.2, first=True), "cond_lp_member": per_token(shift=0.4, first=True),
       "cond_lp_ensemble": per_token(G, shift=1.0, first=True), "pair_lp": per_token(N, shift=1.0, first=True),
-      "ref_lp": per_token(width=T - 2, shift=0.0),
+      "ref_lp": per_token(shift=0.0) if same_tokens else per_token(width=T - 2, shift=0.0),
       "neighbour_lp": per_token(J, width=T + 1, shift=0.0).transpose(1, 0, 2),
+      "top1": (rng.random((N, T)) < 0.3) & np.isfinite(lp),
   }
+  arrays["ref_top1"] = (rng.random(arrays["ref_lp"].shape) < 0.3) & np.isfinite(arrays["ref_lp"])
   for name, array in arrays.items():
     feature_folder.write_array(folder, name, array)
   texts = [" ".join(["member" if labels_N[n] else "other"] * int(rng.integers(1, 6))) for n in range(N)]
@@ -127,24 +132,13 @@ def expected_scores(arrays, texts, k=0.2):
       "con_recall": lambda p: A.con_recall(a["lp"], a["cond_lp_shots"][-1], a["cond_lp_member"], p["gamma"]),
       "em_mia": lambda p: A.em_mia(a["pair_lp"], a["lp"], A.min_k_pp(a["lp"], a["mu"], a["sigma"], k))[0],
       "blind": lambda p: blind.blind(texts, arrays["labels"], p["folds"], p["seed"])[0],
+      "wbc": lambda p: wbc.wbc(a["lp"], a["ref_lp"], tuple(p["wbc_windows"])),
+      "ez_mia": lambda p: ez_mia.ez_mia(a["lp"], a["ref_lp"], arrays["top1"]),
   }
 
 
-def test_pretrain_attacks_rows_match_sklearn(tmp_path, pretrain_cli, capsys):
-  arrays, texts = make_features(tmp_path)
-  run_cli(pretrain_cli, f"--features={tmp_path}")
-  printed = capsys.readouterr().out
-  result = strict_json(tmp_path / "results.json")
-  written = set(feature_folder.FILES.values()) - {"prefix.json"}
-  assert sorted(os.listdir(tmp_path)) == sorted(written | {"results.json", "results.md", "roc.png"})
-  # the fixture's reference model has a tokenizer of its own, so WBC (token by token) is skipped, with its reason
-  assert result["schema"]["name"] == "seqlira.pretrain_attacks"
-  assert [(s["attack"], "same tokenizer" in s["reason"]) for s in result["skipped"]] == [("wbc", True)]
-  every = [name for name in ATTACKS.names("texts") if name != "wbc"]
-  assert result["settings"]["attacks"] == every
-  assert {r["attack"] for r in result["rows"]} == set(every)
-  labels = arrays["labels"] == 1
-  expected = expected_scores(arrays, texts)
+def check_rows(result, expected, labels, printed):
+  """Every row's AUC and TPRs equal sklearn's on the scores its attack function gives."""
   for row in result["rows"]:
     scores = expected[row["attack"]](row["params"])
     summary = row["summary"]
@@ -156,6 +150,27 @@ def test_pretrain_attacks_rows_match_sklearn(tmp_path, pretrain_cli, capsys):
     lo, hi = summary["auc_ci"]
     assert lo <= summary["auc"] <= hi, row["name"]
     assert row["name"] in printed
+
+
+def test_pretrain_attacks_rows_match_sklearn(tmp_path, pretrain_cli, capsys):
+  arrays, texts = make_features(tmp_path)
+  run_cli(pretrain_cli, f"--features={tmp_path}")
+  printed = capsys.readouterr().out
+  result = strict_json(tmp_path / "results.json")
+  written = set(feature_folder.FILES.values()) - {"prefix.json"}
+  assert sorted(os.listdir(tmp_path)) == sorted(written | {"results.json", "results.md", "roc.png"})
+  # the fixture's reference model has a tokenizer of its own, so the attacks that compare the two models token by
+  # token (WBC, EZ-MIA) are skipped, each with its reason
+  assert result["schema"]["name"] == "seqlira.pretrain_attacks"
+  token_by_token = ["wbc", "ez_mia"]
+  assert [(s["attack"], "same tokenizer" in s["reason"]) for s in result["skipped"]] == [
+      (name, True) for name in token_by_token]
+  every = [name for name in ATTACKS.names("texts") if name not in token_by_token]
+  assert result["settings"]["attacks"] == every
+  assert {r["attack"] for r in result["rows"]} == set(every)
+  labels = arrays["labels"] == 1
+  expected = expected_scores(arrays, texts)
+  check_rows(result, expected, labels, printed)
   tuned = [r for r in result["rows"] if r["tuned"]]
   assert {r["attack"] for r in tuned} == {"con_recall", "recall_shots"}
   assert all("tuned on the evaluated set" in r["name"] for r in tuned)
@@ -166,6 +181,18 @@ def test_pretrain_attacks_rows_match_sklearn(tmp_path, pretrain_cli, capsys):
   con = next(r for r in tuned if r["attack"] == "con_recall")
   assert con["summary"]["auc"] == max(con["params"]["auc_by_gamma"].values())
   assert "tuned on the evaluated set" in (tmp_path / "results.md").read_text()
+
+
+def test_a_reference_on_the_same_tokens_scores_the_token_by_token_attacks(tmp_path, pretrain_cli, capsys):
+  """WBC and EZ-MIA on a features folder whose reference shares the target's tokens: listed beside the others, each
+  row equal to its function through sklearn."""
+  arrays, texts = make_features(tmp_path, same_tokens=True)
+  run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=reference,wbc,ez_mia")
+  printed = capsys.readouterr().out
+  result = strict_json(tmp_path / "results_attacks-reference+wbc+ez_mia.json")
+  assert result["skipped"] == []
+  assert [r["attack"] for r in result["rows"]] == ["reference", "wbc", "ez_mia"]
+  check_rows(result, expected_scores(arrays, texts), arrays["labels"] == 1, printed)
 
 
 def test_tpr_keeps_every_roc_point_where_the_official_readings_lose_one():
@@ -239,7 +266,8 @@ def test_missing_array_names_attack_and_file(tmp_path, pretrain_cli, capsys):
   run_cli(pretrain_cli, f"--features={tmp_path}", "--n_boot=0")  # default: every attack that can run
   result = strict_json(tmp_path / "results_nboot-0.json")
   assert result["skipped"][0] == {"attack": "em_mia", "reason": "the folder has no pair_lp.npy"}
-  assert [s["attack"] for s in result["skipped"]] == ["em_mia", "wbc"]  # the fixture's reference: its own tokenizer
+  # the fixture's reference has its own tokenizer
+  assert [s["attack"] for s in result["skipped"]] == ["em_mia", "wbc", "ez_mia"]
   assert "skipped em_mia: the folder has no pair_lp.npy" in capsys.readouterr().out
 
 

@@ -52,9 +52,11 @@ def test_registering_twice_or_an_unregistered_setting_is_a_programming_error():
 def test_every_leave_one_out_attack_scores_a_synthetic_run(tmp_path):
   synthetic_run.write_synthetic_run(str(tmp_path), num_models=8, num_canaries=30, seq_len=5, seed=1,
                                     population_size=12)
-  # a synthetic run has no texts, moments or base model: base_losses.npy of our own stands in for the last
+  # a synthetic run has no texts, moments, top-1 correctness or base model: base_losses.npy and top1.npy of our own
+  # stand in for the last two
   base_NxT = np.random.default_rng(0).exponential(1.0, size=(30, 5)).astype(np.float32)
   np.save(tmp_path / "base_losses.npy", base_NxT)
+  np.save(tmp_path / "top1.npy", np.random.default_rng(1).random((8, 30, 5)) < 0.3)
   names = [n for n in ATTACKS.names("leave_one_out") if not {"texts", "moments"} & set(ATTACKS.attacks[n].needs)]
   chosen = shadow.choose(str(tmp_path), names)
   for attack in chosen.attacks:
