@@ -15,6 +15,9 @@ and LR(x) / LR(z) >= gamma reads r(z) <= r(x) - ln gamma (one sort of r(z) per t
   marginal Pr_t(x) is taken over the reference models separately and r(x) = mean_t (ln p_t(x|theta) - ln Pr_t(x)),
   i.e. Pr(x) = prod_t Pr_t(x), the factorised marginal that treats positions as independent across reference
   models (as LiRA's independent variant does) so that every token is calibrated against its own difficulty.
+
+The log-ratios themselves are public (loo_ratios, loo_unit_blocks, target_ratios, target_unit_ratios; per unit with
+tokens), and so are the checks of the scorers' inputs: InfoRMIA (attacks/informia.py) reads the same r in bits.
 """
 
 import dataclasses
@@ -91,7 +94,8 @@ def log_probs(loss_MxNxT, mask_NxT, options):
   return (lp_MxNxD.sum(axis=2) / valid_NxD.sum(axis=1))[:, :, None], np.ones(lp_MxNxD.shape[1:2] + (1,), bool)
 
 
-def _mean_units(v_MxNxU, valid_NxU):
+def mean_units(v_MxNxU, valid_NxU):
+  """The mean [M, N] of v over each column's valid units (what is at an invalid unit, NaN included, is ignored)."""
   return np.where(valid_NxU[None], v_MxNxU, 0.0).sum(axis=2) / valid_NxU.sum(axis=1)
 
 
@@ -179,14 +183,14 @@ def undefined_canaries(keep_MxN, options, scorer="leave_one_out"):
   return np.full(keep.shape[1], keep.shape[0] - own < 1)
 
 
-def _undefined_error(undefined_N, options):
+def _undefined_error(undefined_N, options, name=None):
   n = int(np.flatnonzero(undefined_N)[0])
   need = "an IN and an OUT reference model" if options.online else "an OUT reference model"
-  return InputError(f"canary {n}: {options.name} needs {need} per canary to estimate Pr(x) "
+  return InputError(f"canary {n}: {name or options.name} needs {need} per canary to estimate Pr(x) "
                     f"({int(undefined_N.sum())} canaries lack one); use more models")
 
 
-# ---- scorers ----
+# ---- leave-one-out marginals ----
 
 def _loo_log_mean(lp_MxBxU, member_MxB):
   """[M, B, U]: for every model m, ln of the mean of exp(lp) over the OTHER models with member True (-inf if none).
@@ -215,21 +219,6 @@ def _loo_log_marginal(lp_MxBxU, keep_MxB, options):
   return np.logaddexp(_loo_log_mean(lp_MxBxU, keep_MxB), _loo_log_mean(lp_MxBxU, ~keep_MxB)) - np.log(2)
 
 
-def _loo_ratios(loss_MxNxT, keep_MxN, mask_NxT, options, population, block_elements=2**22):
-  """r = ln Pr(x|theta_m) - ln Pr(x) [M, N] for every target m, block by block of columns."""
-  M, N, _ = np.shape(loss_MxNxT)
-  r_MxN = np.empty((M, N))
-  step = max(1, block_elements // max(1, M * np.shape(loss_MxNxT)[2]))
-  for lo in range(0, N, step):
-    blk = slice(lo, min(lo + step, N))
-    mask = None if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
-    lp_MxBxU, valid_BxU = log_probs(np.asarray(loss_MxNxT[:, blk]), mask, options)
-    with np.errstate(invalid="ignore"):  # canaries without a reference model of a class: NaN, reported by the caller
-      marginal = _loo_marginal(lp_MxBxU, None if population else keep_MxN[:, blk], options)
-      r_MxN[:, blk] = _mean_units(lp_MxBxU - marginal, valid_BxU)
-  return r_MxN
-
-
 def _loo_marginal(lp_MxBxU, keep_MxB, options):
   """ln Pr(x) [M, B, U] without each target; keep_MxB None for population samples (OUT for every model)."""
   if keep_MxB is None:
@@ -238,37 +227,99 @@ def _loo_marginal(lp_MxBxU, keep_MxB, options):
   return _loo_log_marginal(lp_MxBxU, keep_MxB, options)
 
 
-def leave_one_out(loss_MxNxT, keep_MxN, pop_MxZxT, options=None, *, mask_NxT=None, pop_mask_ZxT=None,
-                  on_undefined="raise", model_ids=None, **fields):
-  """Leave-one-out RMIA scores [M, N] in [0, 1] (higher = member): model m the target, the other M - 1 its
-  reference models, pop_MxZxT the population's per-token losses on every model.
+# ---- the log-ratios r = ln Pr(x|theta) - ln Pr(x): RMIA counts them, InfoRMIA (attacks/informia.py) averages ----
 
-  Pairs whose Pr(x) is undefined raise, or give NaN with on_undefined="nan". Every input is checked first. The
-  arrays may be memory-mapped: they are read a block of columns at a time.
+def loo_unit_blocks(loss_MxNxT, keep_MxN, mask_NxT, options, block_elements=2**22):
+  """Yield (blk, r_MxBxU, valid_BxU) block by block of columns: the per-unit log-ratios ln p_u(x|theta_m) -
+  ln Pr_u(x) of every leave-one-out target m (the marginal over the other M - 1 models), float64, NaN at invalid units.
+
+  Units as log_probs: U = 1 (the sequence) or, with options.tokens, the positions (after a group reduction).
+  keep_MxN None: population samples, OUT for every model. A canary without a reference model of a class its marginal
+  needs gives NaN (the callers report it: undefined_canaries). The inputs are not checked (check_leave_one_out).
   """
-  options = RMIA.of(options, **fields)
+  M, N, T = np.shape(loss_MxNxT)
+  step = max(1, block_elements // max(1, M * T))
+  for lo in range(0, N, step):
+    blk = slice(lo, min(lo + step, N))
+    mask = None if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
+    lp_MxBxU, valid_BxU = log_probs(np.asarray(loss_MxNxT[:, blk]), mask, options)
+    with np.errstate(invalid="ignore"):  # canaries without a reference model of a class: NaN, reported by the caller
+      marginal = _loo_marginal(lp_MxBxU, None if keep_MxN is None else np.asarray(keep_MxN[:, blk], bool), options)
+      r_MxBxU = np.where(valid_BxU[None], lp_MxBxU - marginal, np.nan)
+    yield blk, r_MxBxU, valid_BxU  # outside the errstate: the caller runs while the generator waits here
+
+
+def loo_unit_ratios(loss_MxNxT, keep_MxN, mask_NxT, options):
+  """(r_MxNxU, valid_NxU): loo_unit_blocks' per-unit log-ratios of all the columns at once."""
+  r_MxNxU, valid_NxU = None, None
+  for blk, r_MxBxU, valid_BxU in loo_unit_blocks(loss_MxNxT, keep_MxN, mask_NxT, options):
+    if r_MxNxU is None:
+      r_MxNxU = np.empty(r_MxBxU.shape[:1] + (np.shape(loss_MxNxT)[1],) + r_MxBxU.shape[2:])
+      valid_NxU = np.empty((r_MxNxU.shape[1], r_MxNxU.shape[2]), bool)
+    r_MxNxU[:, blk], valid_NxU[blk] = r_MxBxU, valid_BxU
+  return r_MxNxU, valid_NxU
+
+
+def loo_ratios(loss_MxNxT, keep_MxN, mask_NxT, options, block_elements=2**22):
+  """r = ln Pr(x|theta_m) - ln Pr(x) [M, N] of every leave-one-out target m: the mean of loo_unit_blocks' units (with
+  options.tokens, r(x) = mean_t (ln p_t(x|theta) - ln Pr_t(x))), block by block of columns."""
+  M, N, _ = np.shape(loss_MxNxT)
+  r_MxN = np.empty((M, N))
+  for blk, r_MxBxU, valid_BxU in loo_unit_blocks(loss_MxNxT, keep_MxN, mask_NxT, options, block_elements):
+    r_MxN[:, blk] = mean_units(r_MxBxU, valid_BxU)
+  return r_MxN
+
+
+def _loo_ratios(loss_MxNxT, keep_MxN, mask_NxT, options, population, block_elements=2**22):
+  """loo_ratios with population=True for keep None (benchmarks/rmia_cost.py's name)."""
+  return loo_ratios(loss_MxNxT, None if population else keep_MxN, mask_NxT, options, block_elements)
+
+
+def target_unit_ratios(shadow_loss_MxNxT, shadow_keep_MxN, target_loss_KxNxT, mask_NxT, options):
+  """(r_KxNxU, valid_NxU): the per-unit log-ratios ln p_u(x|theta_k) - ln Pr_u(x) of K separate targets, Pr_u(x) the
+  marginal over all M shadow models; NaN at invalid units. shadow_keep_MxN None: population samples (OUT for every
+  model). The inputs are not checked (check_score_targets)."""
+  M = np.shape(shadow_loss_MxNxT)[0]
+  lp, valid_NxU = log_probs(np.concatenate([np.asarray(shadow_loss_MxNxT), np.asarray(target_loss_KxNxT)]), mask_NxT,
+                            options)
+  if shadow_keep_MxN is None:
+    marginal = _population_marginal(lp[:M], options)
+  else:
+    marginal = _log_marginal(lp[:M], np.asarray(shadow_keep_MxN, bool), options)
+  return np.where(valid_NxU[None], lp[M:] - marginal, np.nan), valid_NxU
+
+
+def target_ratios(shadow_loss_MxNxT, shadow_keep_MxN, target_loss_KxNxT, mask_NxT, options):
+  """r = ln Pr(x|theta_k) - ln Pr(x) [K, N] of K separate targets: the mean of target_unit_ratios' units."""
+  return mean_units(*target_unit_ratios(shadow_loss_MxNxT, shadow_keep_MxN, target_loss_KxNxT, mask_NxT, options))
+
+
+# ---- scorers ----
+
+def check_leave_one_out(loss_MxNxT, keep_MxN, pop_MxZxT, options, *, mask_NxT=None, pop_mask_ZxT=None,
+                        on_undefined="raise", model_ids=None, name=None):
+  """Every input of a leave-one-out scorer against a population (RMIA, InfoRMIA) checked: returns (keep_MxN as bool,
+  undefined_N), the canaries whose Pr(x) is undefined, which raise InputError with on_undefined="raise". name: the
+  attack in messages (default options.name)."""
   check_arrays(loss_MxNxT, keep_MxN, mask_NxT, options.reduction, model_ids)
   M = np.shape(loss_MxNxT)[0]
   check_population(loss_MxNxT, pop_MxZxT, pop_mask_ZxT, options, model_ids)
   if M < 2:
-    raise InputError(f"leave-one-out RMIA needs at least 2 models, got M = {M}")
+    raise InputError(f"leave-one-out {name or 'RMIA'} needs at least 2 models, got M = {M}")
   keep = np.asarray(keep_MxN, bool)
   undefined_N = undefined_canaries(keep, options)
   if undefined_N.any() and on_undefined == "raise":
-    raise _undefined_error(undefined_N, options)
-  r_x = _loo_ratios(loss_MxNxT, keep, mask_NxT, options, population=False)
-  r_z = _loo_ratios(pop_MxZxT, None, pop_mask_ZxT, options, population=True)
-  score = _count(np.where(undefined_N[None], 0.0, r_x), r_z, options.gamma)
-  score[:, undefined_N] = np.nan
-  return score
+    raise _undefined_error(undefined_N, options, name)
+  return keep, undefined_N
 
 
-def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, shadow_pop_MxZxT, target_loss_KxNxT, target_pop_KxZxT,
-                  options=None, *, mask_NxT=None, pop_mask_ZxT=None, **fields):
-  """RMIA scores [K, N] of K separate targets, every one of the M shadow models a reference model."""
-  options = RMIA.of(options, **fields)
+def check_score_targets(shadow_loss_MxNxT, shadow_keep_MxN, shadow_pop_MxZxT, target_loss_KxNxT, target_pop_KxZxT,
+                        options, *, mask_NxT=None, pop_mask_ZxT=None, name=None):
+  """Every input of a separate-target scorer against a population checked: returns (target_KxNxT, target_pop_KxZxT,
+  shadow_keep_MxN as bool), a single target's [N, T] and [Z, T] made [1, N, T] and [1, Z, T]. A canary whose Pr(x) is
+  undefined raises InputError."""
   check_arrays(shadow_loss_MxNxT, shadow_keep_MxN, mask_NxT, options.reduction)
-  M, N, T = np.shape(shadow_loss_MxNxT)
+  _, N, T = np.shape(shadow_loss_MxNxT)
   target = check_targets(target_loss_KxNxT, N, T, mask_NxT)
   target_pop = target_pop_KxZxT if np.ndim(target_pop_KxZxT) == 3 else np.asarray(target_pop_KxZxT)[None]
   if np.ndim(target_pop) != 3 or target_pop.shape[0] != target.shape[0] or target_pop.shape[1:] != np.shape(
@@ -281,9 +332,35 @@ def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, shadow_pop_MxZxT, target_l
   keep = np.asarray(shadow_keep_MxN, bool)
   undefined_N = undefined_canaries(keep, options, scorer="targets")
   if undefined_N.any():
-    raise _undefined_error(undefined_N, options)
-  lp, valid_NxU = log_probs(both, mask_NxT, options)
-  lpz, validz_ZxU = log_probs(both_pop, pop_mask_ZxT, options)
-  r_x = _mean_units(lp[M:] - _log_marginal(lp[:M], keep, options), valid_NxU)
-  r_z = _mean_units(lpz[M:] - _population_marginal(lpz[:M], options), validz_ZxU)
+    raise _undefined_error(undefined_N, options, name)
+  return target, target_pop, keep
+
+
+def leave_one_out(loss_MxNxT, keep_MxN, pop_MxZxT, options=None, *, mask_NxT=None, pop_mask_ZxT=None,
+                  on_undefined="raise", model_ids=None, **fields):
+  """Leave-one-out RMIA scores [M, N] in [0, 1] (higher = member): model m the target, the other M - 1 its
+  reference models, pop_MxZxT the population's per-token losses on every model.
+
+  Pairs whose Pr(x) is undefined raise, or give NaN with on_undefined="nan". Every input is checked first. The
+  arrays may be memory-mapped: they are read a block of columns at a time.
+  """
+  options = RMIA.of(options, **fields)
+  keep, undefined_N = check_leave_one_out(loss_MxNxT, keep_MxN, pop_MxZxT, options, mask_NxT=mask_NxT,
+                                          pop_mask_ZxT=pop_mask_ZxT, on_undefined=on_undefined, model_ids=model_ids)
+  r_x = loo_ratios(loss_MxNxT, keep, mask_NxT, options)
+  r_z = loo_ratios(pop_MxZxT, None, pop_mask_ZxT, options)
+  score = _count(np.where(undefined_N[None], 0.0, r_x), r_z, options.gamma)
+  score[:, undefined_N] = np.nan
+  return score
+
+
+def score_targets(shadow_loss_MxNxT, shadow_keep_MxN, shadow_pop_MxZxT, target_loss_KxNxT, target_pop_KxZxT,
+                  options=None, *, mask_NxT=None, pop_mask_ZxT=None, **fields):
+  """RMIA scores [K, N] of K separate targets, every one of the M shadow models a reference model."""
+  options = RMIA.of(options, **fields)
+  target, target_pop, keep = check_score_targets(shadow_loss_MxNxT, shadow_keep_MxN, shadow_pop_MxZxT,
+                                                 target_loss_KxNxT, target_pop_KxZxT, options, mask_NxT=mask_NxT,
+                                                 pop_mask_ZxT=pop_mask_ZxT)
+  r_x = target_ratios(shadow_loss_MxNxT, keep, target, mask_NxT, options)
+  r_z = target_ratios(shadow_pop_MxZxT, None, target_pop, pop_mask_ZxT, options)
   return _count(r_x, r_z, options.gamma)
