@@ -1,6 +1,6 @@
 """The project's attacks, registered (attacks/registry.py): reference-free (Loss, Zlib, Min-K%, Min-K%++), RMIA in
-its four forms, the pretraining-data attacks on a features folder, the blind baseline, WBC (attacks/wbc.py) and EZ-MIA
-(attacks/ez_mia.py).
+its four forms, the pretraining-data attacks on a features folder, the blind baseline, WBC (attacks/wbc.py), EZ-MIA
+(attacks/ez_mia.py) and InfoRMIA (attacks/informia.py).
 
 Each record says how the attack scores a shadow run's leave-one-out pairs and/or a features folder's texts; the
 commands (evaluate, audit, shadow_sweep, pretrain_attacks) and their reports iterate over ATTACKS.
@@ -11,6 +11,7 @@ import numpy as np
 import attacks as A
 from attacks import blind
 from attacks import ez_mia
+from attacks import informia
 from attacks import wbc
 from attacks.min_k import DEFAULT_K
 from attacks.registry import Attack, Registry, Setting
@@ -196,5 +197,5 @@ ATTACKS = Registry(
      EM_MIA, BLIND,
      _rmia("rmia", "darkviolet"), _rmia("rmia_offline", "plum"), _rmia("rmia_tokens", "sienna"),
      _rmia("rmia_tokens_offline", "burlywood"),
-     *wbc.ATTACKS, *ez_mia.ATTACKS],
+     *wbc.ATTACKS, *ez_mia.ATTACKS, *informia.ATTACKS],
     SETTINGS)

@@ -18,6 +18,7 @@ import attacks as A
 from attacks import blind
 from attacks import ez_mia
 from attacks import feature_folder
+from attacks import informia
 from attacks import wbc
 from attacks.catalogue import ATTACKS
 from lira import metrics
@@ -134,6 +135,8 @@ def expected_scores(arrays, texts, k=0.2):
       "blind": lambda p: blind.blind(texts, arrays["labels"], p["folds"], p["seed"])[0],
       "wbc": lambda p: wbc.wbc(a["lp"], a["ref_lp"], tuple(p["wbc_windows"])),
       "ez_mia": lambda p: ez_mia.ez_mia(a["lp"], a["ref_lp"], arrays["top1"]),
+      "informia": lambda p: informia.texts(a["lp"], a["ref_lp"]),
+      "informia_tokens": lambda p: informia.texts(a["lp"], a["ref_lp"], tokens=True),
   }
 
 
@@ -160,9 +163,9 @@ def test_pretrain_attacks_rows_match_sklearn(tmp_path, pretrain_cli, capsys):
   written = set(feature_folder.FILES.values()) - {"prefix.json"}
   assert sorted(os.listdir(tmp_path)) == sorted(written | {"results.json", "results.md", "roc.png"})
   # the fixture's reference model has a tokenizer of its own, so the attacks that compare the two models token by
-  # token (WBC, EZ-MIA) are skipped, each with its reason
+  # token (WBC, EZ-MIA, token-level InfoRMIA) are skipped, each with its reason
   assert result["schema"]["name"] == "seqlira.pretrain_attacks"
-  token_by_token = ["wbc", "ez_mia"]
+  token_by_token = ["wbc", "ez_mia", "informia_tokens"]
   assert [(s["attack"], "same tokenizer" in s["reason"]) for s in result["skipped"]] == [
       (name, True) for name in token_by_token]
   every = [name for name in ATTACKS.names("texts") if name not in token_by_token]
@@ -184,15 +187,18 @@ def test_pretrain_attacks_rows_match_sklearn(tmp_path, pretrain_cli, capsys):
 
 
 def test_a_reference_on_the_same_tokens_scores_the_token_by_token_attacks(tmp_path, pretrain_cli, capsys):
-  """WBC and EZ-MIA on a features folder whose reference shares the target's tokens: listed beside the others, each
-  row equal to its function through sklearn."""
+  """WBC, EZ-MIA and InfoRMIA (both forms) on a features folder whose reference shares the target's tokens: listed
+  beside the others, each row equal to its function through sklearn."""
   arrays, texts = make_features(tmp_path, same_tokens=True)
-  run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=reference,wbc,ez_mia")
+  run_cli(pretrain_cli, f"--features={tmp_path}", "--attacks=reference,wbc,ez_mia,informia,informia_tokens")
   printed = capsys.readouterr().out
-  result = strict_json(tmp_path / "results_attacks-reference+wbc+ez_mia.json")
+  result = strict_json(tmp_path / "results_attacks-reference+wbc+ez_mia+informia+informia_tokens.json")
   assert result["skipped"] == []
-  assert [r["attack"] for r in result["rows"]] == ["reference", "wbc", "ez_mia"]
+  assert [r["attack"] for r in result["rows"]] == ["reference", "wbc", "ez_mia", "informia", "informia_tokens"]
   check_rows(result, expected_scores(arrays, texts), arrays["labels"] == 1, printed)
+  auc = {r["attack"]: r["summary"]["auc"] for r in result["rows"]}
+  # one target and one reference model: InfoRMIA's correction is one constant, so it ranks as the Reference attack
+  assert auc["informia"] == auc["reference"] == auc["informia_tokens"]
 
 
 def test_tpr_keeps_every_roc_point_where_the_official_readings_lose_one():
@@ -267,7 +273,7 @@ def test_missing_array_names_attack_and_file(tmp_path, pretrain_cli, capsys):
   result = strict_json(tmp_path / "results_nboot-0.json")
   assert result["skipped"][0] == {"attack": "em_mia", "reason": "the folder has no pair_lp.npy"}
   # the fixture's reference has its own tokenizer
-  assert [s["attack"] for s in result["skipped"]] == ["em_mia", "wbc", "ez_mia"]
+  assert [s["attack"] for s in result["skipped"]] == ["em_mia", "wbc", "ez_mia", "informia_tokens"]
   assert "skipped em_mia: the folder has no pair_lp.npy" in capsys.readouterr().out
 
 
