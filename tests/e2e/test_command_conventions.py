@@ -60,6 +60,7 @@ BAD_VALUES = {
     "audit": ["--delta=0", "--confidence=1"],
     "compare_runs": ["--n_boot=0"],
     "false_positives": ["--top=0", "--fpr=1"],
+    "token_map": ["--top=0"],
     "cov_structure": ["--max_positions=1"],
     "covariance_error": ["--shadow_counts=1,4"],
     "evaluate": ["--n_boot=-1", "--k=1.5", "--reduction=min:0"],

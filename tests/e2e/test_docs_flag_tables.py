@@ -25,6 +25,7 @@ TABLES = {
     ("analyses.md", "## `membership_structure`"): "membership_structure",
     ("analyses.md", "## `compare_runs`"): "compare_runs",
     ("analyses.md", "## `false_positives`"): "false_positives",
+    ("rmia.md", "## `token_map`: which tokens carry the leakage"): "token_map",
     ("auditing.md", "## Flags"): "score_targets",
     ("per_sample.md", "## Flags"): "per_sample",
     ("dp_audit.md", "## `audit`: epsilon lower bounds of runs"): "audit",
