@@ -58,7 +58,8 @@ def main(argv):
   run_folder.save_text(paths["md"], token_map.markdown(report))
   M = s_MxNxU.shape[0]
   title = (f"{report['run']}: token-level InfoRMIA of the {len(report['top'])} canaries that leak most (M = {M} "
-           f"models, leave-one-out)\ncell colour: mean token score over the canary's IN models, bits")
+           f"models, leave-one-out)\ncell colour: the token's gap, mean score over the canary's IN models - over its OUT "
+           "models, bits")
   run_folder.save_figure(paths["png"], token_map.figure(report, title))
   print(token_map.markdown(report))
   print(provenance.wrote([scores_path] + list(paths.values())))
@@ -77,8 +78,17 @@ def _tokens(run_dir, N, U):
     return None
   import tokenizers
   tokenizer = tokenizers.Tokenizer.from_file(paths[1])
-  vocabulary = {int(i): tokenizer.decode([int(i)]) for i in np.unique(ids_NxT)}
+  vocabulary = {int(i): _readable(tokenizer, int(i)) for i in np.unique(ids_NxT)}
   return [[vocabulary[int(i)] for i in row] for row in ids_NxT]
+
+
+def _readable(tokenizer, token_id):
+  """A token as text: its decoded string, or, where that is part of a character or a control character (a byte-level
+  BPE piece), its vocabulary entry; what is still not printable is escaped ('\\x08')."""
+  text = tokenizer.decode([token_id])
+  if "\ufffd" in text or not text.replace(" ", "").isprintable() or not text:
+    text = tokenizer.id_to_token(token_id) or text
+  return text if text.replace(" ", "").isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
 if __name__ == "__main__":

@@ -72,8 +72,10 @@ def markdown(report):
 
 
 def figure(report, title):
-  """One row per top canary: its tokens in order, each cell coloured by the mean token score over the canary's IN
-  models (bits; diverging around 0), the token written in the cell and its gap below it."""
+  """One row per top canary: its tokens in order, each cell coloured by its gap, the mean token score over the
+  canary's IN models less that over its OUT models (bits; diverging around 0), the token written in the cell and the
+  gap below it. (The IN score alone is bounded near 1 bit by the online marginal, which holds the IN models' own
+  probability at half weight; the OUT models' scores fall as far as the canary is memorised.)"""
   import matplotlib
   matplotlib.use("Agg")
   import matplotlib.pyplot as plt
@@ -81,19 +83,20 @@ def figure(report, title):
 
   rows = report["top"]
   width = max((len(r["units"]) for r in rows), default=1)
-  values = [v for r in rows for v in r["in_bits"] if math.isfinite(v)]
+  gaps = [[v_in - v_out for v_in, v_out in zip(r["in_bits"], r["out_bits"])] for r in rows]
+  values = [v for g in gaps for v in g if math.isfinite(v)]
   limit = max([abs(v) for v in values] + [1e-9])
   norm = colors.TwoSlopeNorm(vmin=-limit, vcenter=0.0, vmax=limit)
   cmap = plt.get_cmap("RdBu_r")
   fig, ax = plt.subplots(figsize=(max(8.0, 0.62 * width + 2.0), 0.75 * len(rows) + 1.6))
-  for i, row in enumerate(rows):
-    for j, (token, v_in, v_out) in enumerate(zip(row["tokens"], row["in_bits"], row["out_bits"])):
-      color = cmap(norm(v_in)) if math.isfinite(v_in) else (0.85, 0.85, 0.85, 1.0)
+  for i, (row, gap_U) in enumerate(zip(rows, gaps)):
+    for j, (token, gap) in enumerate(zip(row["tokens"], gap_U)):
+      color = cmap(norm(gap)) if math.isfinite(gap) else (0.85, 0.85, 0.85, 1.0)
       ax.add_patch(matplotlib.patches.Rectangle((j, i), 0.96, 0.92, facecolor=color, edgecolor="none"))
-      dark = math.isfinite(v_in) and abs(norm(v_in) - 0.5) > 0.3
+      dark = math.isfinite(gap) and abs(norm(gap) - 0.5) > 0.3
       ax.text(j + 0.48, i + 0.38, _shown(token), ha="center", va="center", fontsize=6.5,
               color="white" if dark else "black", family="monospace")
-      ax.text(j + 0.48, i + 0.75, f"{v_in - v_out:+.1f}", ha="center", va="center", fontsize=5,
+      ax.text(j + 0.48, i + 0.75, f"{gap:+.1f}", ha="center", va="center", fontsize=5,
               color="white" if dark else "dimgray")
   ax.set_xlim(0, width)
   ax.set_ylim(len(rows), 0)
@@ -101,11 +104,11 @@ def figure(report, title):
   ax.set_yticklabels([f"canary {r['canary']}\ngap {r['gap_bits']:.2f}" for r in rows], fontsize=7)
   ax.set_xticks([j + 0.48 for j in range(width)])
   ax.set_xticklabels([str(j) for j in range(width)], fontsize=6)
-  ax.set_xlabel("token (unit) of the canary; small number: IN - OUT gap, bits")
+  ax.set_xlabel("token (unit) of the canary; small number: the gap, bits")
   for side in ("top", "right", "bottom", "left"):
     ax.spines[side].set_visible(False)
   bar = fig.colorbar(matplotlib.cm.ScalarMappable(norm=norm, cmap=cmap), ax=ax, fraction=0.025, pad=0.01)
-  bar.set_label("mean token score over IN models (bits)", fontsize=7)
+  bar.set_label("gap: mean token score over IN models - over OUT models (bits)", fontsize=7)
   ax.set_title(title, fontsize=9)
   fig.tight_layout()
   return fig
