@@ -5,8 +5,8 @@ python -m experiments.token_map --run_dir=DIR [--top=8] [--out_dir=DIR]
 Scores every (model, canary, token) leave-one-out with token-level InfoRMIA (attacks/informia.py: model m the target,
 the other M - 1 its reference models, the run's population as the reference sample; online, balanced counts, every
 position its own unit), then per canary the mean token score over its IN target models and over its OUT ones
-(lira/reports/token_map.py). Writes token_map_informia.{json,md,png} and token_scores_informia.npy [M, N, U] float64
-(bits; NaN where a unit is not scored), and prints the table. The top canaries are those whose IN models score
+(lira/reports/token_map_report.py). Writes token_map_informia.{json,md,png} and token_scores_informia.npy [M, N, U]
+float64 (bits; NaN where a unit is not scored), and prints the table. The top canaries are those whose IN models score
 their tokens highest above their OUT models (the mean gap over their tokens).
 """
 
@@ -35,7 +35,7 @@ def main(argv):
   from attacks import shadow
   from lira import rmia
   from lira.reports import provenance
-  from lira.reports import token_map
+  from lira.reports import token_map_report as token_map
   import run_folder
 
   run = shadow.ShadowRun.load(FLAGS.run_dir)
@@ -58,8 +58,8 @@ def main(argv):
   run_folder.save_text(paths["md"], token_map.markdown(report))
   M = s_MxNxU.shape[0]
   title = (f"{report['run']}: token-level InfoRMIA of the {len(report['top'])} canaries that leak most (M = {M} "
-           f"models, leave-one-out)\ncell colour: the token's gap, mean score over the canary's IN models - over its OUT "
-           "models, bits")
+           f"models, leave-one-out)\ncell colour: the token's gap, mean score over the canary's IN models - over "
+           "its OUT models, bits")
   run_folder.save_figure(paths["png"], token_map.figure(report, title))
   print(token_map.markdown(report))
   print(provenance.wrote([scores_path] + list(paths.values())))

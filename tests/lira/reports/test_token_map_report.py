@@ -1,5 +1,6 @@
-"""lira/reports/token_map.py: the per-canary IN / OUT means of a token-level score against a loop over the models,
-the top canaries' order, the report and its figure; experiments/token_map.py as a user runs it on a synthetic run."""
+"""lira/reports/token_map_report.py: the per-canary IN / OUT means of a token-level score against a loop over the
+models, the top canaries' order, the report and its figure; experiments/token_map.py as a user runs it on a synthetic
+run."""
 
 import json
 import math
@@ -11,7 +12,7 @@ import numpy as np
 import pytest
 
 from lira.reports import synthetic_run
-from lira.reports import token_map
+from lira.reports import token_map_report as token_map
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
