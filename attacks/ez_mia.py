@@ -233,9 +233,9 @@ def _records():
     del settings, on_undefined  # the base model is every target's reference: always defined
     return ez_mia_base(run.loss_MxNxT, run.base_losses(), run.top1(), run.mask_NxT)
 
-  return (Attack("ez_mia", "EZ-MIA", "crimson", needs=("top1",), leave_one_out=shadow, check=check, note=note,
+  return (Attack("ez_mia", "EZ-MIA", "dodgerblue", needs=("top1",), leave_one_out=shadow, check=check, note=note,
                  features=("lp", "ref_lp", "top1"), texts=texts, check_texts=_same_tokens),
-          Attack("ez_mia_base", "EZ-MIA base", "lightcoral", needs=("base", "top1"), leave_one_out=against_base,
+          Attack("ez_mia_base", "EZ-MIA base", "lightskyblue", needs=("base", "top1"), leave_one_out=against_base,
                  note=base_note))
 
 
