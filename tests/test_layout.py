@@ -148,8 +148,8 @@ def test_no_two_modules_share_a_name():
   assert not shared, f"modules sharing a name: {shared}"
 
 
-# A header that marks a file as another project's: its copyright line or licence grant, in a file's first lines. The
-# phrases are assembled from their words, so that this file, which names them, does not carry them itself.
+# A header that marks a file as another project's: its ownership notice ("(c) 2024 Some Authors") or licence grant, in
+# a file's first lines. The phrases are assembled from their words, so that this file, which names them, carries none.
 _PHRASES = [("licensed", "under", "the"), ("permission", "is", "hereby", "granted"), ("all", "rights", "reserved"),
             ("spdx", "license", "identifier")]
 FOREIGN_HEADER = re.compile("|".join([r"copy" + r"right\s*(\(c\)|\u00a9|\d{4})"]
@@ -159,7 +159,7 @@ HEADER_LINES = 40
 
 
 def foreign_header(text):
-  """The first line among a file's first HEADER_LINES that carries a copyright or licence header, or None."""
+  """The first line among a file's first HEADER_LINES that carries an ownership notice or licence header, or None."""
   for line in text.splitlines()[:HEADER_LINES]:
     if FOREIGN_HEADER.search(line):
       return line.strip()
@@ -177,8 +177,8 @@ def source_files():
         yield os.path.join(folder, name)
 
 
-def test_no_file_carries_another_projects_copyright_header():
-  # Every line of the project is written by its authors: a file copied from another project (its copyright or
+def test_no_file_carries_another_projects_licence_header():
+  # Every line of the project is written by its authors: a file copied from another project (its ownership notice or
   # licence header kept, as licences require) fails here. The detector itself, on such headers (made up here from
   # their words) and on ours:
   mark = "Copy" + "right"
@@ -189,4 +189,4 @@ def test_no_file_carries_another_projects_copyright_header():
   assert foreign_header('"""Leave-one-out LiRA scores; the licence of the data is the user\'s."""') is None
   found = {os.path.relpath(path, ROOT): line for path in source_files()
            if (line := foreign_header(open(path, errors="replace").read()))}
-  assert not found, f"files with another project's copyright or licence header: {found}"
+  assert not found, f"files with another project's ownership notice or licence header: {found}"
