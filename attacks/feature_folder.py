@@ -2,9 +2,10 @@
 
 A features folder holds everything the pretraining-data attacks need, so every attack is recomputed without the
 model: lp / mu / sigma [N, T], top1 [N, T] (bool: the model's top-1 token is the text's), the conditional lp
-under ReCaLL prefixes, EM-MIA's pair lp, the reference model's lp and top1, the neighbours' lp, texts.json and
-labels.npy. Arrays are read lazily (memory-mapped, no pickle) and every shape an
-attack relies on is checked against lp's [N, T] before any attack runs.
+under ReCaLL prefixes, EM-MIA's pair lp, the reference model's lp and top1 (and, on the same tokens, ref_kl: the KL
+of its next-token distribution from the model's), the neighbours' lp, texts.json and labels.npy. Arrays are read
+lazily (memory-mapped, no pickle) and every shape an attack relies on is checked against lp's [N, T] before any attack
+runs.
 """
 
 import json
@@ -27,7 +28,7 @@ _PER_TOKEN = {
     "lp": lambda N, T: (N, T), "mu": lambda N, T: (N, T), "sigma": lambda N, T: (N, T),
     "cond_lp_shots": lambda N, T: (None, N, T), "cond_lp_member": lambda N, T: (N, T),
     "cond_lp_ensemble": lambda N, T: (None, N, T), "pair_lp": lambda N, T: (N, N, T),
-    "ref_lp": lambda N, T: (N, None), "neighbour_lp": lambda N, T: (N, None, None),
+    "ref_lp": lambda N, T: (N, None), "ref_kl": lambda N, T: (N, T), "neighbour_lp": lambda N, T: (N, None, None),
 }
 _OTHER = {"ids": lambda N, T: (N, T), "mask": lambda N, T: (N, T), "top1": lambda N, T: (N, T),
           "ref_top1": lambda N, T: (N, None), "labels": lambda N, T: (N,),
@@ -160,6 +161,10 @@ class Features:
       hint = ""
       if FILES["pair_lp"] in missing and os.path.isdir(os.path.join(self.folder, run_folder.names.PAIRS_DIR)):
         hint = " (pairs/ holds chunks: the pair extraction did not finish; re-run it to resume)"
+      elif FILES["ref_kl"] in missing:
+        hint = (" (the KL between the two models' next-token distributions, which extract_features computes when the "
+                "reference model reads the texts as the same token ids over the same vocabulary; a folder built "
+                "before it gets it by re-running its extract_features command)")
       elif {FILES["top1"], FILES["ref_top1"]} & set(missing):
         hint = (" (the top-1 correctness arrays, which extract_features writes from the same forward pass as lp; a "
                 "folder built before them gets them by re-running its extract_features command, which keeps the "

@@ -35,19 +35,24 @@ the mean of s_u over x's valid units; `token_scores` gives the per-token array [
 canary carry the leakage.
 
 Departures from the paper:
-- The paper's token-level correction is an expectation over the vocabulary at the same context. Stored per-token
-  arrays hold only the true token's probability, so the population tokens' mean gain c_theta (one constant per target
-  model) stands in for it.
+- The paper's token-level correction is an expectation over the vocabulary at the same context. A shadow run's stored
+  per-token arrays hold only the true token's probability (the marginal mixes M - 1 models' distributions, which are
+  never in memory together), so the population tokens' mean gain c_theta (one constant per target model) stands in
+  for it there; a features folder has the expectation itself (ref_kl, below).
 - Pr(x | theta) of a sequence is the geometric mean over its tokens (above), not the product, so sequences of
   different lengths are compared per token.
 
 On a features folder (`texts`: one target model, lp, and one reference model, ref_lp) Pr(x) is the reference model's
-and the population is the evaluated texts themselves, unlabelled (no membership label is read): the sequence form is
-r(x) = mean scored lp - mean scored ref_lp (each over its own scored positions, as attacks.likelihood.reference), less
-its mean over the texts; the token form needs ref_lp on lp's tokens and gives s_t = (lp_t - ref_lp_t) / ln 2 - c, c the
-mean over all scored tokens of all texts. With one target and one reference model the correction is one constant, so
-on a features folder InfoRMIA ranks texts exactly as the Reference attack does (both forms); its value there is the
-per-token map (`text_token_scores`) and the scale, bits per token.
+and no membership label is read. The sequence form is r(x) = mean scored lp - mean scored ref_lp (each over its own
+scored positions, as attacks.likelihood.reference), less its mean over the evaluated texts: one constant, so it ranks
+the texts exactly as the Reference attack does. The token form needs ref_lp on lp's tokens and takes the paper's
+per-context correction from ref_kl (KL(p_ref || p) over the vocabulary at each position, which extract_features
+computes when both models read the texts as the same token ids):
+
+  s_t = [ lp_t - ref_lp_t + KL_t ] / ln 2 = log2 p(t_i) / p_ref(t_i) - E_{v ~ p_ref} log2 p(v) / p_ref(v),
+
+so each token is measured against what the target gains over the reference at that context, and the ranking is its
+own. (text_token_scores without ref_kl uses the texts' tokens as the population: one constant again.)
 """
 
 import math
@@ -194,29 +199,46 @@ def _same_tokens(lp_NxT, ref_lp_NxT):
   return lp_NxT, ref_lp_NxT
 
 
-def text_token_scores(lp_NxT, ref_lp_NxT):
-  """Token-level InfoRMIA of a features folder's texts, s_NxT in bits (NaN at unscored positions):
-  s_t = (lp_t - ref_lp_t) / ln 2 - c, c the mean of (lp - ref_lp) / ln 2 over every scored token of every text.
-  ref_lp must be scored at lp's positions (InputError naming the text otherwise)."""
+def text_token_scores(lp_NxT, ref_lp_NxT, ref_kl_NxT=None):
+  """Token-level InfoRMIA of a features folder's texts, s_NxT in bits (NaN at unscored positions).
+
+  With ref_kl (KL(p_ref || p) at each position, nats: the features folder's ref_kl.npy), the paper's per-context
+  correction: s_t = [lp_t - ref_lp_t + KL_t] / ln 2, i.e. the true token's gain less the expected gain
+  E_{v ~ p_ref(. | t_<i)} ln p(v | t_<i) / p_ref(v | t_<i) over the vocabulary. Without it, the evaluated texts'
+  tokens stand in for the expectation: s_t = (lp_t - ref_lp_t) / ln 2 - c, c the mean of (lp - ref_lp) / ln 2 over
+  every scored token of every text. ref_lp (and ref_kl) must be scored at lp's positions (InputError naming the text
+  otherwise)."""
   lp_NxT, ref_lp_NxT = _same_tokens(lp_NxT, ref_lp_NxT)
   gain_NxT = (lp_NxT - ref_lp_NxT) / LN2
   scored_NxT = np.isfinite(gain_NxT)
+  if ref_kl_NxT is not None:
+    ref_kl_NxT = np.asarray(ref_kl_NxT, dtype=np.float64)
+    if ref_kl_NxT.ndim != 2 or ref_kl_NxT.shape[0] != lp_NxT.shape[0] or ref_kl_NxT.shape[1] > lp_NxT.shape[1]:
+      raise InputError(f"ref_kl must be shaped like lp [N, T] = {list(np.shape(lp_NxT))}, got "
+                       f"{list(np.shape(ref_kl_NxT))}")
+    ref_kl_NxT = np.pad(ref_kl_NxT, ((0, 0), (0, lp_NxT.shape[1] - ref_kl_NxT.shape[1])), constant_values=np.nan)
+    differ_N = (np.isfinite(ref_kl_NxT) != scored_NxT).any(axis=1)
+    if differ_N.any():
+      raise InputError(f"ref_kl must be finite exactly where lp is scored: text {int(np.flatnonzero(differ_N)[0])} "
+                       f"differs ({int(differ_N.sum())} texts)")
+    return np.where(scored_NxT, gain_NxT + ref_kl_NxT / LN2, np.nan)
   c = np.where(scored_NxT, gain_NxT, 0.0).sum() / scored_NxT.sum()
   return np.where(scored_NxT, gain_NxT - c, np.nan)
 
 
-def texts(lp_NxT, ref_lp_NxT, tokens=False):
+def texts(lp_NxT, ref_lp_NxT, tokens=False, ref_kl_NxT=None):
   """InfoRMIA score_N in bits per token of a features folder's texts: lp (the target model's per-token
   log-probabilities, NaN at unscored positions) against one reference model's ref_lp, the population the evaluated
   texts themselves, unlabelled.
 
   Sequence form: r = mean scored lp - mean scored ref_lp, each over its own scored positions (the Reference attack's
-  score; ref_lp may tokenize differently), less its mean over the texts, / ln 2. Token form (tokens=True): the mean
-  of text_token_scores over each text's scored tokens (ref_lp must be on lp's tokens). Both rank the texts exactly as
-  attacks.reference does: the correction is one constant.
+  score; ref_lp may tokenize differently), less its mean over the texts, / ln 2: it ranks the texts exactly as
+  attacks.reference does (the correction is one constant). Token form (tokens=True): the mean of text_token_scores
+  over each text's scored tokens (ref_lp, and ref_kl when given, on lp's tokens); with ref_kl each token has its own
+  correction, so the ranking is its own, and without it the Reference attack's again.
   """
   if tokens:
-    s_NxT = text_token_scores(lp_NxT, ref_lp_NxT)
+    s_NxT = text_token_scores(lp_NxT, ref_lp_NxT, ref_kl_NxT)
     scored_NxT = np.isfinite(s_NxT)
     return np.where(scored_NxT, s_NxT, 0.0).sum(axis=1) / scored_NxT.sum(axis=1)
   r_N = reference(lp_NxT, ref_lp_NxT)
@@ -262,16 +284,17 @@ def _records():
                            options(run), tokens=tokens, mask_NxT=run.mask_NxT, pop_mask_ZxT=pop_mask_ZxT)
 
     def texts_(arrays, labels_N, settings):
-      del labels_N, settings  # the population is the evaluated texts themselves, unlabelled
-      return [_row(name, title, texts(arrays["lp"], arrays["ref_lp"], tokens=tokens), {})]
+      del labels_N, settings  # no labels read: the texts' own tokens or the reference's vocabulary are the population
+      return [_row(name, title, texts(arrays["lp"], arrays["ref_lp"], tokens=tokens, ref_kl_NxT=arrays.get("ref_kl")),
+                   {})]
 
     def check_texts(arrays, labels_N, settings):
       del labels_N, settings
       _same_tokens(arrays["lp"], arrays["ref_lp"])
 
     return Attack(name, title, color, line="--", needs=("population",), leave_one_out=leave_one_out_, check=check,
-                  note=note, targets=targets, features=("lp", "ref_lp"), texts=texts_,
-                  check_texts=check_texts if tokens else None)
+                  note=note, targets=targets, features=("lp", "ref_lp", "ref_kl") if tokens else ("lp", "ref_lp"),
+                  texts=texts_, check_texts=check_texts if tokens else None)
 
   return (record("informia", "InfoRMIA", "olivedrab", "rmia", False, note),
           record("informia_tokens", "InfoRMIA token-level", "deeppink", "rmia_tokens", True, tokens_note))

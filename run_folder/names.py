@@ -64,6 +64,7 @@ FEATURE_FILES = {
     "labels": "labels.npy", "source_index": "source_index.npy", "texts": TEXTS,
     "cond_lp_shots": "cond_lp_shots.npy", "cond_lp_member": "cond_lp_member.npy",
     "cond_lp_ensemble": "cond_lp_ensemble.npy", "pair_lp": "pair_lp.npy", "ref_lp": "ref_lp.npy",
+    "ref_kl": "ref_kl.npy",
     "neighbours": "neighbours.json", "neighbour_lp": "neighbour_lp.npy", "meta": "features.json",
     "prefix": "prefix.json",
 }

@@ -61,7 +61,8 @@ def _lm_statistics(graphdef, state, tokens_BxT, mask_BxT, bos_id):
 
 def causal_lm_statistics(module, tokens_BxT, mask_BxT, batch_size=16, bos_id=None):
   """(lp, mu, sigma, top1) [B, T] of an NNX causal LM on token ids: lp = ln p(t_i | t_<i) (float32) and top1 =
-  the model's top-1 token there is t_i (bool), from the same forward pass; position 0 and padding are NaN (False) (the pretraining-data attacks' convention, docs/conventions.md, "Pretraining-data attacks").
+  the model's top-1 token there is t_i (bool), from the same forward pass; position 0 and padding are NaN (False)
+  (the pretraining-data attacks' convention, docs/conventions.md, "Pretraining-data attacks").
   With bos_id (a shadow run's models, which read BOS first) position 0 is scored too, as ln p(t_0 | BOS).
 
   The parameters are an argument of the jitted function (not constants folded into it) and the last batch is
@@ -71,3 +72,31 @@ def causal_lm_statistics(module, tokens_BxT, mask_BxT, batch_size=16, bos_id=Non
   graphdef, state = nnx.split(module)
   fn = lambda tokens, mask: _lm_statistics(graphdef, state, tokens, mask, bos_id)  # noqa: E731
   return padded_batches(fn, (np.asarray(tokens_BxT), np.asarray(mask_BxT)), batch_size)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 2))
+def _kl(graphdef, state, ref_graphdef, ref_state, tokens_BxT, mask_BxT):
+  import jax.numpy as jnp
+  from flax import nnx
+  logp_BxTxV = jax.nn.log_softmax(nnx.merge(graphdef, state)(tokens_BxT, attention_mask=mask_BxT).astype(jnp.float32))
+  ref_BxTxV = jax.nn.log_softmax(nnx.merge(ref_graphdef, ref_state)(tokens_BxT, attention_mask=mask_BxT)
+                                 .astype(jnp.float32))
+  kl_BxT = jnp.sum(jnp.exp(ref_BxTxV) * (ref_BxTxV - logp_BxTxV), axis=-1)
+  shifted_BxT = jnp.pad(kl_BxT[:, :-1], ((0, 0), (1, 0)))  # position t is predicted by the logits at t - 1
+  scored_BxT = (jnp.arange(tokens_BxT.shape[1])[None] >= 1) & (mask_BxT > 0)
+  return (jnp.where(scored_BxT, shifted_BxT, jnp.nan),)
+
+
+def reference_kl(module, ref_module, tokens_BxT, mask_BxT, batch_size=16):
+  """KL(p_ref || p) [B, T] float32 in nats at each predicted position of token ids both causal LMs read (the same
+  tokenizer): sum_v p_ref(v | t_<i) (ln p_ref(v | t_<i) - ln p(v | t_<i)) over the vocabulary, for t_i; position 0
+  and padding are NaN, as in lp. Both models run on the same batch, so their distributions meet without being
+  stored."""
+  from flax import nnx
+  if module.config.vocab_size != ref_module.config.vocab_size:
+    raise InputError(f"the reference model's vocabulary ({ref_module.config.vocab_size}) is not the model's "
+                     f"({module.config.vocab_size}): the KL over the vocabulary needs the same one")
+  graphdef, state = nnx.split(module)
+  ref_graphdef, ref_state = nnx.split(ref_module)
+  fn = lambda tokens, mask: _kl(graphdef, state, ref_graphdef, ref_state, tokens, mask)  # noqa: E731
+  return padded_batches(fn, (np.asarray(tokens_BxT), np.asarray(mask_BxT)), batch_size)[0]

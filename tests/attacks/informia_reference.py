@@ -137,3 +137,20 @@ def texts(lp, ref_lp, tokens=False):
   maps = [[None if math.isnan(a) else (float(a) - float(b)) / LN2 - c for a, b in zip(row, ref)]
           for row, ref in zip(lp, ref_lp)]
   return [_mean([v for v in row if v is not None]) for row in maps], maps
+
+
+def token_scores_from_distributions(p_rows, p_ref_rows, tokens):
+  """Token-level InfoRMIA from the definition, with the vocabulary as the population at each context: for each
+  text and predicted position, p and p_ref the two models' next-token distributions (lists of probabilities) and x
+  the true token, s = log2 p(x) / p_ref(x) - sum_v p_ref(v) log2 p(v) / p_ref(v). None where no token is given."""
+  out = []
+  for p_row, q_row, x_row in zip(p_rows, p_ref_rows, tokens):
+    row = []
+    for p, q, x in zip(p_row, q_row, x_row):
+      if x is None:
+        row.append(None)
+        continue
+      expected = sum(qv * math.log2(pv / qv) for pv, qv in zip(p, q))
+      row.append(math.log2(p[x] / q[x]) - expected)
+    out.append(row)
+  return out

@@ -257,6 +257,36 @@ def test_texts_equal_the_loop_and_rank_as_the_reference_attack():
         assert abs(np.nanmean(s)) < 1e-12  # centred on the texts' own tokens
 
 
+def test_texts_token_form_with_ref_kl_is_the_vocabulary_expectation_of_the_definition():
+  """lp, ref_lp and ref_kl as extract_features stores them, from two random next-token distributions per position;
+  the token scores against a loop over the vocabulary (the population at each context is p_ref's)."""
+  rng = np.random.default_rng(4)
+  N, T, V = 30, 7, 11
+  logits, ref_logits = rng.normal(0, 2, (N, T, V)), rng.normal(0, 2, (N, T, V))
+  p = np.exp(logits) / np.exp(logits).sum(-1, keepdims=True)
+  q = np.exp(ref_logits) / np.exp(ref_logits).sum(-1, keepdims=True)
+  tokens = rng.integers(0, V, (N, T))
+  scored = np.ones((N, T), bool)
+  scored[:, 0] = False
+  scored[2, 5:] = False
+  pick = lambda d: np.take_along_axis(np.log(d), tokens[..., None], -1)[..., 0]  # noqa: E731
+  lp, ref_lp = np.where(scored, pick(p), np.nan), np.where(scored, pick(q), np.nan)
+  ref_kl = np.where(scored, (q * (np.log(q) - np.log(p))).sum(-1), np.nan)
+  s = I.text_token_scores(lp, ref_lp, ref_kl)
+  want = ref.token_scores_from_distributions(p.tolist(), q.tolist(),
+                                             [[int(x) if ok else None for x, ok in zip(row, m)]
+                                              for row, m in zip(tokens, scored)])
+  np.testing.assert_allclose(s, [[np.nan if v is None else v for v in row] for row in want], **CLOSE, equal_nan=True)
+  got = I.texts(lp, ref_lp, tokens=True, ref_kl_NxT=ref_kl)
+  np.testing.assert_allclose(got, [np.mean([v for v in row if v is not None]) for row in want], **CLOSE)
+  # its own correction per context: not the Reference attack's ranking
+  assert not np.array_equal(np.argsort(got), np.argsort(attacks.reference(lp, ref_lp)))
+  bad = ref_kl.copy()
+  bad[2, 6] = 0.0  # a position text 2 does not score
+  with pytest.raises(InputError, match=r"ref_kl must be finite exactly where lp is scored: text 2 differs \(1 texts\)"):
+    I.text_token_scores(lp, ref_lp, bad)
+
+
 def test_texts_token_form_needs_the_reference_on_lps_tokens():
   lp, same_ref, other_ref, _ = _features()
   bad = same_ref.copy()
@@ -300,7 +330,8 @@ def test_registry_records():
   assert [records[n].title for n in records] == ["InfoRMIA", "InfoRMIA token-level"]
   for name, attack in records.items():
     assert ATTACKS.attacks[name] is attack  # registered in attacks/catalogue.py
-    assert attack.needs == ("population",) and attack.features == ("lp", "ref_lp") and attack.uses == ()
+    assert attack.needs == ("population",) and attack.uses == ()
+    assert attack.features == (("lp", "ref_lp", "ref_kl") if name == "informia_tokens" else ("lp", "ref_lp"))
     assert "{names}" in attack.note and attack.label({}) == attack.title
     assert all(attack.can(w) for w in ("leave_one_out", "targets", "texts"))
   others = [a.color for a in ATTACKS.attacks.values() if a.name not in records]
@@ -336,11 +367,14 @@ def test_registry_records():
     assert np.isnan(attack.leave_one_out(fake, {}, on_undefined="nan")[:, 4]).all()
   # a features folder
   lp, same_ref, other_ref, labels = _features()
-  arrays = {"lp": lp, "ref_lp": same_ref}
+  ref_kl = np.where(np.isnan(lp), np.nan, np.random.default_rng(0).exponential(0.3, lp.shape))
+  arrays = {"lp": lp, "ref_lp": same_ref, "ref_kl": ref_kl}
+  assert records["informia_tokens"].features == ("lp", "ref_lp", "ref_kl")
   for name, tokens in (("informia", False), ("informia_tokens", True)):
     (row,) = records[name].texts(arrays, labels, {})
     assert row["name"] == records[name].title and row["attack"] == name and not row["tuned"] and row["plotted"]
-    np.testing.assert_array_equal(row["scores"], I.texts(lp, same_ref, tokens=tokens))
+    np.testing.assert_array_equal(row["scores"], I.texts(lp, same_ref, tokens=tokens,
+                                                         ref_kl_NxT=ref_kl if tokens else None))
   assert records["informia"].check_texts is None
   records["informia_tokens"].check_texts(arrays, labels, {})
   with pytest.raises(InputError, match="text 0"):

@@ -4,7 +4,9 @@ later without the model (docs/outputs.md, "Features folder").
 Stages, each written atomically as soon as it is done and skipped when already on disk, so a killed build resumes:
 token ids and lp / mu / sigma / top1; ReCaLL's conditional lp under 1..S non-member shots, under S member shots
 (Con-ReCall) and under G disjoint groups of the shots (the ensemble); EM-MIA's N x N pairs in chunks of rows; a
-reference model's lp and top1; neighbour lp. A prefix is the token-level concatenation of its shots' ids (each shot cut to
+reference model's lp and top1, and, when it reads the texts as the same token ids over the same vocabulary, the KL of
+its next-token distribution from the model's at each position (ref_kl, token-level InfoRMIA's correction); neighbour
+lp. A prefix is the token-level concatenation of its shots' ids (each shot cut to
 max_length tokens, as the texts are; the separator's ids between shots and before the text), so the text keeps exactly the tokens it has in lp.
 
 Prefix shots are drawn from the evaluated texts' known non-members (and as many known members, the Con-ReCall
@@ -94,6 +96,13 @@ def _settings_check(out_dir, settings, overwrite):
 def _encode(tokenizer, texts, max_length):
   from training import per_token
   return per_token.encode_batch(tokenizer, texts, max_length)
+
+
+def _same_tokens(ref_tokenizer, texts, max_length, ids_NxT):
+  """Whether the reference tokenizer gives the texts the target's token ids (then the two models' distributions
+  over one vocabulary can be compared position by position)."""
+  ref_ids_NxT, _ = _encode(ref_tokenizer, texts, max_length)
+  return ref_ids_NxT.shape == ids_NxT.shape and bool((ref_ids_NxT == ids_NxT).all())
 
 
 def _lp_of_texts(module, tokenizer, texts, max_length, batch_size, bos_id=None, top1=False):
@@ -231,12 +240,18 @@ def build_features(out_dir, model_path, texts, labels=None, *, tokenizer=None, m
   if pairs and not _have(out_dir, "pair_lp"):
     save("pair_lp", _pairs(out_dir, module, ids_NxT, mask_NxT, batch_size, progress, bos_id))
     remove_pair_chunks(out_dir)
-  if reference_model is not None and not _have(out_dir, "ref_lp", "ref_top1"):
-    ref = hf_convert.from_pretrained(reference_model, dtype=dtype)
-    ref_lp, ref_top1 = _lp_of_texts(ref, ref_tok, eval_texts, max_length, batch_size, top1=True)
-    for name, array in (("ref_top1", ref_top1), ("ref_lp", ref_lp)):
-      if not _have(out_dir, name):
-        save(name, array)
+  if reference_model is not None:
+    ref = None
+    if not _have(out_dir, "ref_lp", "ref_top1"):
+      ref = hf_convert.from_pretrained(reference_model, dtype=dtype)
+      ref_lp, ref_top1 = _lp_of_texts(ref, ref_tok, eval_texts, max_length, batch_size, top1=True)
+      for name, array in (("ref_top1", ref_top1), ("ref_lp", ref_lp)):
+        if not _have(out_dir, name):
+          save(name, array)
+    if bos_id is None and not _have(out_dir, "ref_kl") and _same_tokens(ref_tok, eval_texts, max_length, ids_NxT):
+      ref = ref or hf_convert.from_pretrained(reference_model, dtype=dtype)
+      if ref.config.vocab_size == module.config.vocab_size:  # token-level InfoRMIA's correction
+        save("ref_kl", per_token.reference_kl(module, ref, ids_NxT, mask_NxT, batch_size))
   J = None
   if neighbours is not None:
     lists = [list(neighbours[i]) for i in source_N]

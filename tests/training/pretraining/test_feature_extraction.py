@@ -71,6 +71,43 @@ def test_folder_holds_every_array_and_prefix_texts_leave_the_evaluated_set(model
   assert top1.dtype == bool and meta["arrays"]["top1"] == [N, T] and not top1[~np.isfinite(lp)].any()
 
 
+def test_ref_kl_is_the_kl_of_the_two_models_distributions_at_each_position(model_dir, tmp_path):
+  """A reference on the same tokens (another random init, saved with the same tokenizer): ref_kl against
+  KL(p_ref || p) from both models' logits, in float64 by numpy; token-level InfoRMIA reads it."""
+  from attacks import informia
+  src = hf_convert.from_pretrained(model_dir)
+  config = src.config
+  fm = models.get_model("gpt_neox", vocab_size=config.vocab_size, hidden_size=16, num_hidden_layers=1,
+                        num_attention_heads=2, intermediate_size=32, max_position_embeddings=96)
+  ref_dir = str(tmp_path / "ref")
+  hf_convert.save_pretrained(nnx.merge(fm.graphdef, fm.init(jax.random.key(7))), ref_dir,
+                             tokenizer_file=os.path.join(model_dir, "tokenizer.json"))
+  texts, labels = _labelled(6)
+  out = feature_extraction.build_features(tmp_path / "f", model_dir, texts, labels, reference_model=ref_dir,
+                                          progress=False)
+  ids, mask = np.load(os.path.join(out, "ids.npy")), np.load(os.path.join(out, "mask.npy"))
+  ref = hf_convert.from_pretrained(ref_dir)
+
+  def log_softmax(module):
+    z = np.asarray(module(ids, attention_mask=mask), np.float64)
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+  lp, lp_ref = log_softmax(src), log_softmax(ref)
+  want = np.full(ids.shape, np.nan)
+  want[:, 1:] = (np.exp(lp_ref[:, :-1]) * (lp_ref[:, :-1] - lp[:, :-1])).sum(axis=-1)
+  want[~mask] = np.nan
+  ref_kl = np.load(os.path.join(out, "ref_kl.npy"))
+  # float32 logits of size ~1 and float32 sums over V = 300 terms against float64: ~1e-6 relative, so 1e-5 absolute
+  # on KLs of order 0.01-1
+  np.testing.assert_allclose(ref_kl, want, atol=1e-5, rtol=1e-4)
+  assert (ref_kl[np.isfinite(ref_kl)] >= -1e-6).all() and np.nanmax(ref_kl) > 1e-3
+  s = informia.text_token_scores(np.load(os.path.join(out, "lp.npy")), np.load(os.path.join(out, "ref_lp.npy")),
+                                 ref_kl)
+  gain = np.load(os.path.join(out, "lp.npy")).astype(np.float64) - np.load(os.path.join(out, "ref_lp.npy"))
+  np.testing.assert_allclose(s, (gain + ref_kl) / np.log(2), rtol=1e-12, equal_nan=True)
+
+
 def test_top1_is_the_argmax_of_the_logits_lp_comes_from(model_dir, tmp_path):
   """top1 from the forward pass that gives lp, against the model's logits taken apart: argmax at t - 1 equals the
   token at t; and a folder built before top1 existed gets it by re-running the build, keeping the arrays it has."""
