@@ -47,6 +47,13 @@ def _gpt_neox(**kwargs):
   return functional("gpt_neox", config, lambda rngs: gpt_neox.GPTNeoXForCausalLM(config, rngs=rngs))
 
 
+def _gpt2(**kwargs):
+  """GPT2Config fields: a freshly initialised GPT-2 (a base checkpoint to fine-tune: models.pretrained)."""
+  from models import gpt2
+  config = gpt2.GPT2Config(**kwargs)
+  return functional("gpt2", config, lambda rngs: gpt2.GPT2LMHeadModel(config, rngs=rngs))
+
+
 @functools.lru_cache(maxsize=8)
 def _pixelcnn_model(config):
   """One FunctionalModel per config, so runs and tests in one process share its compiled steps (~30 s each)."""
@@ -64,6 +71,7 @@ def _pixelcnn(**kwargs):
 FAMILIES = {f.name: f for f in (
     Family("lstm", data_kind="tokens", stat_names=LM_STATS, fine_tunes=False, build=_lstm),
     Family("gpt_neox", data_kind="tokens", stat_names=LM_STATS, fine_tunes=True, build=_gpt_neox),
+    Family("gpt2", data_kind="tokens", stat_names=LM_STATS, fine_tunes=True, build=_gpt2),
     Family("pixelcnn_pp", data_kind="images", stat_names=(), fine_tunes=False, build=_pixelcnn),
 )}
 
@@ -76,5 +84,6 @@ def family(name):
 
 
 def get_model(name, **kwargs):
-  """Model by name: "lstm" (LSTMConfig fields), "gpt_neox" (GPTNeoXConfig fields) or "pixelcnn_pp" (PixelCNNConfig)."""
+  """Model by name: "lstm" (LSTMConfig fields), "gpt_neox" (GPTNeoXConfig fields), "gpt2" (GPT2Config fields) or
+  "pixelcnn_pp" (PixelCNNConfig)."""
   return family(name).build(**kwargs)

@@ -1,13 +1,16 @@
-"""Hugging Face GPT-NeoX (Pythia) folders <-> NNX params through an explicit name map, every shape asserted.
+"""Hugging Face GPT-NeoX (Pythia) and GPT-2 folders <-> NNX params through an explicit name map per architecture,
+every shape asserted; config.json's model_type picks the architecture.
 
-One-way: this module imports models.gpt_neox, never the reverse (gpt_neox holds the model only).
+One-way: this module imports models.gpt_neox and models.gpt2, never the reverse (they hold the models only).
 
 Only safetensors are read (numpy API, no torch): pickled `pytorch_model.bin` files can run code when loaded.
 """
 
+import dataclasses
 import json
 import os
 import re
+from typing import Callable
 
 import jax.numpy as jnp
 import numpy as np
@@ -16,6 +19,7 @@ from safetensors import numpy as safetensors_numpy
 
 import run_folder
 from models import hub
+from models.gpt2 import GPT2Config, GPT2LMHeadModel
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
 from lira.errors import InputError, MissingPackageError, MissingFileError
 
@@ -48,14 +52,83 @@ _ALIASES = {"lm_head.weight": "embed_out.weight"}
 # Non-persistent buffers that older Pythia checkpoints stored: recomputed here, so skipped.
 _BUFFERS = re.compile(r"gpt_neox\.(layers\.\d+\.attention\.(bias|masked_bias|rotary_emb\.inv_freq)"
                       r"|rotary_emb\.inv_freq)")
-_PICKLE_REFUSAL = (
-    "pickled PyTorch checkpoints are refused (unpickling can run arbitrary code); convert it once where you trust "
-    "it: `transformers.GPTNeoXForCausalLM.from_pretrained(src).save_pretrained(dst, safe_serialization=True)`, "
-    "then load dst")
+
+# GPT-2: Hugging Face's Conv1D weights are [in, out], the NNX kernels' layout, so only the untied head is transposed.
+# P is n_positions. The original hub checkpoints name the body without the "transformer." prefix (_GPT2_ALIASES).
+GPT2_NAME_MAP = (
+    ("transformer.wte.weight", "wte.embedding", ("V", "D"), False),
+    ("transformer.wpe.weight", "wpe.embedding", ("P", "D"), False),
+    ("transformer.h.{i}.ln_1.weight", "h.{i}.ln_1.norm.scale", ("D",), False),
+    ("transformer.h.{i}.ln_1.bias", "h.{i}.ln_1.norm.bias", ("D",), False),
+    ("transformer.h.{i}.attn.c_attn.weight", "h.{i}.attn.c_attn.kernel", ("D", "3D"), False),
+    ("transformer.h.{i}.attn.c_attn.bias", "h.{i}.attn.c_attn.bias", ("3D",), False),
+    ("transformer.h.{i}.attn.c_proj.weight", "h.{i}.attn.c_proj.kernel", ("D", "D"), False),
+    ("transformer.h.{i}.attn.c_proj.bias", "h.{i}.attn.c_proj.bias", ("D",), False),
+    ("transformer.h.{i}.ln_2.weight", "h.{i}.ln_2.norm.scale", ("D",), False),
+    ("transformer.h.{i}.ln_2.bias", "h.{i}.ln_2.norm.bias", ("D",), False),
+    ("transformer.h.{i}.mlp.c_fc.weight", "h.{i}.mlp.c_fc.kernel", ("D", "F"), False),
+    ("transformer.h.{i}.mlp.c_fc.bias", "h.{i}.mlp.c_fc.bias", ("F",), False),
+    ("transformer.h.{i}.mlp.c_proj.weight", "h.{i}.mlp.c_proj.kernel", ("F", "D"), False),
+    ("transformer.h.{i}.mlp.c_proj.bias", "h.{i}.mlp.c_proj.bias", ("D",), False),
+    ("transformer.ln_f.weight", "ln_f.norm.scale", ("D",), False),
+    ("transformer.ln_f.bias", "ln_f.norm.bias", ("D",), False),
+    ("lm_head.weight", "lm_head.kernel", ("V", "D"), True),  # absent when tie_word_embeddings
+)
+_GPT2_BUFFERS = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)")
+
+
+def _gpt2_alias(name):
+  return name if name.startswith(("transformer.", "lm_head.")) else "transformer." + name
+
+
+@dataclasses.dataclass(frozen=True)
+class Architecture:
+  """What converting one Hugging Face architecture takes: its config and module classes, its name map, the sizes of
+  the map's letters under a config, the head's name (dropped when tied), alias and buffer rules."""
+
+  model_type: str
+  hf_class: str  # the transformers class that loads the folder
+  config_cls: type
+  module_cls: type
+  name_map: tuple
+  dims: Callable
+  head: str
+  alias: Callable
+  buffers: re.Pattern
+
+
+ARCHITECTURES = {a.model_type: a for a in (
+    Architecture("gpt_neox", "GPTNeoXForCausalLM", GPTNeoXConfig, GPTNeoXForCausalLM, NAME_MAP,
+                 lambda c: {"D": c.hidden_size, "3D": 3 * c.hidden_size, "F": c.intermediate_size,
+                            "V": c.vocab_size},
+                 "embed_out.weight", lambda n: _ALIASES.get(n, n), _BUFFERS),
+    Architecture("gpt2", "GPT2LMHeadModel", GPT2Config, GPT2LMHeadModel, GPT2_NAME_MAP,
+                 lambda c: {"D": c.n_embd, "3D": 3 * c.n_embd, "F": c.intermediate_size, "V": c.vocab_size,
+                            "P": c.n_positions},
+                 "lm_head.weight", _gpt2_alias, _GPT2_BUFFERS),
+)}
+
+
+def architecture(config):
+  """The Architecture of a config object (GPTNeoXConfig, GPT2Config)."""
+  for arch in ARCHITECTURES.values():
+    if isinstance(config, arch.config_cls):
+      return arch
+  raise InputError(f"no Hugging Face conversion for {type(config).__name__}")
+
+
+def _pickle_refusal(hf_class="GPTNeoXForCausalLM"):
+  return ("pickled PyTorch checkpoints are refused (unpickling can run arbitrary code); convert it once where you "
+          f"trust it: `transformers.{hf_class}.from_pretrained(src).save_pretrained(dst, safe_serialization=True)`, "
+          "then load dst")
+
+
+_PICKLE_REFUSAL = _pickle_refusal()
 
 
 def _abstract_params(config):
-  return nnx.split(nnx.eval_shape(lambda: GPTNeoXForCausalLM(config, rngs=nnx.Rngs(0))))[1]
+  cls = architecture(config).module_cls
+  return nnx.split(nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0))))[1]
 
 
 def _path_str(path):
@@ -64,11 +137,11 @@ def _path_str(path):
 
 def name_table(config):
   """{HF name: (NNX path, HF shape, transpose)} for this config; fails unless it covers every NNX param exactly."""
-  dims = {"D": config.hidden_size, "3D": 3 * config.hidden_size, "F": config.intermediate_size,
-          "V": config.vocab_size}
+  arch = architecture(config)
+  dims = arch.dims(config)
   model_paths = {_path_str(p) for p, _ in nnx.to_flat_state(_abstract_params(config))}
   table = {}
-  for hf, nnx_path, shape, transpose in NAME_MAP:
+  for hf, nnx_path, shape, transpose in arch.name_map:
     layers = range(config.num_hidden_layers) if "{i}" in hf else [None]
     for i in layers:
       path = nnx_path.format(i=i)
@@ -81,18 +154,20 @@ def name_table(config):
 
 def params_from_hf(config, tensors):
   """NNX params (float32 State, as FunctionalModel.init makes) from {HF name: numpy array}."""
+  arch = architecture(config)
   table = name_table(config)
   named = {}
-  for name, array in tensors.items():
-    name = _ALIASES.get(name, name)
+  for original in tensors:
+    name = arch.alias(original)
     if name in named:
-      raise InputError(f"{name} given twice (as itself and as its alias lm_head.weight)")
-    named[name] = array
-  tied_head = {"embed_out.weight"} if config.tie_word_embeddings else set()  # a duplicate of embed_in
-  unknown = sorted(n for n in named if n not in table and n not in tied_head and not _BUFFERS.fullmatch(n))
+      raise InputError(f"{name} given twice (as itself and as its alias {original})")
+    named[name] = tensors[original]
+  tied_head = {arch.head} if config.tie_word_embeddings else set()  # a duplicate of the token embedding
+  unknown = sorted(n for n in named if n not in table and n not in tied_head and not arch.buffers.fullmatch(n))
   missing = sorted(n for n in table if n not in named)
   if unknown or missing:
-    raise InputError(f"checkpoint does not match the GPT-NeoX config: unknown tensors {unknown}, missing {missing}")
+    raise InputError(f"checkpoint does not match the {arch.model_type} config: unknown tensors {unknown}, missing "
+                     f"{missing}")
   by_path = {}
   for name, (path, shape, transpose) in table.items():
     if tuple(named[name].shape) != shape:
@@ -116,7 +191,7 @@ def params_to_hf(config, params):
   return tensors
 
 
-def _read_safetensors(folder):
+def _read_safetensors(folder, hf_class="GPTNeoXForCausalLM"):
   """{name: numpy array} from model.safetensors or the shards a model.safetensors.index.json lists."""
   index = os.path.join(folder, run_folder.names.MODEL_WEIGHTS_INDEX)
   if os.path.exists(index):
@@ -125,7 +200,7 @@ def _read_safetensors(folder):
   elif os.path.exists(os.path.join(folder, run_folder.names.MODEL_WEIGHTS)):
     files = [run_folder.names.MODEL_WEIGHTS]
   elif any(n.endswith(".bin") for n in os.listdir(folder)):
-    raise InputError(f"{folder} holds only pickled weights (.bin); {_PICKLE_REFUSAL}")
+    raise InputError(f"{folder} holds only pickled weights (.bin); {_pickle_refusal(hf_class)}")
   else:
     raise MissingFileError(f"{folder} has no model.safetensors or model.safetensors.index.json")
   tensors = {}
@@ -161,8 +236,17 @@ def check_source(path):
     raise MissingFileError(f"model folder {path} does not exist (and is not a hub id like EleutherAI/pythia-70m)")
 
 
+def config_from_hf_dict(d, dtype="float32"):
+  """The config object of a parsed config.json, by its model_type (gpt_neox when it names none)."""
+  model_type = d.get("model_type", "gpt_neox")
+  if model_type not in ARCHITECTURES:
+    raise InputError(f"model_type {model_type!r} has no conversion here; available: {', '.join(ARCHITECTURES)}")
+  return ARCHITECTURES[model_type].config_cls.from_hf_dict(d, dtype=dtype)
+
+
 def load_hf_folder(path, revision=None, dtype="float32"):
-  """(GPTNeoXConfig, params) from a Hugging Face folder, or a hub id (downloads config and safetensors only)."""
+  """(config, params) from a Hugging Face folder, or a hub id (downloads config and safetensors only): a
+  GPTNeoXConfig or GPT2Config, by config.json's model_type."""
   path = str(path)
   check_source(path)
   if not os.path.exists(path):
@@ -181,12 +265,13 @@ def load_hf_folder(path, revision=None, dtype="float32"):
     if not any(n.endswith(".safetensors") for n in os.listdir(path)):
       raise InputError(f"hub repo at revision {revision} has no safetensors weights; {_PICKLE_REFUSAL}")
   with open(os.path.join(path, run_folder.names.MODEL_CONFIG)) as f:
-    config = GPTNeoXConfig.from_hf_dict(json.load(f), dtype=dtype)
-  return config, params_from_hf(config, _read_safetensors(path))
+    config = config_from_hf_dict(json.load(f), dtype=dtype)
+  return config, params_from_hf(config, _read_safetensors(path, architecture(config).hf_class))
 
 
 def save_hf_folder(config, params, path, tokenizer_file=None):
-  """Write config.json and model.safetensors that `GPTNeoXForCausalLM.from_pretrained(path)` loads.
+  """Write config.json and model.safetensors that transformers' `GPTNeoXForCausalLM` / `GPT2LMHeadModel`
+  `.from_pretrained(path)` loads.
 
   Like transformers' save_pretrained, `path` may exist: each file is replaced atomically (temporary name, then
   rename), and a stale sharded index with its shards is removed so that it cannot shadow the new weights.
@@ -211,12 +296,14 @@ def save_hf_folder(config, params, path, tokenizer_file=None):
 
 
 def from_pretrained(path_or_hub_id, dtype=jnp.float32, revision=None):
-  """GPTNeoXForCausalLM with the weights of a Hugging Face folder (safetensors, sharded or not) or a hub id.
+  """The model (GPTNeoXForCausalLM or GPT2LMHeadModel, by model_type) with the weights of a Hugging Face folder
+  (safetensors, sharded or not) or a hub id.
 
   `dtype` is the compute dtype (float32 or bfloat16); parameters are kept in float32.
   """
   config, params = load_hf_folder(path_or_hub_id, revision=revision, dtype=jnp.dtype(dtype).name)
-  graphdef = nnx.graphdef(nnx.eval_shape(lambda: GPTNeoXForCausalLM(config, rngs=nnx.Rngs(0))))
+  cls = architecture(config).module_cls
+  graphdef = nnx.graphdef(nnx.eval_shape(lambda: cls(config, rngs=nnx.Rngs(0))))
   return nnx.merge(graphdef, params)
 
 

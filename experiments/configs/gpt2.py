@@ -1,0 +1,53 @@
+"""Fine-tuned GPT-2 shadow models: copies of one base checkpoint fine-tuned on the canaries, as for GPT-NeoX.
+
+--config=experiments/configs/gpt2.py:gpt2_tiny   CPU default (minutes): a small GPT-2 that the run pretrains on the
+                                                 corpus first, saved as a Hugging Face folder (transformers loads it)
+--config=experiments/configs/gpt2.py:tiny        seconds, for tests
+--config=experiments/configs/gpt2.py:gpt2        GPT-2 small from the hub (`gpt2`, its tokenizer), PersonaChat, T = 128,
+                                                 64 copies: GPU/TPU
+model.base is a Hugging Face GPT-2 folder, a hub id, or "pretrain" (pretrain model.arch, GPT2Config fields, on the
+train-split sequences that fine-tuning does not use, into RUN_DIR/base_model). train.compute_dtype as pythia.py's.
+"""
+
+import ml_collections
+from ml_collections import config_dict
+
+from training import dp
+from training import population
+
+from lira.errors import InputError
+
+
+def get_config(arg="gpt2_tiny"):
+  c = ml_collections.ConfigDict()
+  c.data = dict(corpus="chitchat", hub_id="bavard/personachat_truecased", heldout_fraction=0.1, seq_len=32,
+                max_train_sequences=1000)
+  c.tokenizer = dict(name="bpe", vocab_size=512)
+  c.canaries = dict(kind="worst", num_canaries=1000)
+  c.shadow = dict(num_models=32, group_size=2, seed=0)
+  c.shadow.model_seed = config_dict.placeholder(int)  # membership and training (default: shadow.seed)
+  c.model = dict(name="gpt2", base="pretrain", arch=dict(n_embd=128, n_layer=2, n_head=4, n_positions=256))
+  c.pretrain = dict(epochs=1, batch_size=32, learning_rate=3e-3, weight_decay=0.01, max_sequences=12_000)
+  c.train = dict(epochs=3, batch_size=16, learning_rate=1e-3, weight_decay=1e-4, eval_batch_size=256,
+                 compute_dtype="float32")
+  c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
+  c.population = population.config_defaults()  # RMIA's population: 1,000 sequences no model trains on (0: none)
+  if arg == "gpt2":  # GPT-2 small (124M) from the hub, the paper's fine-tuning shape (pythia.py:pythia)
+    c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)
+    c.tokenizer.update(name="gpt2")
+    c.canaries.update(num_canaries=10_000)
+    c.shadow.update(num_models=64, group_size=2)
+    c.model.update(base="gpt2")
+    c.train.update(epochs=7, batch_size=16, learning_rate=1e-4, weight_decay=1e-4, eval_batch_size=16)
+  elif arg == "tiny":
+    c.data.update(seq_len=12, max_train_sequences=64)
+    c.tokenizer.update(vocab_size=300)
+    c.canaries.update(num_canaries=16)
+    c.shadow.update(num_models=6, group_size=3)
+    c.model.arch.update(n_embd=32, n_layer=1, n_head=2, n_positions=64)
+    c.pretrain.update(epochs=1, batch_size=16, max_sequences=128)
+    c.train.update(epochs=2, batch_size=16, learning_rate=3e-3)
+    c.population.update(size=16)
+  elif arg != "gpt2_tiny":
+    raise InputError(f"unknown GPT-2 config {arg!r}: use gpt2_tiny (default), gpt2 or tiny")
+  return c
