@@ -5,9 +5,9 @@ token sequences read after a BOS, or "images", [H, W, C] pixel levels scored pix
 statistics a shadow run stores beside losses.npy (`stat_names`: mu and sigma of ln p over the vocabulary and top1,
 whether the top-1 token is the true one, for language models; none for images), whether a shadow run fine-tunes
 copies of a base checkpoint (`fine_tunes`: model.base, a folder, a hub id or "pretrain") instead of training freshly
-initialised ones, and how to build its FunctionalModel from the config's model fields (`build(**kwargs)`, what get_model calls). Every family's config has a
-`dtype` field, its compute dtype (models/precision.py), and its module is built as `cls(config, rngs=...)`, so
-FunctionalModel.with_compute_dtype rebuilds it in another.
+initialised ones, and how to build its FunctionalModel from the config's model fields (`build(**kwargs)`, what
+get_model calls). Every family's config has a `dtype` field, its compute dtype (models/precision.py), and its module
+is built as `cls(config, rngs=...)`, so FunctionalModel.with_compute_dtype rebuilds it in another.
 """
 
 import dataclasses
