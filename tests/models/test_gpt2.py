@@ -60,6 +60,24 @@ def test_the_family_builds_a_causal_model_whose_name_map_covers_it():
     module(jnp.zeros((1, T + 1), jnp.int32))
 
 
+def test_bfloat16_compute_close_to_float32():
+  fm = get_model("gpt2", vocab_size=61, n_embd=32, n_layer=2, n_head=4, n_positions=T)
+  for tied in (True, False):
+    model = fm if tied else get_model("gpt2", vocab_size=61, n_embd=32, n_layer=2, n_head=4, n_positions=T,
+                                      tie_word_embeddings=False)
+    params = jax.tree.map(lambda x: x * 5.0, model.init(jax.random.key(1)))  # far from init: sharp attention
+    tokens = jnp.asarray(np.random.default_rng(5).integers(0, 61, (3, T)))
+    ref = np.asarray(model.apply(params, tokens, jnp.asarray(MASK_BxT)))
+    bf16 = np.asarray(model.with_compute_dtype("bfloat16").apply(params, tokens, jnp.asarray(MASK_BxT)))
+    keep = MASK_BxT == 1
+    assert bf16.dtype == np.float32  # float32 logits whatever the compute dtype
+    err = np.abs(bf16[keep] - ref[keep]).max() / np.abs(ref[keep]).max()
+    # bfloat16 keeps 8 significant bits (unit roundoff 2^-9 = 2e-3); two layers of 32-128-term products and a
+    # 61-way head grow that to ~1e-2 of the largest logit; float32 rounding would be 1e-6, a wrong op O(1)
+    assert err < 0.05, (tied, err)
+    assert not np.array_equal(bf16, ref)  # it did compute in bfloat16
+
+
 # ---------------------------------------------------------------- against transformers
 
 torch = pytest.importorskip("torch")
