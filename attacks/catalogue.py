@@ -15,6 +15,7 @@ from attacks import informia
 from attacks import wbc
 from attacks.min_k import DEFAULT_K
 from attacks.registry import Attack, Registry, Setting
+from attacks.registry import text_row as row
 from lira import metrics
 from lira import rmia
 
@@ -35,12 +36,6 @@ SETTINGS = (
     Setting("folds", blind.DEFAULT_FOLDS, "blind: stratified cross-validation folds; each text is scored by the text "
             "classifier fitted on the other folds.", 2, kind="int"),
 )
-
-
-def row(attack, name, scores_N, params=None, tuned=False, plotted=True):
-  """One row of a features folder's report: name, attack, params, tuned, plotted, scores [N] (float64)."""
-  return {"name": name, "attack": attack, "params": params or {}, "tuned": tuned, "plotted": plotted,
-          "scores": np.asarray(scores_N, dtype=np.float64)}
 
 
 def _best(candidates, labels_N):

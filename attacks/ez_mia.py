@@ -39,14 +39,13 @@ import numbers
 
 import numpy as np
 
-from attacks.rows import as_rows, same_rows
+from attacks.rows import as_rows, canary_blocks, same_rows
 from lira.checks import check_arrays
 from lira.errors import InputError
 from lira.loo import columns
 
 MIN_TOKENS = 2  # the official min_tokens
 EPSILON = 1e-12  # the official denominator's guard
-BLOCK_BYTES = 256 * 2**20  # the largest temporaries of a block of canaries
 
 
 def _check_min_tokens(min_tokens):
@@ -120,11 +119,6 @@ def ez_mia(target_lp_NxT, reference_lp_NxT, top1_NxT, min_tokens=MIN_TOKENS):
   return _ratio(delta_NxT, _zone(top1_NxT, scored_NxT), min_tokens)
 
 
-def _blocks(N, per_canary_bytes, block_size):
-  bs = block_size or max(1, BLOCK_BYTES // max(1, per_canary_bytes))
-  return [slice(i, min(i + bs, N)) for i in range(0, N, bs)]
-
-
 def _block(loss_MxNxT, top1_MxNxT, mask_NxT, blk):
   """The block's lp [M, B, T] (float64, 0 where unscored), error zone [M, B, T] and scored positions [B, T]."""
   loss_MxBxT = np.asarray(columns(loss_MxNxT, blk))
@@ -166,7 +160,7 @@ def ez_mia_shadow(loss_MxNxT, keep_MxN, top1_MxNxT, mask_NxT=None, *, min_tokens
                      "affected)")
   M, N, T = loss_MxNxT.shape
   score_MxN = np.full((M, N), np.nan)
-  for blk in _blocks(N, 6 * 8 * M * T, block_size):  # ~6 float64 [M, B, T] arrays at once
+  for blk in canary_blocks(N, 6 * 8 * M * T, block_size):  # ~6 float64 [M, B, T] arrays at once
     lp_MxBxT, zone_MxBxT, _ = _block(loss_MxNxT, top1_MxNxT, mask_NxT, blk)
     out_MxB = out_MxN[:, blk]
     count_MxB = out_MxB.sum(axis=0)[None] - out_MxB
@@ -186,7 +180,7 @@ def ez_mia_base(loss_MxNxT, base_loss_NxT, top1_MxNxT, mask_NxT=None, *, min_tok
   if tuple(np.shape(base_loss_NxT)) != (N, T):
     raise InputError(f"base losses must be shaped [N, T] = {[N, T]}, got {list(np.shape(base_loss_NxT))}")
   score_MxN = np.full((M, N), np.nan)
-  for blk in _blocks(N, 4 * 8 * M * T, block_size):
+  for blk in canary_blocks(N, 4 * 8 * M * T, block_size):
     lp_MxBxT, zone_MxBxT, scored_BxT = _block(loss_MxNxT, top1_MxNxT, mask_NxT, blk)
     base_BxT = np.asarray(base_loss_NxT[blk], dtype=np.float64)
     bad_BxT = scored_BxT & ~np.isfinite(base_BxT)
@@ -207,7 +201,7 @@ def _same_tokens(arrays, labels_N, settings):
 
 
 def _records():
-  from attacks.registry import Attack  # here: attacks.registry imports nothing of this module's users
+  from attacks.registry import Attack, text_row  # here: attacks.registry imports nothing of this module's users
   note = ("{names}: EZ-MIA, on the target's error zone (the scored tokens, less the first, whose top-1 prediction is "
           "wrong) the sum of the target's log-probability gains over the reference divided by the sum of its "
           "losses; the reference: the mean per-token lp of the canary's OUT models other than the target.")
@@ -226,8 +220,7 @@ def _records():
 
   def texts(arrays, labels_N, settings):
     del labels_N, settings
-    return [{"name": "EZ-MIA", "attack": "ez_mia", "params": {}, "tuned": False, "plotted": True,
-             "scores": ez_mia(arrays["lp"], arrays["ref_lp"], arrays["top1"])}]
+    return [text_row("ez_mia", "EZ-MIA", ez_mia(arrays["lp"], arrays["ref_lp"], arrays["top1"]))]
 
   def against_base(run, settings, on_undefined="raise"):
     del settings, on_undefined  # the base model is every target's reference: always defined

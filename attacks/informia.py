@@ -247,13 +247,8 @@ def texts(lp_NxT, ref_lp_NxT, tokens=False, ref_kl_NxT=None):
 
 # ---- the registry's records (attacks/catalogue.py registers them) ----
 
-def _row(name, label, scores_N, params):
-  return {"name": label, "attack": name, "params": params, "tuned": False, "plotted": True,
-          "scores": np.asarray(scores_N, dtype=np.float64)}
-
-
 def _records():
-  from attacks.registry import Attack  # here: attacks.registry imports nothing of this module's users
+  from attacks.registry import Attack, text_row  # here: attacks.registry imports nothing of this module's users
   note = ("{names}: InfoRMIA, the information gain log2 Pr(x | theta) / Pr(x) in bits per token (RMIA's likelihood "
           "ratio, model m the target, the other M - 1 its reference models, online) less its mean over the run's "
           "population (population_losses.npy).")
@@ -285,8 +280,8 @@ def _records():
 
     def texts_(arrays, labels_N, settings):
       del labels_N, settings  # no labels read: the texts' own tokens or the reference's vocabulary are the population
-      return [_row(name, title, texts(arrays["lp"], arrays["ref_lp"], tokens=tokens, ref_kl_NxT=arrays.get("ref_kl")),
-                   {})]
+      scores_N = texts(arrays["lp"], arrays["ref_lp"], tokens=tokens, ref_kl_NxT=arrays.get("ref_kl"))
+      return [text_row(name, title, scores_N)]
 
     def check_texts(arrays, labels_N, settings):
       del labels_N, settings

@@ -20,8 +20,17 @@ its scores and its record plus one line there (docs/extending.md).
 import dataclasses
 from collections.abc import Callable
 
+import numpy as np
+
 from lira.errors import InputError
 from lira.options import check_number, range_words
+
+def text_row(attack, name, scores_N, params=None, tuned=False, plotted=True):
+  """One row of a features folder's report (what `texts` returns a list of): name, attack, params, tuned, plotted,
+  scores [N] (float64)."""
+  return {"name": name, "attack": attack, "params": params or {}, "tuned": tuned, "plotted": plotted,
+          "scores": np.asarray(scores_N, dtype=np.float64)}
+
 
 # The places an attack can score: a shadow run's leave-one-out pairs, or a features folder's texts.
 WHERE = ("leave_one_out", "targets", "texts")

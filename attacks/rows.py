@@ -39,3 +39,12 @@ def same_rows(name, array, lp_NxT):
   """Refuse a companion array whose leading (row) shape differs from lp's."""
   if np.shape(array)[0] != np.shape(lp_NxT)[0]:
     raise InputError(f"{name}: {np.shape(array)[0]} rows, but lp has {np.shape(lp_NxT)[0]}")
+
+
+BLOCK_BYTES = 256 * 2**20  # the largest temporaries of a block of canaries (WBC, EZ-MIA on a shadow run)
+
+
+def canary_blocks(N, per_canary_bytes, block_size=None):
+  """Slices of the N canaries, block_size at a time, or as many as keep per_canary_bytes each within BLOCK_BYTES."""
+  bs = block_size or max(1, BLOCK_BYTES // max(1, per_canary_bytes))
+  return [slice(i, min(i + bs, N)) for i in range(0, N, bs)]

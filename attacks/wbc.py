@@ -28,7 +28,7 @@ import numbers
 
 import numpy as np
 
-from attacks.rows import as_rows, same_rows
+from attacks.rows import as_rows, canary_blocks, same_rows
 from lira.checks import check_arrays
 from lira.errors import InputError
 from lira.loo import columns
@@ -36,7 +36,6 @@ from lira.loo import columns
 WINDOW_SIZES = (2, 3, 4, 6, 9, 13)  # geometrically spaced, ~1.5x apart
 # The official repository's configs/example.yaml and README (its class's own default is a single window of 1).
 OFFICIAL_WINDOW_SIZES = (2, 3, 4, 6, 9, 13, 18, 25, 32, 40)
-BLOCK_BYTES = 256 * 2**20  # the largest temporaries of a block of canaries
 
 
 def check_window_sizes(window_sizes):
@@ -118,11 +117,6 @@ def _shadow_setup(loss_MxNxT, keep_MxN, mask_NxT, window_sizes, on_undefined, sc
   return sizes, out_MxN, undefined_MxN
 
 
-def _blocks(N, per_canary_bytes, block_size):
-  bs = block_size or max(1, BLOCK_BYTES // max(1, per_canary_bytes))
-  return [slice(i, min(i + bs, N)) for i in range(0, N, bs)]
-
-
 def _block_losses(loss_MxNxT, mask_NxT, blk):
   """The block's losses left-aligned [M, B, T] (float64) and its scored counts [B]."""
   loss_MxBxT = np.asarray(columns(loss_MxNxT, blk))
@@ -144,7 +138,7 @@ def wbc_shadow(loss_MxNxT, keep_MxN, mask_NxT=None, window_sizes=WINDOW_SIZES, *
                                                 "wbc_shadow")
   M, N, T = loss_MxNxT.shape
   score_MxN = np.full((M, N), np.nan)
-  for blk in _blocks(N, 8 * 8 * M * T, block_size):  # ~8 float64 [M, B, T] arrays at once
+  for blk in canary_blocks(N, 8 * 8 * M * T, block_size):  # ~8 float64 [M, B, T] arrays at once
     a_MxBxT, length_B = _block_losses(loss_MxNxT, mask_NxT, blk)
     out_MxB = out_MxN[:, blk]
     own_MxBxT = a_MxBxT * out_MxB[..., None]
@@ -162,14 +156,14 @@ def wbc_vote(loss_MxNxT, keep_MxN, mask_NxT=None, window_sizes=WINDOW_SIZES, *, 
   i.e. per window size the fraction of (reference, window) comparisons target m wins, averaged over the sizes.
 
   Arguments and undefined pairs as wbc_shadow's. Every model's window sums are computed once per block of canaries;
-  the [M, M, B, T] comparisons are sized by BLOCK_BYTES.
+  the [M, M, B, T] comparisons are sized by attacks.rows.BLOCK_BYTES.
   """
   sizes, out_MxN, undefined_MxN = _shadow_setup(loss_MxNxT, keep_MxN, mask_NxT, window_sizes, on_undefined,
                                                 "wbc_vote")
   M, N, T = loss_MxNxT.shape
   eye_MxM = np.eye(M, dtype=bool)
   score_MxN = np.full((M, N), np.nan)
-  for blk in _blocks(N, 3 * M * M * T, block_size):  # two bool [M, M, B, T] arrays and [M, M, B] counts
+  for blk in canary_blocks(N, 3 * M * M * T, block_size):  # two bool [M, M, B, T] arrays and [M, M, B] counts
     a_MxBxT, length_B = _block_losses(loss_MxNxT, mask_NxT, blk)
     fraction_MxRxB = _fractions(a_MxBxT[:, None], a_MxBxT[None], length_B, sizes)  # target m, reference r
     reference_MxRxB = out_MxN[None, :, blk] & ~eye_MxM[..., None]
@@ -197,13 +191,8 @@ def _same_tokens(arrays, labels_N, settings):
                      f"{int(scored_N[n])} scored tokens in lp and {int(ref_N[n])} in ref_lp")
 
 
-def _row(name, label, scores_N, params):
-  return {"name": label, "attack": name, "params": params, "tuned": False, "plotted": True,
-          "scores": np.asarray(scores_N, dtype=np.float64)}
-
-
 def _records():
-  from attacks.registry import Attack, Setting  # here: attacks.registry imports nothing of this module's users
+  from attacks.registry import Attack, Setting, text_row  # at first use, as ez_mia.py and informia.py
   windows = Setting("wbc_windows", WINDOW_SIZES, "WBC: the window sizes (tokens) whose win fractions are averaged "
                     f"(the official example's ten: {','.join(map(str, OFFICIAL_WINDOW_SIZES))}).", 1, kind="ints")
   note = ("{names}: WBC, the fraction of token windows in which the reference's summed loss exceeds the target "
@@ -230,7 +219,7 @@ def _records():
 
   def texts(arrays, labels_N, settings):
     del labels_N
-    return [_row("wbc", label("WBC")(settings), wbc(arrays["lp"], arrays["ref_lp"], _windows(settings)),
+    return [text_row("wbc", label("WBC")(settings), wbc(arrays["lp"], arrays["ref_lp"], _windows(settings)),
                  {"wbc_windows": list(_windows(settings))})]
 
   def base_lp(run):

@@ -17,7 +17,7 @@ from flax import nnx
 
 from lira.errors import InputError
 from models import precision as precision_lib
-from models.gpt_neox import _GELU_APPROXIMATE, _allowed, _linear, LayerNorm
+from models.gpt_neox import _GELU_APPROXIMATE, _allowed, _linear, LayerNorm, tied_logits
 
 
 @dataclasses.dataclass(frozen=True)
@@ -175,9 +175,5 @@ class GPT2LMHeadModel(nnx.Module):
       x_BxTxD = block(x_BxTxD, allowed_BxTxS)
     x_BxTxD = self.ln_f(x_BxTxD)
     if self.config.tie_word_embeddings:
-      if x_BxTxD.dtype == jnp.float32:
-        return self.wte.attend(x_BxTxD)
-      embedding_VxD = self.wte.embedding[...].astype(x_BxTxD.dtype)
-      return precision_lib.float32_output(lambda x, e, p: jnp.matmul(x, e.T, preferred_element_type=p), x_BxTxD,
-                                          embedding_VxD)
+      return tied_logits(self.wte, x_BxTxD)
     return self.lm_head(x_BxTxD).astype(jnp.float32)

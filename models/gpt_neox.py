@@ -273,12 +273,18 @@ class GPTNeoXForCausalLM(nnx.Module):
       kvs.append(kv)
     x_BxTxD = self.final_layer_norm(x_BxTxD)
     if self.config.tie_word_embeddings:
-      if x_BxTxD.dtype == jnp.float32:
-        return self.embed_in.attend(x_BxTxD), kvs
-      embedding_VxD = self.embed_in.embedding[...].astype(x_BxTxD.dtype)
-      return precision_lib.float32_output(lambda x, e, p: jnp.matmul(x, e.T, preferred_element_type=p), x_BxTxD,
-                                          embedding_VxD), kvs
+      return tied_logits(self.embed_in, x_BxTxD), kvs
     return self.embed_out(x_BxTxD).astype(jnp.float32), kvs
+
+
+def tied_logits(embed, x_BxTxD):
+  """float32 logits_BxTxV of a head tied to the token embedding `embed` (nnx.Embed): x E^T, in bfloat16 operands
+  with float32 products when x is bfloat16 (precision.float32_output)."""
+  if x_BxTxD.dtype == jnp.float32:
+    return embed.attend(x_BxTxD)
+  embedding_VxD = embed.embedding[...].astype(x_BxTxD.dtype)
+  return precision_lib.float32_output(lambda x, e, p: jnp.matmul(x, e.T, preferred_element_type=p), x_BxTxD,
+                                      embedding_VxD)
 
 
 class KVCache(NamedTuple):
