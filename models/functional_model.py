@@ -59,6 +59,15 @@ class FunctionalModel:
   statistics_fn: Callable = lm_statistics
   stat_names: tuple = LM_STATS
   dropout: bool = False  # the loss takes a random key in training (the trainer draws one per model and step)
+  # LoRA (models/lora.py): the params are a copy's adapters and `frozen` the base's parameters, one for every copy,
+  # which jitted code takes as an argument (`frozen=`) mapped over no model axis. `lora` is the LoRASettings.
+  frozen: Any = dataclasses.field(default=None, compare=False, repr=False)
+  lora: Any = None
+
+  @property
+  def fine_tuned(self):
+    """Whether every copy starts from a base checkpoint (whole copies or adapters on a shared base)."""
+    return self.pretrained is not None or self.frozen is not None
 
   def with_compute_dtype(self, dtype):
     """This model computing in `dtype` ("float32" or "bfloat16"): the same parameters, initialisation and base
@@ -68,21 +77,35 @@ class FunctionalModel:
     if self.config.dtype == dtype:
       return self
     config = dataclasses.replace(self.config, dtype=dtype)
-    abstract = nnx.merge(self.graphdef, jax.eval_shape(self.init, jax.random.PRNGKey(0)))
-    graphdef = nnx.graphdef(nnx.eval_shape(lambda: type(abstract)(config, rngs=nnx.Rngs(0))))
+    abstract = self.module(jax.eval_shape(self.init, jax.random.PRNGKey(0)), jax.eval_shape(lambda: self.frozen))
+    cls = type(abstract)
+
+    def rebuilt():
+      module = cls(config, rngs=nnx.Rngs(0))
+      if self.lora is not None:
+        from models import lora
+        module = lora.apply(module, self.lora, nnx.Rngs(0))
+      return module
+
+    graphdef = nnx.graphdef(nnx.eval_shape(rebuilt))
     return dataclasses.replace(self, config=config, graphdef=graphdef)
 
-  def apply(self, params, tokens_BxT, mask_BxT=None):
+  def module(self, params, frozen=None):
+    """The NNX module of one copy: its params, with the base's (`frozen`, default self.frozen) for LoRA copies."""
+    frozen = self.frozen if frozen is None else frozen
+    return nnx.merge(self.graphdef, params) if frozen is None else nnx.merge(self.graphdef, params, frozen)
+
+  def apply(self, params, tokens_BxT, mask_BxT=None, frozen=None):
     """logits_BxTxV of a language model."""
-    return nnx.merge(self.graphdef, params)(tokens_BxT, attention_mask=mask_BxT)
+    return self.module(params, frozen)(tokens_BxT, attention_mask=mask_BxT)
 
-  def loss(self, params, examples, bos_id=None, key=None):
+  def loss(self, params, examples, bos_id=None, key=None, frozen=None):
     """Per-position loss [B, T]; `key` (training only) draws dropout masks where the family has dropout."""
-    return self.loss_fn(nnx.merge(self.graphdef, params), examples, bos_id, key)
+    return self.loss_fn(self.module(params, frozen), examples, bos_id, key)
 
-  def statistics(self, params, examples, bos_id=None):
+  def statistics(self, params, examples, bos_id=None, frozen=None):
     """(loss, *stats) [B, T] without dropout; stats named by `stat_names`."""
-    return self.statistics_fn(nnx.merge(self.graphdef, params), examples, bos_id)
+    return self.statistics_fn(self.module(params, frozen), examples, bos_id)
 
 
 def functional(name, config, make_module, rbg_init=False, **family):

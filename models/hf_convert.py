@@ -311,5 +311,7 @@ def save_pretrained(model, path, tokenizer_file=None):
   """Write `model` as a Hugging Face folder (config.json, model.safetensors) that transformers loads.
 
   `path` may exist (as with transformers' save_pretrained); `tokenizer_file`, a tokenizer.json, is copied beside.
+  A model with LoRA adapters (models/lora.py) is written merged: each adapted kernel is W + scale * A @ B.
   """
-  save_hf_folder(model.config, nnx.state(model, nnx.Param), path, tokenizer_file=tokenizer_file)
+  from models import lora
+  save_hf_folder(model.config, nnx.state(lora.merged(model), nnx.Param), path, tokenizer_file=tokenizer_file)

@@ -149,7 +149,19 @@ def compile_step(model, G, shapes, mesh=None):
   """The trainer's step for a group of G, compiled (not run)."""
   step = trainer.make_step(in_dtype(model, shapes.compute_dtype), shapes.learning_rate, shapes.weight_decay,
                            shapes.bos_id, single=G == 1, dp=shapes.dp)
-  return step.lower(*step_args(model, G, shapes, mesh)).compile()
+  return step.lower(*step_args(model, G, shapes, mesh), frozen=abstract_frozen(model, mesh)).compile()
+
+
+def abstract_frozen(model, mesh=None):
+  """Abstract base parameters of a LoRA model (replicated on a mesh, as trainer.put_frozen places them); None
+  otherwise."""
+  if model.frozen is None:
+    return None
+  frozen = jax.eval_shape(lambda: model.frozen)
+  if mesh is None:
+    return frozen
+  replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+  return _abstract(frozen, jax.tree.map(lambda _: replicated, frozen))
 
 
 def out_of_memory(e):
@@ -177,14 +189,14 @@ def compile_extraction(model, G, shapes, num_examples, mesh=None, limit_bytes=No
   """The per-token extraction of one batch of examples on a group of G (trainer.canary_statistics), compiled, at
   the batch the run extracts with (extraction_batch)."""
   model = in_dtype(model, "float32")
-  fn = jax.jit(jax.vmap(lambda p, e: model.statistics(p, e, shapes.bos_id), in_axes=(0, None)))
+  fn = trainer.stats_fn(model, shapes.bos_id)
   params = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), G)))
   B = min(extraction_batch(model, G, shapes.example_shape, shapes.eval_batch_size, mesh, limit_bytes), num_examples)
   examples = jax.ShapeDtypeStruct((B,) + tuple(shapes.example_shape), jnp.dtype(shapes.example_dtype))
   if mesh is not None:
     params = _abstract(params, trainer.shardings(mesh, params))
     examples = _abstract(examples, trainer.shardings(mesh, examples, 0))
-  return fn.lower(params, examples).compile()
+  return fn.lower(params, examples, frozen=abstract_frozen(model, mesh)).compile()
 
 
 def program_bytes(compiled):
@@ -352,6 +364,7 @@ def measure_step(model, G, shapes, examples_ExT, steps=MEASURED_STEPS, seed=0, c
   step = compiled or compile_step(model, G, shapes, mesh)
   params = trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(seed), G), mesh)
   opt_state = trainer.opt_init(params, shapes.learning_rate, shapes.weight_decay, mesh)
+  frozen = trainer.put_frozen(model, mesh)
   args = step_args(model, G, shapes)
   width = args[3].shape[1]
   keys = [np.asarray(rng.integers(0, 2**32, (G, 2)), np.uint32) for _ in args[4:]]
@@ -361,7 +374,7 @@ def measure_step(model, G, shapes, examples_ExT, steps=MEASURED_STEPS, seed=0, c
     data = (np.asarray(examples_ExT)[rng.integers(0, len(examples_ExT), (G, width))], weight)
     if mesh is not None:
       data = jax.device_put(data, trainer.shardings(mesh, data, 1))
-    out = step(params, opt_state, *data, *keys)
+    out = step(params, opt_state, *data, *keys, frozen=frozen)
     jax.block_until_ready(out)
     return out
 

@@ -23,6 +23,7 @@ from training import dp as dp_lib
 from training import group_plan
 from training import plan_table as plan_table_lib
 from training import images as images_lib
+from training import lora as lora_lib
 from training import population as population_lib
 from training import preemption
 from training import run_config
@@ -54,6 +55,7 @@ def validate(cfg):
     raise InputError(f"canaries.num_canaries must be >= 1, got {cfg.canaries.num_canaries}")
   if cfg.train.get("dp") is not None:  # DP off: a field set away from its default is refused, not ignored
     dp_lib.validate(cfg.train.dp, cfg.train.batch_size)
+  lora_lib.settings(cfg.train.get("lora"), family(cfg).fine_tunes)
   population_lib.validate(cfg)
   run_config.compute_dtype(cfg)
 
@@ -77,8 +79,8 @@ def dp_setup(cfg, run_dir, data):
     dp, record = dp_lib.from_config(dp_cfg, cfg.train.batch_size, steps, num_samples_M,
                                     previous=config.get("accountant"))
   if record is not None:
-    if config.get("accountant") != record:
-      run_folder.save_config(run_dir, {**config, "accountant": record})
+    if config.get("accountant") != record:  # config.json read again: process 0 may have recorded the group size since
+      run_folder.save_config(run_dir, {**run_folder.load_config(run_dir), "accountant": record})
   return dp
 
 
@@ -103,7 +105,12 @@ def build_model(cfg, data, run_dir, progress=True):
     raise InputError(f"model.base {cfg.model.base!r} embeds {module.config.vocab_size} token ids but the tokenizer "
                      f"{cfg.tokenizer.name!r} has {data.vocab_size}; use the base model's own tokenizer")
   graphdef, params = nnx.split(module)  # the base lives on the host: each group's copies are put shard by shard
-  return models.pretrained(name, module.config, nnx.merge(graphdef, jax.device_get(params)))
+  host = nnx.merge(graphdef, jax.device_get(params))
+  lora = lora_lib.settings(cfg.train.get("lora"))
+  if lora is not None:  # the copies are adapters on this one base
+    from models import lora as lora_model
+    return lora_model.functional(name, module.config, host, lora)
+  return models.pretrained(name, module.config, host)
 
 
 def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
@@ -340,7 +347,7 @@ def write_base_losses(cfg, run_dir, data, model, mesh=None):
   fine-tuned from (what WBC and EZ-MIA compare each fine-tuned model with) and its top-1 correctness, once each;
   nothing for families trained from scratch, or when both files exist."""
   paths = [os.path.join(run_dir, n) for n in (run_folder.names.BASE_LOSSES, run_folder.names.BASE_TOP1)]
-  if model.pretrained is None or not _missing(paths):
+  if not model.fine_tuned or not _missing(paths):
     return
   base = trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 1), mesh)  # the base, as a stack of one
   loss_1xNxT, *stats = trainer.canary_statistics(model, base, data.canaries_NxT, bos_id=data.bos_id,

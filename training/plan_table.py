@@ -21,7 +21,9 @@ def seconds_text(s):
 
 def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, title, extraction=None,
           configured=None):
-  """The readable plan: one row per candidate (memory, per model, FLOPs, fits, step time: measured where it was,
+  """The readable plan: one row per candidate (memory, per model, per added model: the growth from the candidate
+  above it divided by the models added, which leaves out what the group shares, such as a LoRA group's base; FLOPs,
+  fits, step time: measured where it was,
   else scaled by FLOPs from G's), then the run's estimate for the G the run uses (`auto`: the plan's choice by its
   rule; else the config's, at most M: `configured` is what the config says), from the step time measured at that G,
   and the estimate of every other G whose step was measured.
@@ -30,8 +32,10 @@ def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, t
            f"memory limit per device: {size_text(plan.limit_bytes)} ({plan.limit_from}); margin {plan.margin:.0%}: a "
            f"group must fit in {size_text(plan.budget_bytes)}",
            "",
-           f"{'G':>5}  {'memory':>10}  {'per model':>10}  {'step FLOPs':>11}  {'fits':>4}  {'step time':>24}",
-           f"{'-' * 5}  {'-' * 10}  {'-' * 10}  {'-' * 11}  {'-' * 4}  {'-' * 24}"]
+           f"{'G':>5}  {'memory':>10}  {'per model':>10}  {'added/model':>11}  {'step FLOPs':>11}  {'fits':>4}  "
+           f"{'step time':>24}",
+           f"{'-' * 5}  {'-' * 10}  {'-' * 10}  {'-' * 11}  {'-' * 11}  {'-' * 4}  {'-' * 24}"]
+  previous = None  # the last candidate above with a memory
   ref = plan.candidate(G)
   for c in plan.candidates:
     if c.G == G or c.step_seconds:
@@ -43,10 +47,12 @@ def table(plan, *, num_models, G, auto, steps_per_epoch, epochs, step_seconds, t
     mark = (" <- the run's" if c.G == G else "") + (f" ({plan.rule}'s choice)" if c.G == plan.chosen and not auto
                                                     else "")
     if c.error:
-      lines.append(f"{c.G:>5}  {'-':>10}  {'-':>10}  {'-':>11}  {'no':>4}  {c.error}{mark}")
+      lines.append(f"{c.G:>5}  {'-':>10}  {'-':>10}  {'-':>11}  {'-':>11}  {'no':>4}  {c.error}{mark}")
       continue
-    lines.append(f"{c.G:>5}  {size_text(c.bytes):>10}  {size_text(c.bytes / c.G):>10}  {c.flops:>11.3g}  "
-                 f"{'yes' if c.fits else 'no':>4}  {when:>24}{mark}")
+    added = "-" if previous is None else size_text((c.bytes - previous.bytes) / (c.G - previous.G))
+    previous = c
+    lines.append(f"{c.G:>5}  {size_text(c.bytes):>10}  {size_text(c.bytes / c.G):>10}  {added:>11}  "
+                 f"{c.flops:>11.3g}  {'yes' if c.fits else 'no':>4}  {when:>24}{mark}")
   if not any(c.fits for c in plan.candidates):
     lines.append("even G = 1 does not fit: expect the run to run out of memory (--shard_params splits each model "
                  "over the local devices)")

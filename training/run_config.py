@@ -14,8 +14,8 @@ data split, tokenizer, canaries and population follow `shadow.seed` alone, so ru
 the same canaries (independent copies of one run). Unset, it is `shadow.seed`; a folder written before the field
 resumes with it unset.
 
-Two blocks came after run folders existed, and a folder written before them still resumes: one without `train.dp`
-matches a config that leaves DP-SGD off; one without `population` runs without a population (effective_config) unless
+Three blocks came after run folders existed, and a folder written before them still resumes: one without `train.dp`
+matches a config that leaves DP-SGD off, one without `train.lora` a config that leaves LoRA off (rank 0); one without `population` runs without a population (effective_config) unless
 the command line asks for one, which is then recorded (record_population) once drawn.
 """
 
@@ -28,6 +28,7 @@ from lira.errors import InputError
 from models import precision
 import run_folder
 from training import dp as dp_lib
+from training import lora as lora_lib
 
 
 def config_dict(cfg):
@@ -116,6 +117,8 @@ def check_config(cfg, run_dir):
       wanted["shadow"] = {k: v for k, v in wanted["shadow"].items() if k != "model_seed"}  # written before the field
     if "dp" not in have.get("train", {"dp": None}) and not dp_lib.enabled(cfg.train.get("dp")):
       wanted = {**wanted, "train": {k: v for k, v in wanted["train"].items() if k != "dp"}}
+    if "lora" not in have.get("train", {"lora": None}) and not lora_lib.enabled(cfg.train.get("lora")):
+      wanted = {**wanted, "train": {k: v for k, v in wanted["train"].items() if k != "lora"}}
     if "population" not in have:
       wanted.pop("population", None)
     have, wanted = _folded_dtype(have), _folded_dtype(wanted)

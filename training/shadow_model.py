@@ -17,7 +17,7 @@ from training import trainer
 
 
 def load_shadow_model(run_dir, model_id):
-  """(module, tokenizer, bos_id) of shadow model `model_id` (LSTM or GPT-NeoX) of a run folder: the architecture
+  """(module, tokenizer, bos_id) of shadow model `model_id` (LSTM, GPT-NeoX, GPT-2, ...) of a run folder: the architecture
   from RUN_DIR/config.json, the parameters from its group's orbax checkpoint (training/pipeline.py stores the
   group's copies stacked), the tokenizer from RUN_DIR/tokenizer.json. The run's models read BOS first."""
   cfg = ml_collections.ConfigDict(run_folder.load_config(run_dir, "not a shadow run folder"))
@@ -44,5 +44,5 @@ def load_shadow_model(run_dir, model_id):
     restored = ocp.StandardCheckpointer().restore(checkpoint)
   nnx.replace_by_pure_dict(state, restored)
   one = jax.tree.map(lambda x: x[model_ids.index(model_id)], state)
-  return nnx.merge(model.graphdef, one), tokenizer, bos_id
+  return model.module(one), tokenizer, bos_id  # a LoRA copy: its adapters on the run's base
 

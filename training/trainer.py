@@ -102,17 +102,18 @@ def make_step(model, learning_rate, weight_decay, bos_id, single=False, dp=None)
   """
   optimizer = make_optimizer(learning_rate, weight_decay)
 
-  def step(params, opt_state, examples_B, weight_B, key_data=None, noise_key_data=None):
+  def step(params, opt_state, examples_B, weight_B, key_data=None, noise_key_data=None, frozen=None):
     key = None if key_data is None else dropout_key(key_data)
 
     def loss_fn(p):
-      per_example_B = model.loss(p, examples_B, bos_id, key).mean(axis=1)
+      per_example_B = model.loss(p, examples_B, bos_id, key, frozen).mean(axis=1)
       return (per_example_B * weight_B).sum() / jnp.maximum(weight_B.sum(), 1.0)
 
     if dp is None:
       loss, grads = jax.value_and_grad(loss_fn)(params)
     else:
-      loss, grads = _dp_gradient(model, bos_id, dp, params, examples_B, weight_B, key, dropout_key(noise_key_data))
+      loss, grads = _dp_gradient(model, bos_id, dp, params, examples_B, weight_B, key, dropout_key(noise_key_data),
+                                 frozen)
 
     def update(grads, opt_state, params):
       updates, new_opt_state = optimizer.update(grads, opt_state, params)
@@ -130,22 +131,27 @@ def make_step(model, learning_rate, weight_decay, bos_id, single=False, dp=None)
     new_params, new_opt_state = adamw.masked_update(grads, opt_state, params, has_data, learning_rate, weight_decay)
     return new_params, new_opt_state, loss
 
+  # `frozen` (LoRA: the base's parameters, model.frozen) is one argument shared by the G copies: mapped over no
+  # model axis, never donated.
   if single:
-    def unstacked(*args):
-      out = step(*jax.tree.map(lambda x: x[0], args))
+    def unstacked(*args, frozen=None):
+      out = step(*jax.tree.map(lambda x: x[0], args), frozen=frozen)
       return jax.tree.map(lambda x: x[None], out)
     return jax.jit(unstacked, donate_argnums=(0, 1))
-  return jax.jit(jax.vmap(step), donate_argnums=(0, 1))
+
+  def stacked(*args, frozen=None):
+    return jax.vmap(lambda *a: step(*a, frozen=frozen))(*args)
+  return jax.jit(stacked, donate_argnums=(0, 1))
 
 
-def _dp_gradient(model, bos_id, dp, params, examples_B, weight_B, key, noise_key):
+def _dp_gradient(model, bos_id, dp, params, examples_B, weight_B, key, noise_key, frozen=None):
   """(loss, DP-SGD gradient) of one model's batch: per-example gradients clipped to dp.clip_norm and summed
   (jax_privacy.clipped_grad), Gaussian noise of std noise_multiplier * clip_norm added (its gaussian_privatizer),
   divided by the expected batch size (Poisson) or the examples in the batch (shuffle). Empty slots weigh 0."""
   import jax_privacy  # here, not at the top: it takes ~1.5 s to import, and only a DP run needs it
 
   def example_loss(p, example_1xT, weight_1, example_key=None):
-    return (model.loss(p, example_1xT, bos_id, example_key).mean(axis=1) * weight_1).sum()
+    return (model.loss(p, example_1xT, bos_id, example_key, frozen).mean(axis=1) * weight_1).sum()
 
   grad_fn = jax_privacy.clipped_grad(example_loss, l2_clip_norm=dp.clip_norm, batch_argnums=(1, 2),
                                      return_values=True, prng_argnum=None if key is None else 3)
@@ -222,8 +228,19 @@ def abstract_stack(model, num_models, mesh=None):
 
 
 @functools.lru_cache(maxsize=16)
-def _stats_fn(model, bos_id):
-  return jax.jit(jax.vmap(lambda params, examples: model.statistics(params, examples, bos_id), in_axes=(0, None)))
+def stats_fn(model, bos_id):
+  def stats(params, examples, frozen=None):
+    return jax.vmap(lambda p: model.statistics(p, examples, bos_id, frozen))(params)
+  return jax.jit(stats)
+
+
+def put_frozen(model, mesh=None):
+  """A LoRA model's base parameters (model.frozen) on the device, replicated over a mesh; None without LoRA."""
+  if model.frozen is None:
+    return None
+  if mesh is None:
+    return jax.device_put(model.frozen)
+  return jax.device_put(model.frozen, NamedSharding(mesh, PartitionSpec()))
 
 
 def fsdp_spec(shape, num_devices):
@@ -283,6 +300,7 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id=N
   opt_state = opt_init(params, config.learning_rate, config.weight_decay, mesh)
   dp = config.dp
   step = make_step(model, config.learning_rate, config.weight_decay, bos_id, single=G == 1, dp=dp)
+  frozen = put_frozen(model, mesh)
   examples_ExT = np.asarray(examples_ExT)
   steps = -(-length // config.batch_size)
   poisson = dp is not None and dp.sampling == "poisson"
@@ -312,7 +330,8 @@ def train_group(model, examples_ExT, example_ids, model_ids, config, *, bos_id=N
         keys.append(dp_lib.noise_key_data(config.seed, model_ids, epoch, s))
       while keys and keys[-1] is None:
         keys.pop()
-      params, opt_state, loss_G = step(params, opt_state, _put(batch_GxB, mesh, 1), _put(weight_GxB, mesh, 1), *keys)
+      params, opt_state, loss_G = step(params, opt_state, _put(batch_GxB, mesh, 1), _put(weight_GxB, mesh, 1), *keys,
+                                       frozen=frozen)
       if losses:  # one step in flight at most: the bar shows finished steps, not queued ones
         jax.block_until_ready(losses[-1])
       losses.append(loss_G)
@@ -335,7 +354,8 @@ def canary_statistics(model, params, canaries_NxT, *, bos_id=None, batch_size=25
   at that position. PixelCNN++: the NLL of each pixel in raster order, alone (model.stat_names).
   Always computed by the float32 model, whatever the compute dtype `model` (or the training) had.
   """
-  fn = _stats_fn(model.with_compute_dtype("float32"), bos_id)
-  params = _put(params, mesh)
-  return per_token.batched(lambda c_BxT: fn(params, _put(jnp.asarray(c_BxT), mesh, 0)), (canaries_NxT,), batch_size,
-                           axis=1)
+  model = model.with_compute_dtype("float32")
+  fn = stats_fn(model, bos_id)
+  params, frozen = _put(params, mesh), put_frozen(model, mesh)
+  return per_token.batched(lambda c_BxT: fn(params, _put(jnp.asarray(c_BxT), mesh, 0), frozen=frozen),
+                           (canaries_NxT,), batch_size, axis=1)

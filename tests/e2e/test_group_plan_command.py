@@ -25,7 +25,7 @@ def test_plan_prints_the_table_and_writes_nothing(tmp_path, corpus_flags):
   assert "group plan of " in out
   assert "lstm.py:tiny on cpu: M = 6 models, batch 16 of 12 int32, computing in float32" in out
   assert "memory limit per device:" in out and "available memory" in out
-  for column in ("G", "memory", "per model", "step FLOPs", "fits", "step time"):
+  for column in ("G", "memory", "per model", "added/model", "step FLOPs", "fits", "step time"):
     assert column in out
   assert "(measured) <- the run's" in out
   assert "group size 6 (auto): 1 group(s) of 6 models; 5 steps per epoch, 2 epochs, 10 steps per group" in out
