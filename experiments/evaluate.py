@@ -7,7 +7,8 @@ the defaults are appended to the names (results_reduction-min2.json), so reports
 `--help` names them), pooled like the LiRA rows; their settings' flags come from the registry.
 --backend=jax [--precision=float32] runs the leave-one-out jitted on the local GPUs or TPUs (on CPUs float64 scores
 with the numpy backend, the faster there; docs/statistics.md, "Backends"); several hosts share the
-canaries with --num_processes/--process_id/--coordinator_address (jax.distributed; process 0 writes the report).
+canaries with --num_processes/--process_id/--coordinator_address (jax.distributed; process 0 writes the report), or
+with --cluster=auto under srun or mpirun (jax.distributed.initialize() finds them: experiments/process_flags.py).
 Reports in the report and run folders made from a population the run no longer has (their RMIA rows stale) are named
 in a note (lira.reports.population_files).
 """
@@ -23,6 +24,7 @@ from absl import flags
 from attacks import shadow
 from experiments import attack_flags
 from experiments import cli
+from experiments import process_flags
 from experiments import scoring_flags
 from lira import metrics
 from lira.reports import provenance
@@ -42,11 +44,7 @@ cli.check_range("seed", 0)
 attack_flags.define("leave_one_out")
 flags.DEFINE_string("out_dir", None, "Where the reports go; default the run folder.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
-flags.DEFINE_integer("num_processes", 1, "Processes sharing the canaries (multi-host; needs --backend=jax).")
-cli.check_range("num_processes", 1)
-flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes).")
-cli.check_range("process_id", 0)  # and below --num_processes, checked in main
-flags.DEFINE_string("coordinator_address", None, "host:port of process 0; calls jax.distributed.initialize.")
+process_flags.define("the canaries", array=False, needs="--backend=jax")
 
 
 def main(argv):
@@ -54,13 +52,15 @@ def main(argv):
   start = time.perf_counter()  # the whole command's work: the attacks' rows too
   if not FLAGS.run_dir:
     raise app.UsageError("--run_dir is required")
-  if FLAGS.num_processes > 1 and (FLAGS.backend != "jax" or not FLAGS.coordinator_address):
+  processes = process_flags.chosen()
+  if processes.cluster == "auto" and FLAGS.backend != "jax":
+    raise app.UsageError("--cluster=auto shares the canaries among jax.distributed processes: it needs --backend=jax")
+  if processes.cluster == "none" and FLAGS.num_processes > 1 and (FLAGS.backend != "jax" or
+                                                                  not FLAGS.coordinator_address):
     raise app.UsageError("--num_processes > 1 needs --backend=jax and --coordinator_address=host:port")
-  if not 0 <= FLAGS.process_id < FLAGS.num_processes:
-    raise app.UsageError(f"--process_id={FLAGS.process_id} is outside [0, --num_processes={FLAGS.num_processes})")
-  if FLAGS.coordinator_address:
+  if processes.coordinated:
     from lira import loo_jax
-    loo_jax.initialize_processes(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+    processes = process_flags.join(processes, loo_jax.initialize_processes)
   scoring = scoring_flags.scoring()  # checked before the attack rows' and the run's files are read
   attack_rows = None
   attacks, settings, given = attack_flags.chosen()
@@ -77,7 +77,7 @@ def main(argv):
       FLAGS.run_dir, FLAGS.out_dir, scoring, variants=FLAGS.variants, n_boot=FLAGS.n_boot, seed=FLAGS.seed,
       progress=FLAGS.progress, save_scores=FLAGS.save_scores, attack_rows=attack_rows)
   if table is None:
-    print(f"process {FLAGS.process_id}: scored its share of the canaries; process 0 writes the report.")
+    print(f"process {processes.process_id}: scored its share of the canaries; process 0 writes the report.")
     return
   out_dir = FLAGS.out_dir or FLAGS.run_dir
   print(table)

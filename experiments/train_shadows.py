@@ -20,8 +20,11 @@ group that fits and trains the run fastest, timed on the device; either recorded
 the plan (memory and FLOPs per group size, the step time, the estimated training time) and exits without training.
 Without progress bars (--noprogress) a line is still printed when resuming and for each finished group.
 Re-running the same command on the same --run_dir resumes; several hosts share the groups with
---num_processes/--process_id (and --coordinator_address for jax.distributed). SIGTERM keeps the finished groups and
-exits with status 143, Ctrl-C (SIGINT) the same with status 130 (training.preemption).
+--num_processes/--process_id (and --coordinator_address for jax.distributed), or as the cluster describes them:
+--cluster=auto (jax.distributed.initialize() finds Slurm under srun, Open MPI under mpirun, a Cloud TPU pod) or
+--cluster=slurm_array (each task of `sbatch --array=0-7` trains its share of the groups; the last to finish, or a later
+run without --cluster, assembles): experiments/process_flags.py, docs/shadow_models.md "Many processes". SIGTERM keeps
+the finished groups and exits with status 143, Ctrl-C (SIGINT) the same with status 130 (training.preemption).
 """
 
 import importlib.util
@@ -33,6 +36,7 @@ from absl import flags
 from absl import logging
 
 from experiments import cli
+from experiments import process_flags
 from lira.reports import loo_report
 import run_folder
 from lira.errors import InputError, UserError
@@ -52,12 +56,8 @@ flags.DEFINE_string("out_dir", None, "Where the evaluation reports go; default t
 flags.DEFINE_bool("shard_models", False, "Shard each group's model axis over all local devices (jax.sharding).")
 flags.DEFINE_bool("shard_params", False, "FSDP: split every model's parameters and optimiser state, and each batch, "
                   "over all local devices; for models too large for one device per copy (Pythia-1b).")
-flags.DEFINE_integer("num_processes", 1, "Processes sharing the groups (multi-host).")
-cli.check_range("num_processes", 1)
-flags.DEFINE_integer("process_id", 0, "This process's index in [0, num_processes).")
-cli.check_range("process_id", 0)  # and below --num_processes, checked in main
-flags.DEFINE_string("coordinator_address", None, "host:port of process 0, the same for every process; calls "
-                    "jax.distributed.initialize: every process waits for all groups, process 0 assembles and evaluates.")
+process_flags.define("the groups", coordinated="every process waits for all groups, process 0 assembles and "
+                     "evaluates")
 flags.DEFINE_bool("evaluate", True, "Run the six-variant leave-one-out evaluation when all groups are done.")
 flags.DEFINE_bool("progress", True, "Show progress bars.")
 flags.DEFINE_bool("plan", False, "Print the group plan of the config on the local devices (memory and FLOPs per "
@@ -151,6 +151,13 @@ def _stopped_words(stage, run_dir):
           f"{groups_dir}. Re-run the same command to resume")
 
 
+def _initialize(coordinator_address, num_processes, process_id):
+  """jax.distributed.initialize with JAX's preemption notifier off: SIGTERM is training.preemption's (it says why)."""
+  import jax
+  jax.config.update("jax_enable_preemption_service", False)
+  jax.distributed.initialize(coordinator_address, num_processes, process_id)
+
+
 def main(argv):
   del argv
   logging.set_verbosity(logging.WARNING)  # orbax logs every checkpoint step at INFO
@@ -162,13 +169,8 @@ def main(argv):
       raise app.UsageError(f"{_GROUP_SIZE}={_group_size_arg[0]}: {e}") from None
   if FLAGS.shard_models and FLAGS.shard_params:
     raise app.UsageError("--shard_models and --shard_params exclude each other: pick one")
-  if not 0 <= FLAGS.process_id < FLAGS.num_processes:
-    raise app.UsageError(f"--process_id={FLAGS.process_id} is outside [0, --num_processes={FLAGS.num_processes})")
-  coordinated = FLAGS.coordinator_address is not None
-  if coordinated:
-    import jax
-    jax.config.update("jax_enable_preemption_service", False)  # SIGTERM is training.preemption's (it says why)
-    jax.distributed.initialize(FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+  processes = process_flags.join(process_flags.chosen(), _initialize)
+  coordinated = processes.coordinated
   if FLAGS.plan:  # nothing is trained or written
     config_arg = next((a.split("=", 1)[1] for a in sys.argv if a.startswith("--config=")), "the default config")
     print(pipeline.plan_table(cfg, make_mesh(FLAGS.shard_models, FLAGS.shard_params), FLAGS.progress,
@@ -191,10 +193,16 @@ def main(argv):
   if FLAGS.evaluate:
     run_folder.check_writable(out_dir, "the run is finished: pass --out_dir for the reports, or --noevaluate"
                               if finished and not FLAGS.out_dir else "choose another --out_dir for the reports")
+  if group_plan.planned(cfg.shadow.group_size) and processes.process_id != 0:
+    first = "the array's first task" if processes.array_task is not None else "process 0"
+    print(f"{processes.name}: waiting for {first} to plan shadow.group_size={cfg.shadow.group_size} and record it in "
+          f"{run_folder.config_path(run_dir)}", flush=True)
   preemption.install()
   try:
-    # with a coordinator every process waits for all groups, and process 0 alone assembles losses.npy, once
-    complete = pipeline.run(cfg, run_dir, process_id=FLAGS.process_id, num_processes=FLAGS.num_processes,
+    # with a coordinator every process waits for all groups, and process 0 alone assembles losses.npy, once; without
+    # one (by hand, or a Slurm array's tasks) whichever process finds every group done assembles (atomic writes of
+    # the same arrays: two at once are harmless)
+    complete = pipeline.run(cfg, run_dir, process_id=processes.process_id, num_processes=processes.num_processes,
                             mesh=make_mesh(FLAGS.shard_models, FLAGS.shard_params), progress=FLAGS.progress,
                             wait=coordinated, assemble_here=not coordinated, log_groups=True,
                             population_given=population_given)
@@ -210,11 +218,18 @@ def main(argv):
     _exit_stopped(coordinated, f" after the last group: {kept}; {rest}")
   preemption.uninstall()  # the assembly and evaluation write atomically: SIGTERM may end them at once, Ctrl-C too
   if coordinated:
+    import jax
     jax.distributed.shutdown()  # every group is done; nothing below needs the other processes
-    if FLAGS.process_id != 0:
+    if processes.process_id != 0:
       print(f"all groups are finished in {run_dir}/losses; process 0 assembles losses.npy and evaluates")
       return
     complete = pipeline.assemble(cfg, run_dir)
+  if not complete and processes.array_task is not None:
+    print(f"{processes.name} (share {processes.process_id} of {processes.num_processes}): its groups are done; other "
+          f"groups are still missing in {run_dir}/losses. The last array task to finish assembles losses.npy"
+          + (" and evaluates" if FLAGS.evaluate else "") + ", or the same command without --cluster once they are "
+          "finished.")
+    return
   if not complete:
     print(f"this process's groups are done; other groups are still missing in {run_dir}/losses. Re-run the command "
           "(any process) once they are finished to assemble losses.npy and evaluate.")

@@ -30,7 +30,8 @@ COMMANDS = sorted(os.path.basename(path)[:-3] for path in glob.glob(os.path.join
 
 
 def defined_flags(command):
-  """The flags the command's module defines: its DEFINE_* calls and the scoring and attack flags it takes."""
+  """The flags the command's module defines: its DEFINE_* calls and the scoring, attack and process flags it
+  takes."""
   source = _source(command)
   names = set(re.findall(r"DEFINE_\w+\(\s*\"(\w+)\"", source))
   for chosen in re.findall(r"scoring_flags\.define\((.*?)\)\n", source):
@@ -41,6 +42,9 @@ def defined_flags(command):
   for where in re.findall(r"attack_flags\.define\(\s*\"(\w+)\"", source):
     from attacks.catalogue import ATTACKS
     names |= {"attacks"} | {s.name for s in ATTACKS.settings_for(where)}
+  if "process_flags.define(" in source:
+    from experiments import process_flags
+    names |= {"cluster", *process_flags.BY_HAND}
   return names
 
 
