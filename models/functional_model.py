@@ -82,10 +82,7 @@ class FunctionalModel:
 
     def rebuilt():
       module = cls(config, rngs=nnx.Rngs(0))
-      if self.lora is not None:
-        from models import lora
-        module = lora.apply(module, self.lora, nnx.Rngs(0))
-      return module
+      return module if self.lora is None else self.lora.wrap(module, nnx.Rngs(0))
 
     graphdef = nnx.graphdef(nnx.eval_shape(rebuilt))
     return dataclasses.replace(self, config=config, graphdef=graphdef)

@@ -51,6 +51,10 @@ class LoRASettings:
   def scale(self):
     return self.alpha / self.rank
 
+  def wrap(self, module, rngs):
+    """`module` with these adapters (apply)."""
+    return apply(module, self, rngs)
+
 
 class LoRALinear(nnx.Module):
   """`base(x) + ((x @ lora_a) @ lora_b) * scale`, in the base layer's compute dtype."""

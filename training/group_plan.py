@@ -157,7 +157,7 @@ def abstract_frozen(model, mesh=None):
   otherwise."""
   if model.frozen is None:
     return None
-  frozen = jax.eval_shape(lambda: model.frozen)
+  frozen = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), model.frozen)
   if mesh is None:
     return frozen
   replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())

@@ -23,7 +23,7 @@ from training import dp as dp_lib
 from training import group_plan
 from training import plan_table as plan_table_lib
 from training import images as images_lib
-from training import lora as lora_lib
+from training import lora_config as lora_lib
 from training import population as population_lib
 from training import preemption
 from training import run_config

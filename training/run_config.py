@@ -28,7 +28,7 @@ from lira.errors import InputError
 from models import precision
 import run_folder
 from training import dp as dp_lib
-from training import lora as lora_lib
+from training import lora_config as lora_lib
 
 
 def config_dict(cfg):

@@ -13,7 +13,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from training import dp
-from training import lora
+from training import lora_config
 from training import population
 
 from lira.errors import InputError
@@ -32,7 +32,7 @@ def get_config(arg="gpt2_tiny"):
   c.train = dict(epochs=3, batch_size=16, learning_rate=1e-3, weight_decay=1e-4, eval_batch_size=256,
                  compute_dtype="float32")
   c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
-  c.train.lora = lora.config_defaults()  # LoRA copies sharing the base, off: set train.lora.rank
+  c.train.lora = lora_config.config_defaults()  # LoRA copies sharing the base, off: set train.lora.rank
   c.population = population.config_defaults()  # RMIA's population: 1,000 sequences no model trains on (0: none)
   if arg == "gpt2":  # GPT-2 small (124M) from the hub, the paper's fine-tuning shape (pythia.py:pythia)
     c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)
@@ -48,7 +48,7 @@ def get_config(arg="gpt2_tiny"):
     c.shadow.update(num_models=6, group_size=3)
     c.model.arch.update(n_embd=32, n_layer=1, n_head=2, n_positions=64)
     c.pretrain.update(epochs=1, batch_size=16, max_sequences=128)
-    c.train.update(epochs=2, batch_size=16, learning_rate=3e-3)
+    c.train.update(epochs=10, batch_size=16, learning_rate=3e-3)  # memorises: AUC ~0.9-1.0 on the 16 canaries
     c.population.update(size=16)
   elif arg != "gpt2_tiny":
     raise InputError(f"unknown GPT-2 config {arg!r}: use gpt2_tiny (default), gpt2 or tiny")

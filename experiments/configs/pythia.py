@@ -18,7 +18,7 @@ import ml_collections
 from ml_collections import config_dict
 
 from training import dp
-from training import lora
+from training import lora_config
 from training import population
 
 from lira.errors import InputError
@@ -40,7 +40,7 @@ def get_config(arg="pythia_tiny"):
   c.train = dict(epochs=3, batch_size=16, learning_rate=1e-3, weight_decay=1e-4, eval_batch_size=256,
                  compute_dtype="float32")
   c.train.dp = dp.config_defaults()  # DP-SGD, off: set train.dp.epsilon or train.dp.noise_multiplier
-  c.train.lora = lora.config_defaults()  # LoRA copies sharing the base, off: set train.lora.rank
+  c.train.lora = lora_config.config_defaults()  # LoRA copies sharing the base, off: set train.lora.rank
   c.population = population.config_defaults()  # RMIA's population: 1,000 sequences no model trains on (0: none)
   if arg == "pythia":  # Table I: 7 epochs, lr 1e-4, weight decay 1e-4, batch 16, T = 128, AdamW, 64 models
     c.data.update(corpus="personachat", seq_len=128, max_train_sequences=0)

@@ -13,7 +13,7 @@ from lira.errors import InputError
 from models import hf_convert
 from models import lora
 from models import token_loss
-from training import lora as lora_config
+from training import lora_config
 
 T = 10
 MASK_BxT = np.ones((3, T), np.int64)
