@@ -54,6 +54,14 @@ def _gpt2(**kwargs):
   return functional("gpt2", config, lambda rngs: gpt2.GPT2LMHeadModel(config, rngs=rngs))
 
 
+def _llama(**kwargs):
+  """LlamaConfig fields (model_type llama or qwen2): a freshly initialised Llama-architecture model (a base
+  checkpoint to fine-tune: models.pretrained)."""
+  from models import llama
+  config = llama.LlamaConfig(**kwargs)
+  return functional("llama", config, lambda rngs: llama.LlamaForCausalLM(config, rngs=rngs))
+
+
 @functools.lru_cache(maxsize=8)
 def _pixelcnn_model(config):
   """One FunctionalModel per config, so runs and tests in one process share its compiled steps (~30 s each)."""
@@ -72,6 +80,7 @@ FAMILIES = {f.name: f for f in (
     Family("lstm", data_kind="tokens", stat_names=LM_STATS, fine_tunes=False, build=_lstm),
     Family("gpt_neox", data_kind="tokens", stat_names=LM_STATS, fine_tunes=True, build=_gpt_neox),
     Family("gpt2", data_kind="tokens", stat_names=LM_STATS, fine_tunes=True, build=_gpt2),
+    Family("llama", data_kind="tokens", stat_names=LM_STATS, fine_tunes=True, build=_llama),
     Family("pixelcnn_pp", data_kind="images", stat_names=(), fine_tunes=False, build=_pixelcnn),
 )}
 
@@ -84,6 +93,6 @@ def family(name):
 
 
 def get_model(name, **kwargs):
-  """Model by name: "lstm" (LSTMConfig fields), "gpt_neox" (GPTNeoXConfig fields), "gpt2" (GPT2Config fields) or
-  "pixelcnn_pp" (PixelCNNConfig)."""
+  """Model by name: "lstm" (LSTMConfig fields), "gpt_neox" (GPTNeoXConfig fields), "gpt2" (GPT2Config fields),
+  "llama" (LlamaConfig fields; Llama and Qwen2) or "pixelcnn_pp" (PixelCNNConfig)."""
   return family(name).build(**kwargs)

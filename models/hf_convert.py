@@ -1,7 +1,8 @@
-"""Hugging Face GPT-NeoX (Pythia) and GPT-2 folders <-> NNX params through an explicit name map per architecture,
-every shape asserted; config.json's model_type picks the architecture.
+"""Hugging Face GPT-NeoX (Pythia), GPT-2 and Llama-architecture (Llama, Qwen2) folders <-> NNX params through an
+explicit name map per architecture, every shape asserted; config.json's model_type picks the architecture.
 
-One-way: this module imports models.gpt_neox and models.gpt2, never the reverse (they hold the models only).
+One-way: this module imports models.gpt_neox, models.gpt2 and models.llama, never the reverse (they hold the models
+only).
 
 Only safetensors are read (numpy API, no torch): pickled `pytorch_model.bin` files can run code when loaded.
 """
@@ -21,6 +22,7 @@ import run_folder
 from models import hub
 from models.gpt2 import GPT2Config, GPT2LMHeadModel
 from models.gpt_neox import GPTNeoXConfig, GPTNeoXForCausalLM
+from models.llama import HF_CLASSES as LLAMA_HF_CLASSES, LlamaConfig, LlamaForCausalLM
 from lira.errors import InputError, MissingPackageError, MissingFileError
 
 # HF tensor name, NNX param path, HF shape in config letters (D hidden, F MLP width, V vocab), transpose.
@@ -77,6 +79,39 @@ GPT2_NAME_MAP = (
 _GPT2_BUFFERS = re.compile(r"(transformer\.)?h\.\d+\.attn\.(bias|masked_bias)")
 
 
+# Llama and Qwen2 (one module, models/llama.py): Q = heads * head_dim, K = key-value heads * head_dim. Biases are in
+# the model only where the config puts them (name_table keeps the rows whose NNX path exists).
+LLAMA_NAME_MAP = (
+    ("model.embed_tokens.weight", "embed_tokens.embedding", ("V", "D"), False),
+    ("model.layers.{i}.input_layernorm.weight", "layers.{i}.input_layernorm.weight", ("D",), False),
+    ("model.layers.{i}.self_attn.q_proj.weight", "layers.{i}.self_attn.q_proj.kernel", ("Q", "D"), True),
+    ("model.layers.{i}.self_attn.q_proj.bias", "layers.{i}.self_attn.q_proj.bias", ("Q",), False),
+    ("model.layers.{i}.self_attn.k_proj.weight", "layers.{i}.self_attn.k_proj.kernel", ("K", "D"), True),
+    ("model.layers.{i}.self_attn.k_proj.bias", "layers.{i}.self_attn.k_proj.bias", ("K",), False),
+    ("model.layers.{i}.self_attn.v_proj.weight", "layers.{i}.self_attn.v_proj.kernel", ("K", "D"), True),
+    ("model.layers.{i}.self_attn.v_proj.bias", "layers.{i}.self_attn.v_proj.bias", ("K",), False),
+    ("model.layers.{i}.self_attn.o_proj.weight", "layers.{i}.self_attn.o_proj.kernel", ("D", "Q"), True),
+    ("model.layers.{i}.self_attn.o_proj.bias", "layers.{i}.self_attn.o_proj.bias", ("D",), False),
+    ("model.layers.{i}.post_attention_layernorm.weight", "layers.{i}.post_attention_layernorm.weight", ("D",),
+     False),
+    ("model.layers.{i}.mlp.gate_proj.weight", "layers.{i}.mlp.gate_proj.kernel", ("F", "D"), True),
+    ("model.layers.{i}.mlp.gate_proj.bias", "layers.{i}.mlp.gate_proj.bias", ("F",), False),
+    ("model.layers.{i}.mlp.up_proj.weight", "layers.{i}.mlp.up_proj.kernel", ("F", "D"), True),
+    ("model.layers.{i}.mlp.up_proj.bias", "layers.{i}.mlp.up_proj.bias", ("F",), False),
+    ("model.layers.{i}.mlp.down_proj.weight", "layers.{i}.mlp.down_proj.kernel", ("D", "F"), True),
+    ("model.layers.{i}.mlp.down_proj.bias", "layers.{i}.mlp.down_proj.bias", ("D",), False),
+    ("model.norm.weight", "norm.weight", ("D",), False),
+    ("lm_head.weight", "lm_head.kernel", ("V", "D"), True),  # absent when tie_word_embeddings
+)
+# RoPE frequencies that older checkpoints stored: recomputed here, so skipped.
+_LLAMA_BUFFERS = re.compile(r"model\.(layers\.\d+\.self_attn\.)?rotary_emb\.(inv_freq|original_inv_freq)")
+
+
+def _llama_dims(c):
+  return {"D": c.hidden_size, "Q": c.num_attention_heads * c.head_dim, "K": c.num_key_value_heads * c.head_dim,
+          "F": c.intermediate_size, "V": c.vocab_size}
+
+
 def _gpt2_alias(name):
   return name if name.startswith(("transformer.", "lm_head.")) else "transformer." + name
 
@@ -106,13 +141,17 @@ ARCHITECTURES = {a.model_type: a for a in (
                  lambda c: {"D": c.n_embd, "3D": 3 * c.n_embd, "F": c.intermediate_size, "V": c.vocab_size,
                             "P": c.n_positions},
                  "lm_head.weight", _gpt2_alias, _GPT2_BUFFERS),
+    *(Architecture(model_type, hf_class, LlamaConfig, LlamaForCausalLM, LLAMA_NAME_MAP, _llama_dims, "lm_head.weight",
+                   lambda n: n, _LLAMA_BUFFERS)
+      for model_type, hf_class in LLAMA_HF_CLASSES.items()),
 )}
 
 
 def architecture(config):
-  """The Architecture of a config object (GPTNeoXConfig, GPT2Config)."""
+  """The Architecture of a config object (GPTNeoXConfig, GPT2Config, LlamaConfig); a config class that serves
+  several model types (LlamaConfig: llama, qwen2) says which by its `model_type`."""
   for arch in ARCHITECTURES.values():
-    if isinstance(config, arch.config_cls):
+    if isinstance(config, arch.config_cls) and getattr(config, "model_type", arch.model_type) == arch.model_type:
       return arch
   raise InputError(f"no Hugging Face conversion for {type(config).__name__}")
 
@@ -246,7 +285,7 @@ def config_from_hf_dict(d, dtype="float32"):
 
 def load_hf_folder(path, revision=None, dtype="float32"):
   """(config, params) from a Hugging Face folder, or a hub id (downloads config and safetensors only): a
-  GPTNeoXConfig or GPT2Config, by config.json's model_type."""
+  GPTNeoXConfig, GPT2Config or LlamaConfig (model_type llama or qwen2), by config.json's model_type."""
   path = str(path)
   check_source(path)
   if not os.path.exists(path):
@@ -270,8 +309,8 @@ def load_hf_folder(path, revision=None, dtype="float32"):
 
 
 def save_hf_folder(config, params, path, tokenizer_file=None):
-  """Write config.json and model.safetensors that transformers' `GPTNeoXForCausalLM` / `GPT2LMHeadModel`
-  `.from_pretrained(path)` loads.
+  """Write config.json and model.safetensors that transformers' `GPTNeoXForCausalLM` / `GPT2LMHeadModel` /
+  `LlamaForCausalLM` / `Qwen2ForCausalLM` (the config's model_type) `.from_pretrained(path)` loads.
 
   Like transformers' save_pretrained, `path` may exist: each file is replaced atomically (temporary name, then
   rename), and a stale sharded index with its shards is removed so that it cannot shadow the new weights.
@@ -296,8 +335,8 @@ def save_hf_folder(config, params, path, tokenizer_file=None):
 
 
 def from_pretrained(path_or_hub_id, dtype=jnp.float32, revision=None):
-  """The model (GPTNeoXForCausalLM or GPT2LMHeadModel, by model_type) with the weights of a Hugging Face folder
-  (safetensors, sharded or not) or a hub id.
+  """The model (GPTNeoXForCausalLM, GPT2LMHeadModel, or LlamaForCausalLM for model_type llama and qwen2) with the
+  weights of a Hugging Face folder (safetensors, sharded or not) or a hub id.
 
   `dtype` is the compute dtype (float32 or bfloat16); parameters are kept in float32.
   """

@@ -127,13 +127,14 @@ class LlamaConfig:
       fields -= {"attention_bias", "mlp_bias"}
     kwargs = {k: tuple(d[k]) if isinstance(d[k], list) else d[k] for k in fields if k in d}  # eos may be a list
     llama3 = rope_type == "llama3"
+    # transformers' order: a top-level key, the rope dict's, then (in __post_init__) max_position_embeddings
+    original_max = d.get("original_max_position_embeddings") or rope.get("original_max_position_embeddings")
     return cls(**kwargs, model_type=model_type, dtype=dtype, rope_type=rope_type,
                rope_theta=float(rope.get("rope_theta", d.get("rope_theta", cls.rope_theta))),
                rope_factor=rope.get("factor") if rope_type in ("linear", "llama3") else None,
                rope_low_freq_factor=rope.get("low_freq_factor") if llama3 else None,
                rope_high_freq_factor=rope.get("high_freq_factor") if llama3 else None,
-               rope_original_max_position_embeddings=(d.get("original_max_position_embeddings")  # as transformers
-                                                      or rope.get("original_max_position_embeddings")) if llama3 else None)
+               rope_original_max_position_embeddings=original_max if llama3 else None)
 
   def to_hf_dict(self):
     """config.json contents that transformers' LlamaForCausalLM / Qwen2ForCausalLM (by model_type) read, v5 and

@@ -38,8 +38,8 @@ def test_config_round_trips_and_refuses_what_it_cannot_run():
     GPT2Config(n_embd=10, n_head=4)
   with pytest.raises(InputError, match="activation_function 'relu' unsupported"):
     GPT2Config(activation_function="relu")
-  with pytest.raises(InputError, match="model_type 'llama' has no conversion here; available: gpt_neox, gpt2"):
-    hf_convert.config_from_hf_dict({"model_type": "llama"})
+  with pytest.raises(InputError, match="model_type 'bert' has no conversion here; available: gpt_neox, gpt2, llama"):
+    hf_convert.config_from_hf_dict({"model_type": "bert"})
   with pytest.raises(InputError, match="cross-attention"):
     GPT2Config.from_hf_dict({"model_type": "gpt2", "add_cross_attention": True})
 

@@ -3,13 +3,14 @@
 import numpy as np
 import pytest
 
-from experiments.configs import lstm, pixelcnn, pythia
+from experiments.configs import llama, lstm, pixelcnn, pythia
 from training import pipeline
 from training import run_data
 
 NAMED = [(lstm, a) for a in ("cpu", "paper", "tiny", "reproduce_worst", "reproduce_average")] + \
         [(pythia, a) for a in ("pythia", "pythia_tiny", "tiny", "reproduce_worst", "reproduce_average")] + \
-        [(pixelcnn, a) for a in ("cpu", "paper", "tiny", "reproduce_average", "reproduce_worst")]
+        [(pixelcnn, a) for a in ("cpu", "paper", "tiny", "reproduce_average", "reproduce_worst")] + \
+        [(llama, a) for a in ("llama_tiny", "smollm2", "tiny")]
 
 
 @pytest.mark.parametrize("module,arg", NAMED, ids=[f"{m.__name__.split('.')[-1]}:{a}" for m, a in NAMED])
