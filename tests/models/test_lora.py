@@ -1,5 +1,5 @@
 """LoRA adapters (models/lora.py) against PEFT's LoRA on transformers' PyTorch models: per-token log-probabilities
-and a training step's loss and adapter gradients of GPT-2 and GPT-NeoX with the same adapters; fresh adapters leave
+and a training step's loss and adapter gradients of GPT-2, GPT-NeoX, Llama and Qwen2 with the same adapters; fresh adapters leave
 the base's outputs bit-equal; the merged model is what transformers loads; the targets select the layers they
 name. Folders are written by save_pretrained from random configs: nothing is downloaded."""
 
@@ -26,8 +26,14 @@ def test_targets_select_attention_mlp_or_named_layers_and_refuse_what_selects_no
   neox = get_model("gpt_neox", vocab_size=40, hidden_size=16, num_hidden_layers=2, num_attention_heads=2,
                    intermediate_size=32)
   gpt2 = get_model("gpt2", vocab_size=40, n_embd=16, n_layer=2, n_head=2, n_positions=T)
+  llama = get_model("llama", vocab_size=40, hidden_size=16, intermediate_size=24, num_hidden_layers=1,
+                    num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=T)
   paths = {name: list(lora.linear_layers(nnx.merge(fm.graphdef, fm.init(jax.random.key(0)))))
-           for name, fm in (("neox", neox), ("gpt2", gpt2))}
+           for name, fm in (("neox", neox), ("gpt2", gpt2), ("llama", llama))}
+  assert lora.targeted(paths["llama"], ("attention",)) == [f"layers.0.self_attn.{n}_proj" for n in "koqv"]
+  assert lora.targeted(paths["llama"], ("mlp",)) == [f"layers.0.mlp.{n}_proj" for n in ("down", "gate", "up")]
+  assert lora.targeted(paths["llama"], ("q_proj", "v_proj")) == ["layers.0.self_attn.q_proj",
+                                                                 "layers.0.self_attn.v_proj"]
   assert lora.targeted(paths["neox"], ("attention",)) == [
       f"layers.{i}.attention.{n}" for i in range(2) for n in ("dense", "query_key_value")]
   assert lora.targeted(paths["gpt2"], ("attention",)) == [f"h.{i}.attn.{n}" for i in range(2)
@@ -71,7 +77,16 @@ FAMILIES = {
         vocab_size=53, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
         max_position_embeddings=T, hidden_dropout=0.0, attention_dropout=0.0, bos_token_id=0, eos_token_id=0)),
         ["query_key_value", "attention.dense"], False),
+    "llama": (lambda: transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=53, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=T, bos_token_id=0, eos_token_id=0)),
+        ["q_proj", "k_proj", "v_proj", "o_proj"], False),
+    "qwen2": (lambda: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=53, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, max_position_embeddings=T, bos_token_id=0, eos_token_id=0, tie_word_embeddings=True)),
+        ["q_proj", "k_proj", "v_proj", "o_proj"], False),
 }
+LAYERS = {"gpt2": 4, "gpt_neox": 4, "llama": 8, "qwen2": 8}  # adapted layers: 2 blocks x the attention's linears
 
 
 def base_and_peft(family, seed, folder):
@@ -92,7 +107,7 @@ def base_and_peft(family, seed, folder):
   rng = np.random.default_rng(seed)
   layers = {p: m for p, m in nnx.iter_modules(ours) if isinstance(m, lora.LoRALinear)}
   peft_layers = {n: m for n, m in tuned.named_modules() if hasattr(m, "lora_A") and "default" in m.lora_A}
-  assert len(layers) == len(peft_layers) == 4
+  assert len(layers) == len(peft_layers) == LAYERS[family]
   for path, layer in layers.items():
     name = next(n for n in peft_layers if n.endswith(".".join(map(str, path))))
     a_IxR = rng.normal(0, 0.3, layer.lora_a.get_value().shape).astype(np.float32)
@@ -150,7 +165,7 @@ def test_a_training_steps_loss_and_adapter_gradients_equal_peft(tmp_path, family
   torch_loss.backward()
   assert float(loss) == pytest.approx(torch_loss.item(), rel=1e-5)  # a mean of 40 float32 losses
   theirs = {n: p.grad.numpy() for n, p in tuned.named_parameters() if p.requires_grad}
-  assert len(theirs) == 8 and all("lora_" in n for n in theirs)  # PEFT trains the adapters alone, as we do
+  assert len(theirs) == 2 * LAYERS[family] and all("lora_" in n for n in theirs)  # PEFT trains the adapters alone, as we do
   for path, grad in nnx.to_flat_state(grads):
     dotted = ".".join(map(str, path[:-1]))
     kind = "lora_A" if path[-1] == "lora_a" else "lora_B"
