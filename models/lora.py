@@ -1,6 +1,6 @@
 """Low-rank adapters (LoRA, Hu et al. 2021) on a model's linear layers, and the shadow copies that share one base.
 
-Letters: B batch, T time, I a layer's input width, O its output width, R the adapter rank.
+Letters: B batch, T time, N = B x T rows, I a layer's input width, O its output width, R the adapter rank.
 
 `apply(module, settings, rngs)` replaces each targeted nnx.Linear by a LoRALinear holding it: its output is
 `base(x) + ((x @ A) @ B) * alpha / R`, A [I, R] drawn uniform in +-1/sqrt(I) (torch's kaiming_uniform with a = sqrt(5),
@@ -71,7 +71,12 @@ class LoRALinear(nnx.Module):
     y_BxTxO = self.base(x_BxTxI)
     dtype = y_BxTxO.dtype
     a_IxR, b_RxO = self.lora_a.get_value().astype(dtype), self.lora_b.get_value().astype(dtype)
-    return y_BxTxO + ((x_BxTxI.astype(dtype) @ a_IxR) @ b_RxO) * jnp.asarray(self.scale, dtype)
+    # Rows flattened: on [B, T, I] activations the gradient of B contracts two axes, and XLA's CPU compiler then
+    # copies the cotangent transposed, recomputing the residual stream's cotangent of every layer above in that copy
+    # (GPT-2 small's LoRA step 1.2-1.3x slower on a CPU; BENCHMARKS.md, LoRA shadow copies).
+    x_NxI = x_BxTxI.astype(dtype).reshape(-1, x_BxTxI.shape[-1])
+    lora_NxO = ((x_NxI @ a_IxR) @ b_RxO) * jnp.asarray(self.scale, dtype)
+    return y_BxTxO + lora_NxO.reshape(y_BxTxO.shape)
 
 
 def linear_layers(module):
