@@ -16,6 +16,9 @@
 # trained, the paired model-count sweep on the GPU (shadow_sweep --backend=jax at m = 64, 128, 256, 448, 512 with
 # paired intervals at 0.1% and 0.01%), evaluate and paper_table on all 512, then membership_structure
 # (docs/reproduction/worst512/run.sh).
+# PART=lora (about 8 minutes; peft and transformers from .whl/ too): G LoRA copies of GPT-2 small and of the ~1B Llama
+# shape against PyTorch + PEFT on the GPU (benchmarks/lora_throughput.py, G up to --plan's), and their memory per
+# added copy from the GPU's compiled memory analysis.
 # Every step has its own time limit and writes what it measured under $OUT as it goes.
 set -u
 OUT=${OUT:?set OUT}
@@ -50,8 +53,13 @@ case $PART in
     # one archive: a device call brings back at most 8 files, no deeper than two folders
     tar -czf "$OUT/worst512.tar.gz" -C "$OUT" worst512 && rm -rf "$OUT/worst512"
     ;;
+  lora)
+    step lora_memory 150 $PY benchmarks/lora_throughput.py --memory --sizes gpt2,llama1b --out "$OUT/lora_memory.json"
+    step lora_speed 330 $PY benchmarks/lora_throughput.py --sizes gpt2,llama1b --groups plan --reps 3 \
+      --out "$OUT/lora_throughput.json"
+    ;;
   *)
-    echo "PART must be checks or sweep, got $PART" >&2
+    echo "PART must be checks, sweep or lora, got $PART" >&2
     exit 2
     ;;
 esac
