@@ -48,7 +48,7 @@ def get_config(arg="gpt2_tiny"):
     c.shadow.update(num_models=6, group_size=3)
     c.model.arch.update(n_embd=32, n_layer=1, n_head=2, n_positions=64)
     c.pretrain.update(epochs=1, batch_size=16, max_sequences=128)
-    c.train.update(epochs=10, batch_size=16, learning_rate=3e-3)  # memorises: AUC ~0.9-1.0 on the 16 canaries
+    c.train.update(epochs=20, batch_size=16, learning_rate=5e-3)  # whole copies and rank-8 LoRA copies memorise
     c.population.update(size=16)
   elif arg != "gpt2_tiny":
     raise InputError(f"unknown GPT-2 config {arg!r}: use gpt2_tiny (default), gpt2 or tiny")

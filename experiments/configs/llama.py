@@ -55,7 +55,7 @@ def get_config(arg="llama_tiny"):
     c.model.arch.update(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2,
                         intermediate_size=64, max_position_embeddings=64)
     c.pretrain.update(epochs=1, batch_size=16, max_sequences=128)
-    c.train.update(epochs=10, batch_size=16, learning_rate=3e-3)  # as gpt2.py:tiny
+    c.train.update(epochs=20, batch_size=16, learning_rate=5e-3)  # as gpt2.py:tiny
     c.population.update(size=16)
   elif arg != "llama_tiny":
     raise InputError(f"unknown Llama config {arg!r}: use llama_tiny (default), smollm2 or tiny")
