@@ -65,8 +65,9 @@ def describe(settings, skip=()):
 
 def run_words(config):
   """A run's model family and canary kind from its config.json: 'lstm, worst-case canaries' ('synthetic losses' for
-  make_synthetic's runs; 'model unknown' or 'canary kind unknown' where config.json does not say), and the
-  accountant's epsilon of a DP-SGD run ('lstm, worst-case canaries, DP-SGD epsilon 4')."""
+  make_synthetic's runs; 'model unknown' or 'canary kind unknown' where config.json does not say), the
+  accountant's epsilon of a DP-SGD run ('lstm, worst-case canaries, DP-SGD epsilon 4') and the adapters of a LoRA
+  run ('gpt2, worst-case canaries, LoRA rank 8 on attention')."""
   config = config or {}
   family = (config.get("model") or {}).get("name")
   kind = (config.get("canaries") or {}).get("kind")
@@ -76,6 +77,9 @@ def run_words(config):
   accountant = config.get("accountant") or {}
   if accountant.get("epsilon") is not None:  # a DP-SGD run: what tells it from the same model trained without
     words += f", DP-SGD epsilon {accountant['epsilon']:.3g}"
+  lora = ((config.get("train") or {}).get("lora") or {})
+  if isinstance(lora.get("rank"), int) and lora["rank"] > 0:  # adapters on a shared base, not whole copies
+    words += f", LoRA rank {lora['rank']} on {lora.get('targets', 'attention')}"
   return words
 
 

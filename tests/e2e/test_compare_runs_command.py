@@ -60,12 +60,15 @@ def test_each_run_equals_its_paper_table(two_runs, tmp_path):
     assert sum(t.get_text() == "n/r" for t in ax.texts) == 2 * 2  # each run, each difference
 
 
-def test_a_dp_run_is_named_by_its_epsilon():
+def test_a_dp_run_is_named_by_its_epsilon_and_a_lora_run_by_its_adapters():
   from lira.reports import provenance
   config = {"model": {"name": "lstm"}, "canaries": {"kind": "worst"}}
   assert provenance.run_words(config) == "lstm, worst-case canaries"
   assert provenance.run_words({**config, "accountant": {"epsilon": 4.0}}) == \
       "lstm, worst-case canaries, DP-SGD epsilon 4"
+  lora = {**config, "model": {"name": "gpt2"}, "train": {"lora": {"rank": 8, "targets": "attention,mlp"}}}
+  assert provenance.run_words(lora) == "gpt2, worst-case canaries, LoRA rank 8 on attention,mlp"
+  assert provenance.run_words({**lora, "train": {"lora": {"rank": 0}}}) == "gpt2, worst-case canaries"
 
 
 def test_errors_are_one_line_before_any_work(two_runs, tmp_path):
