@@ -129,3 +129,15 @@ def test_the_memory_of_an_added_copy_is_its_adapters_state_and_activations_not_a
   per_whole = (_step_bytes(whole, 4) - _step_bytes(whole, 2)) / 2
   assert per_whole - per_lora >= 3 * (base_bytes - adapter_bytes), (per_whole, per_lora, base_bytes)
   assert 3 * adapter_bytes <= per_lora < base_bytes, (per_lora, base_bytes)
+
+
+def test_bfloat16_lora_copies_keep_their_adapters_and_compute_close_to_float32():
+  model, _ = lora_model()
+  params = jax.tree.map(lambda x: x + 0.1, model.init(jax.random.PRNGKey(5)))  # B off zero: the adapters count
+  tokens = jnp.asarray(np.random.default_rng(5).integers(0, VOCAB, (3, T)))
+  bf16 = model.with_compute_dtype("bfloat16")
+  assert isinstance(bf16.module(params).h[0].attn.c_attn, lora.LoRALinear) and bf16.frozen is model.frozen
+  ref, low = np.asarray(model.apply(params, tokens)), np.asarray(bf16.apply(params, tokens))
+  assert low.dtype == np.float32 and not np.array_equal(low, ref)
+  # bfloat16's unit roundoff 2^-9 through two layers of 16-48-term products: ~1e-2 of the largest logit
+  assert np.abs(low - ref).max() / np.abs(ref).max() < 0.05
