@@ -3,11 +3,15 @@
 python -m experiments.train_shadows                      # CPU default, minutes on 2 cores
 python -m experiments.train_shadows --config=experiments/configs/lstm.py:paper --run_dir=runs/paper
 python -m experiments.train_shadows --config=experiments/configs/pythia.py:pythia_tiny   # fine-tuned GPT-NeoX, CPU
+python -m experiments.train_shadows --config=experiments/configs/llama.py:tiny --config.train.lora.rank=8  # LoRA copies
 python -m experiments.train_shadows --config=experiments/configs/pixelcnn.py:cpu   # PixelCNN++ on digits, CPU
 
---config=FILE[:VARIANT]; FILE is found as given, in the installed package, or by name (lstm, pythia, pixelcnn):
+--config=FILE[:VARIANT]; FILE is found as given, in the installed package, or by name (lstm, pythia, gpt2, llama,
+pixelcnn):
   lstm.py      cpu (default), paper, tiny, reproduce_worst, reproduce_average  (also pythia, pythia_tiny)
   pythia.py    pythia_tiny (default), pythia, tiny, reproduce_worst, reproduce_average
+  gpt2.py      gpt2_tiny (default), gpt2 (GPT-2 small from the hub), tiny
+  llama.py     llama_tiny (default), smollm2 (SmolLM2-1.7B from the hub), tiny
   pixelcnn.py  cpu (default), paper, tiny, reproduce_worst, reproduce_average
 --config.SECTION.FIELD=VALUE overrides one field of the config, e.g. --config.shadow.num_models=64
   --config.canaries.kind=average --config.train.epochs=3; the fields are those of the config file (sections data,
