@@ -75,3 +75,17 @@ def test_wbc_against_the_base_scores_the_lora_copies_and_other_lora_settings_are
   cfg.train.lora.rank = RANK * 2
   with pytest.raises(InputError, match=r"train.lora.rank: run folder has 4, this command has 8"):
     pipeline.run(cfg, lora_run, progress=False)
+
+
+def test_a_folder_recorded_before_the_lora_block_resumes_with_lora_off_only(tmp_path):
+  from training import run_config
+  run_dir = str(tmp_path / "run")
+  os.makedirs(run_dir)
+  cfg = gpt2_configs.get_config("tiny")
+  run_config.check_config(cfg, run_dir)
+  config = run_folder.load_config(run_dir)
+  del config["train"]["lora"]
+  run_folder.save_config(run_dir, config)
+  run_config.check_config(cfg, run_dir)  # LoRA off: the same config
+  with pytest.raises(InputError, match=r"train.lora: run folder has '<missing>'"):
+    run_config.check_config(lora_config(), run_dir)
