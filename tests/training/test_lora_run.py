@@ -15,7 +15,7 @@ from lira.errors import InputError
 from training import pipeline
 from training import run_data
 from training import shadow_model
-from tests.training.test_gpt2_run import torch_losses
+from tests.training.test_lm_runs import torch_losses
 
 RANK = 4
 
