@@ -16,6 +16,7 @@ from flax import nnx
 from lira.errors import InputError
 from models import get_model
 from models import hf_convert
+from tests.models.lm_parity import hf_lp, our_lp
 from models import token_loss
 from models.llama import LlamaConfig, LlamaForCausalLM, rope_inv_freq
 from training.pretraining import prefix_lp
@@ -175,21 +176,6 @@ def hf_model(model_type, seed, **extra):
     for name, p in model.named_parameters():
       p.copy_((1.0 if "norm" in name else 0.0) + 0.2 * torch.randn_like(p))
   return model
-
-
-def hf_lp(model, tokens_BxT, mask_BxT):
-  """Per-token ln p(t_i | t_<i) [B, T - 1] of the torch model."""
-  with torch.no_grad():
-    logits = model(torch.tensor(tokens_BxT), attention_mask=torch.tensor(mask_BxT)).logits.double()
-  lp = torch.log_softmax(logits[:, :-1], -1).gather(-1, torch.tensor(tokens_BxT)[:, 1:, None])[..., 0]
-  return lp.numpy()
-
-
-def our_lp(module, tokens_BxT, mask_BxT):
-  logits = np.asarray(module(jnp.asarray(tokens_BxT), attention_mask=jnp.asarray(mask_BxT)), np.float64)
-  logits = logits - logits.max(-1, keepdims=True)
-  logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-  return np.take_along_axis(logp[:, :-1], tokens_BxT[:, 1:, None], -1)[..., 0]
 
 
 @pytest.mark.parametrize("model_type, seed, extra", CASES,

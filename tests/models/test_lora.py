@@ -11,6 +11,7 @@ from flax import nnx
 
 from lira.errors import InputError
 from models import hf_convert
+from tests.models.lm_parity import hf_lp, our_lp
 from models import lora
 from models import token_loss
 from training import lora_config
@@ -120,25 +121,12 @@ def base_and_peft(family, seed, folder):
   return base, tuned, ours
 
 
-def torch_lp(model, tokens_BxT, mask_BxT):
-  with torch.no_grad():
-    logits = model(input_ids=torch.tensor(tokens_BxT), attention_mask=torch.tensor(mask_BxT)).logits.double()
-  return torch.log_softmax(logits[:, :-1], -1).gather(-1, torch.tensor(tokens_BxT)[:, 1:, None])[..., 0].numpy()
-
-
-def our_lp(module, tokens_BxT, mask_BxT):
-  logits = np.asarray(module(jnp.asarray(tokens_BxT), attention_mask=jnp.asarray(mask_BxT)), np.float64)
-  logits = logits - logits.max(-1, keepdims=True)
-  logp = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
-  return np.take_along_axis(logp[:, :-1], tokens_BxT[:, 1:, None], -1)[..., 0]
-
-
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_adapters_equal_peft_and_fresh_ones_leave_the_base_bit_equal(tmp_path, family):
   base, tuned, ours = base_and_peft(family, 1, tmp_path / "src")
   tokens = np.random.default_rng(1).integers(0, 53, (3, T))
   scored = MASK_BxT[:, 1:].astype(bool)
-  theirs = torch_lp(tuned, tokens, MASK_BxT)
+  theirs = hf_lp(tuned, tokens, MASK_BxT)
   # float32 on both sides, sums in other orders, as the families' own parity tests: 2e-5 on log-probabilities
   np.testing.assert_allclose(our_lp(ours, tokens, MASK_BxT)[scored], theirs[scored], rtol=0, atol=2e-5)
   assert np.abs(our_lp(base, tokens, MASK_BxT) - theirs)[scored].max() > 1e-2  # the adapters change the model
@@ -182,6 +170,6 @@ def test_the_merged_model_loads_in_transformers_with_the_adapters_log_probabilit
   back = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "merged").eval()
   tokens = np.random.default_rng(3).integers(0, 53, (3, T))
   scored = MASK_BxT[:, 1:].astype(bool)
-  np.testing.assert_allclose(torch_lp(back, tokens, MASK_BxT)[scored], torch_lp(tuned, tokens, MASK_BxT)[scored],
+  np.testing.assert_allclose(hf_lp(back, tokens, MASK_BxT)[scored], hf_lp(tuned, tokens, MASK_BxT)[scored],
                              rtol=0, atol=2e-5)
   assert isinstance(ours.h[0].attn.c_attn, lora.LoRALinear)  # merging left the adapters' module as it was
