@@ -14,13 +14,15 @@ from lira.errors import InputError
 
 
 def paired_difference(scores_a_MxN, scores_b_MxN, labels_MxN, fprs=metrics.DEFAULT_FPRS, n_boot=1000, level=metrics.LEVEL,
-                      seed=0, valid_MxN=None):
+                      seed=0, valid_MxN=None, backend="numpy"):
   """TPR(A) - TPR(B) at each FPR and AUC(A) - AUC(B), with paired-bootstrap percentile intervals.
 
   Returns {"tpr": {fpr_key: {"fpr", "a", "b", "diff", "ci", "p_le_0"}}, "auc": {...}, "n_boot", "n_boot_undefined"};
   p_le_0 is the fraction of defined replicates whose difference is <= 0 (small: A is better in nearly every
-  resample). Higher score = member for both; valid_MxN (optional) excludes the same pairs from both.
+  resample). Higher score = member for both; valid_MxN (optional) excludes the same pairs from both. backend "jax"
+  computes both attacks' replicates on jax's default device (lira.metrics_jax), with the same results.
   """
+  metrics.check_backend(backend)
   if np.shape(scores_a_MxN) != np.shape(scores_b_MxN):
     raise InputError(f"the two score arrays differ in shape: {np.shape(scores_a_MxN)} and {np.shape(scores_b_MxN)}")
   if n_boot < 1:
@@ -28,7 +30,8 @@ def paired_difference(scores_a_MxN, scores_b_MxN, labels_MxN, fprs=metrics.DEFAU
   fprs = tuple(float(f) for f in fprs)
   ranked = [metrics.rank_pairs(s, labels_MxN, valid_MxN) for s in (scores_a_MxN, scores_b_MxN)]
   w_BxN = metrics.bootstrap_weights(ranked[0].n_canaries, n_boot, seed)
-  (tpr_a_BxF, auc_a_B), (tpr_b_BxF, auc_b_B) = (weighted_roc.weighted_stats(r, w_BxN, fprs) for r in ranked)
+  replicates = weighted_roc.weighted_stats_on_device if backend == "jax" else weighted_roc.weighted_stats
+  (tpr_a_BxF, auc_a_B), (tpr_b_BxF, auc_b_B) = (replicates(r, w_BxN, fprs) for r in ranked)
   ones_1xN = np.ones((1, ranked[0].n_canaries), np.int64)
   (tpr_a_F, auc_a), (tpr_b_F, auc_b) = (
       (t[0], a[0]) for t, a in (weighted_roc.weighted_stats(r, ones_1xN, fprs) for r in ranked))

@@ -99,8 +99,8 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
   attack_scorers [(name, scorer)] add other attacks' rows on the same subsets: scorer(model_ids, on_undefined) gives
   the scores [m, N] of the subset's models (NaN where undefined). pairs [(name_a, name_b)] add, per subset and FPR of
   pair_fprs, the paired difference TPR(a) - TPR(b) on the pairs both score, with its paired canary-bootstrap interval
-  (lira.compare.paired_difference, n_boot replicates): rows of kind "pair" named "a - b", whose tpr is the
-  difference. The full arrays are checked first (lira.checks.check_arrays), and errors name the run's model ids.
+  (lira.compare.paired_difference, n_boot replicates; on jax's device where the backend is jax and the device a GPU
+  or TPU): rows of kind "pair" named "a - b", whose tpr is the difference. The full arrays are checked first (lira.checks.check_arrays), and errors name the run's model ids.
   """
   scoring = Scoring.of(scoring, **fields)
   M = np.shape(keep_MxN)[0]
@@ -115,6 +115,7 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
   # Checked once on the full run, so that errors name the run's model ids, before any subset is scored.
   check_arrays(loss_MxNxT, keep_MxN, mask_NxT, scoring.reduction)
   rng = np.random.default_rng(seed)
+  boot = metrics_jax.bootstrap_backend(scoring.backend)  # the pairs' replicates on a GPU or TPU with --backend=jax
   jobs = [(m, d) for m in counts for d in range(1 if m == M else draws)]
   rows = []
   for m, d in tqdm(jobs, desc="shadow-count sweep", disable=not progress):
@@ -138,7 +139,8 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
       labels = keep[valid]
       defined = labels.any() and (~labels).any()
       diff = compare.paired_difference(np.where(valid, scores[a], 0.0), np.where(valid, scores[b], 0.0), keep,
-                                       fprs=pair_fprs, n_boot=n_boot, seed=seed, valid_MxN=valid) if defined else None
+                                       fprs=pair_fprs, n_boot=n_boot, seed=seed, valid_MxN=valid, backend=boot) \
+          if defined else None
       for f in pair_fprs:
         row = _sweep_row("pair", f"{a} - {b}", m, d, scoring, f, valid, keep)
         if diff is not None:

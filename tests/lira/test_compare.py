@@ -23,8 +23,8 @@ def _brute_force(a_MxN, b_MxN, labels_MxN, fprs, n_boot, seed):
   return np.array(diffs_BxF), np.array(auc_B)
 
 
-@pytest.mark.parametrize("ties", [False, True])
-def test_paired_difference_equals_brute_force(ties):
+@pytest.mark.parametrize("ties,backend", [(False, "numpy"), (True, "numpy"), (True, "jax")])
+def test_paired_difference_equals_brute_force(ties, backend):
   rng = np.random.default_rng(3)
   m, n, fprs, n_boot = 6, 150, (0.1, 0.02, 0.005), 40
   labels = rng.random((m, n)) < 0.5
@@ -32,7 +32,7 @@ def test_paired_difference_equals_brute_force(ties):
   b = a + rng.normal(scale=0.8, size=(m, n))
   if ties:  # rounded scores make tie groups, which the ROC must treat as one threshold
     a, b = np.round(a, 1), np.round(b, 1)
-  got = compare.paired_difference(a, b, labels, fprs, n_boot=n_boot, seed=5)
+  got = compare.paired_difference(a, b, labels, fprs, n_boot=n_boot, seed=5, backend=backend)
   d_BxF, dauc_B = _brute_force(a, b, labels, fprs, n_boot, seed=5)
   assert got["n_boot_undefined"] == n_boot - len(dauc_B)
   for f, fpr in enumerate(fprs):
@@ -57,6 +57,20 @@ def test_identical_attacks_differ_by_exactly_zero_and_a_perfect_one_wins_in_ever
   assert row["a"] == 1.0 and row["ci"][0] > 0.5 and row["p_le_0"] == 0.0
 
 
+def test_replicates_on_jax_equal_numpy_exactly():
+  # The device computes the same integer sums, and the host finishes both with the same float64 operations.
+  rng = np.random.default_rng(1)
+  labels = rng.random((5, 400)) < 0.5
+  a = np.round(rng.normal(size=labels.shape) + labels, 2)
+  b = a + rng.normal(scale=0.5, size=labels.shape)
+  valid = rng.random(labels.shape) < 0.9
+  got, want = (compare.paired_difference(a, b, labels, (0.1, 0.01), n_boot=60, seed=2, valid_MxN=valid, backend=k)
+               for k in ("jax", "numpy"))
+  assert got == want
+
+
 def test_shapes_must_match():
   with pytest.raises(InputError, match="differ in shape"):
     compare.paired_difference(np.zeros((2, 3)), np.zeros((2, 4)), np.zeros((2, 3), bool))
+  with pytest.raises(InputError, match="backend"):
+    compare.paired_difference(np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((2, 3), bool), backend="torch")

@@ -187,6 +187,28 @@ def test_shadow_count_sweep_on_the_jax_pipeline_reuses_one_program_per_size(monk
     assert (g["m"], g["draw"]) == (w["m"], w["draw"]) and abs(g["auc"] - w["auc"]) < 1e-12
 
 
+def test_shadow_count_sweep_pairs_bootstrap_on_the_device(monkeypatch):
+  # With --backend=jax on a GPU or TPU the pairs' replicates run on jax's device (here: the CPU device, as if it
+  # were one); the rows equal the numpy backend's, interval for interval.
+  from lira import metrics_jax
+  from lira import weighted_roc
+  loss, keep = synthetic.synthetic_losses(12, 40, 4, seed=3)[:2]
+  calls = []
+  on_device = weighted_roc.weighted_stats_on_device
+  monkeypatch.setattr(metrics_jax, "bootstrap_backend", lambda backend: "jax" if backend == "jax" else "numpy")
+  monkeypatch.setattr(weighted_roc, "weighted_stats_on_device", lambda *a: calls.append(1) or on_device(*a))
+  kw = dict(counts=[8, 12], draws=1, fpr=0.05, variants=scoring_lib.select_variants(["oas-shared", "univariate-shared"]),
+            pairs=[("OAS Shared", "Univariate Shared")], pair_fprs=(0.05, 0.2), n_boot=40, progress=False, seed=2)
+  got = evaluation.shadow_count_sweep(loss, keep, backend="jax", **kw)
+  assert len(calls) == 2 * 2  # two subsets, both attacks of the pair
+  want = evaluation.shadow_count_sweep(loss, keep, **kw)
+  for g, w in zip(got, want):
+    if g["kind"] == "pair":
+      assert (g["m"], g["fpr"], g["ci_low"], g["ci_high"], g["p_le_0"]) == (w["m"], w["fpr"], w["ci_low"],
+                                                                           w["ci_high"], w["p_le_0"])
+      assert abs(g["tpr"] - w["tpr"]) < 1e-12
+
+
 def test_shadow_count_sweep_checks_the_full_run_first(run_dir, monkeypatch):
   run = run_folder.load_run(run_dir)
   loss = np.array(run.loss_MxNxT)
