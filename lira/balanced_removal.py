@@ -192,7 +192,7 @@ def _removal(fit, P_S, G_S, sizes, L, n_after, floor):
     C = xp.asarray(np.eye(sum(sizes)), dtype=dt) + xp.asarray(ones, dtype=dt) / L
   solve_by_cholesky = sum(sizes) > 2 and woodbury.lapack_deadlocks(P_S)
   inverse = woodbury.removal_inverse(xp, dt, sizes, L) if solve_by_cholesky else None
-  return woodbury.Removal(fit, P_S, G_S, C, n_after, floor, inverse=inverse)
+  return woodbury.Removal(fit, P_S, G_S, C, n_after, floor, inverse=inverse, blocks=(sizes, L))
 
 
 def _as_rows(a):

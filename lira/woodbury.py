@@ -155,6 +155,21 @@ def removal_matrix(sizes, L, dtype=np.float64):
   return C
 
 
+def _removal_zwz(P_BxJxSxR, lam_BxR, sizes, L):
+  """sum(C * Z_S W Z_S^T) for C = removal_matrix(sizes, L): sum_i z_i^T W z_i + sum over blocks of g^T W g / L, g the
+  block's row sum (W = V diag(lam) V^T, rows in its span), [B, J]: passes over the rows, no S x S product."""
+  xp = array_namespace(P_BxJxSxR)
+  lam = lam_BxR[:, None, :]
+  out = xp.sum(xp.sum(P_BxJxSxR * P_BxJxSxR, axis=-2) * lam, axis=-1)
+  at = 0
+  for s in sizes:
+    if s:
+      g = xp.sum(P_BxJxSxR[:, :, at:at + s], axis=-2)
+      out = out + xp.sum(g * g * lam, axis=-1) / L
+    at += s
+  return out
+
+
 def _with_residuals(parts):
   """Basis parts as (vectors, projections, residuals or None)."""
   return [tuple(part) + (None,) * (3 - len(part)) for part in parts]
@@ -167,21 +182,24 @@ class Removal:
   downdated OAS parameters [B, J]; call `basis` with the full basis before `form`.
   """
 
-  def __init__(self, fit, P_S, G_S, C_SxS, n_after, floor, inverse=None):
+  def __init__(self, fit, P_S, G_S, C_SxS, n_after, floor, inverse=None, blocks=None):
     """inverse: (C^-1, log det C) (`removal_inverse`); with it, jax on a CPU solves with more than two removed rows by
     a Cholesky factorisation of the symmetric positive definite C^-1 - beta' Z_S A^-1 Z_S^T (E = C times it), without
-    LAPACK (`lapack_deadlocks`); elsewhere E is solved by LAPACK or the device's solver."""
+    LAPACK (`lapack_deadlocks`); elsewhere E is solved by LAPACK or the device's solver. blocks: (sizes, L) when C is
+    removal_matrix(sizes, L): sum(C * Z_S W Z_S^T) then comes from row and block sums instead of the S x S product."""
     xp = self.xp = fit.xp
     self.fit, self.S = fit, C_SxS.shape[0]
     self.C = xp.asarray(C_SxS, dtype=fit.lam.dtype)
     self.inverse = inverse if self.S > 2 and lapack_deadlocks(fit.lam) else None
     self.F = None
     if self.S:
-      ZWZ = pairs(P_S * fit.lam[:, None, None, :], P_S)
+      if blocks is not None and self.S >= MATMUL_ROWS:
+        c_zwz = _removal_zwz(P_S, fit.lam, *blocks)
+      else:
+        c_zwz = xp.sum(self.C * pairs(P_S * fit.lam[:, None, None, :], P_S), axis=(-2, -1))
       CG = _mm(self.C, G_S)
       trace = fit.trace_B[:, None] - xp.sum(self.C * G_S, axis=(-2, -1))
-      fro2 = fit.fro2_B[:, None] - 2.0 * xp.sum(self.C * ZWZ, axis=(-2, -1)) + xp.sum(CG * gram._swap(CG),
-                                                                                      axis=(-2, -1))
+      fro2 = fit.fro2_B[:, None] - 2.0 * c_zwz + xp.sum(CG * gram._swap(CG), axis=(-2, -1))
     else:
       trace = xp.broadcast_to(fit.trace_B[:, None], P_S.shape[:2])
       fro2 = xp.broadcast_to(fit.fro2_B[:, None], P_S.shape[:2])
