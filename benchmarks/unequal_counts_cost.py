@@ -4,11 +4,14 @@ with the count's own program (k static) and the traced-count one (lira.balanced_
 
   python benchmarks/unequal_counts_cost.py                                  # M = 448, T = 16, 16 canaries
   python benchmarks/unequal_counts_cost.py --M 448 --T 16 --B 16 --counts 224,222,218,210
+  python benchmarks/unequal_counts_cost.py --T 128 --counts 224,222,220,214 --covariances oas --layouts 8,32
 
 Balanced leave-one-out fits both classes on L = min(n_own - 1, n_oth) rows per target: at k = M / 2 a target removes
 itself and one row of the other class, at k = M / 2 - d / 2 it removes about d + 1 rows (lira.balanced.removal_counts,
 printed as (s_own, s_oth, L) per target class), and each removed row is a downdate of every fit. Run on a CPU (the
-jax rows time the device pipeline on jax's default device); jax rows: seconds after the compile, compile in brackets.
+jax rows time the device pipeline on jax's default device); jax rows: seconds after the compile, compile in brackets. --layouts D1,D2,...: also the traced-count program of a run
+whose counts lie within d = M - 2k in [-D, D] (its buffers sized for that run's largest removals, D + 1 rows: the
+first 448 of 512 models need D = 32), a column per D.
 """
 
 import argparse
@@ -54,12 +57,14 @@ def main():
   ap.add_argument("--counts", default="224,222,218,210")
   ap.add_argument("--covariances", default="univariate,independent,oas")
   ap.add_argument("--reps", type=int, default=3)
+  ap.add_argument("--layouts", default="", help="D1,D2,...: columns for the traced programs of runs with |d| <= D")
   a = ap.parse_args()
+  spans = [int(d) for d in a.layouts.split(",") if d]
   jax.config.update("jax_enable_x64", True)
   fn = loo_device.jitted()
   print(f"M = {a.M}, T = {a.T}, {a.B} canaries a block, {jax.devices()[0].platform}; ms per block (compile s)")
   print(f"{'k':>5} {'covariance':11} {'removals (s_own, s_oth, L)':32} {'numpy':>9} {'jax, own':>16} "
-        f"{'jax, bucket':>16}")
+        f"{'jax, bucket':>16}" + "".join(f"{f'jax, |d|<={d}':>16}" for d in spans))
   for k in map(int, a.counts.split(",")):
     loss_MxBxT, keep_MxB = block(a.M, a.T, a.B, k)
     args = tuple(jax.device_put(x) for x in (loss_MxBxT, np.ones((a.B, a.T), bool), keep_MxB))
@@ -77,8 +82,15 @@ def main():
         run_s = timed(lambda: jax.block_until_ready(compiled(*args, gv)), a.reps)
         cells.append(f"{run_s * 1e3:8.1f} ({compile_s:4.1f})")
       cells += ["-"] * (2 - len(cells))
+      for d in spans:
+        if not abs(a.M - 2 * k) <= d:
+          cells.append("-")
+          continue
+        key = balanced_padded.layout([(a.M - d) // 2, (a.M + d + 1) // 2], a.M, widen=False)
+        compiled = fn.lower(*args, gv, spec=spec, k=key).compile()
+        cells.append(f"{timed(lambda: jax.block_until_ready(compiled(*args, gv)), a.reps) * 1e3:8.1f}")
       removals = str(tuple(balanced.removal_counts(k, a.M)))
-      print(f"{k:5d} {cov:11} {removals:32} {numpy_s * 1e3:9.1f} {cells[0]:>16} {cells[1]:>16}", flush=True)
+      print(f"{k:5d} {cov:11} {removals:32} {numpy_s * 1e3:9.1f} " + " ".join(f"{c:>16}" for c in cells), flush=True)
 
 
 if __name__ == "__main__":
