@@ -16,8 +16,9 @@ per step, so one program serves every count and a block of canaries near half pa
   lira/woodbury.py writes it:
     u^T S'^-1 v = u^T A^-1 v + beta' h_u^T K^-1 h_v,   h_u = Z_S A^-1 u,   K = C^-1 - beta' Z_S A^-1 Z_S^T,
     logdet S' = logdet A + logdet C + logdet K,   C^-1 = I - blocks of 1 1^T / (L + s_b),
-  with K formed over pairs of rows and factored by a loop over its columns (woodbury.cholesky with a trip count;
-  rows beyond a target's own s are the identity's). The vectors scored (residuals, offline directions) are explicit
+  with K = F F^T formed and factored row by row in one pass over the pairs of rows (rows beyond a target's own s
+  are the identity's), so that h_u^T K^-1 h_v = (F^-1 h_u) . (F^-1 h_v) by forward substitution alone and the work
+  follows the block's rows, not the buffers' S x S. The vectors scored (residuals, offline directions) are explicit
   per target: the removed rows enter them only through g.
 
 Array API with two loop helpers (`fori`, `put`): lax.fori_loop and dynamic updates on jax, Python loops on numpy.
@@ -28,7 +29,6 @@ import numpy as np
 from array_api_compat import array_namespace
 
 from lira import balanced_removal
-from lira import woodbury
 
 
 def _is_numpy(a):
@@ -55,6 +55,14 @@ def put(buf, i, value, axis):
     return out
   import jax
   return jax.lax.dynamic_update_index_in_dim(buf, value, i, axis)
+
+
+def _index(a, i, axis):
+  """a's index i along `axis` (i a number or, on jax, a traced scalar), that axis dropped."""
+  if _is_numpy(a):
+    return np.take(a, int(i), axis=axis)
+  import jax
+  return jax.lax.dynamic_index_in_dim(a, i, axis=axis, keepdims=False)
 
 
 def rows(a_BxNxX, idx_BxJ):
@@ -123,7 +131,7 @@ class Stream:
   target's `sets` of rows removed, the classes left with L rows each (n_after rows in the fit: L, or 2L pooled).
 
   Construction makes two passes over the removed rows (their sums; the pairs for tr(G_S^2)) and sets OAS's alpha',
-  beta'; `forms` makes the third (K and the vectors' h together) and factors K; `logdet` needs `forms` first."""
+  beta'; `forms` makes the third (K, its factor and the vectors' h together); `logdet` needs `forms` first."""
 
   def __init__(self, fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, n_after, floor, S):
     xp = self.xp = fit.xp
@@ -159,45 +167,51 @@ class Stream:
     self.logdet_K = None
 
   def _factor_and_h(self, vectors):
-    """K = C^-1 - beta' Z_S A^-1 Z_S^T (identity beyond each target's rows; its lower triangle, all the loop of
-    woodbury.cholesky reads) and h_x = Z_S A^-1 x of each vector, in one pass over the rows; K factored."""
+    """[w_x per vector]: w_x = F^-1 h_x with h_x = Z_S A^-1 x, where F F^T = K = C^-1 - beta' Z_S A^-1 Z_S^T (the
+    identity's rows beyond each target's own rows), in one pass over the row pairs: row a of K is formed and at once
+    turned into row a of its Cholesky factor F (each entry needs the finished rows above it), then w_x's entry a
+    (forward substitution). So h_u^T K^-1 h_v = w_u . w_v, log det K = 2 sum log F_aa, and the work follows the
+    block's rows (trip), never the S x S of the buffers beyond them."""
     xp, sets, S, L = self.xp, self.sets, self.S, self.L
     dt = self.z.dtype
     B, J = self.alpha.shape
     sizes = [xp.astype(s, dt) for _, s in sets.sets]
 
-    def k_row(a, carry):
-      K, hs = carry
+    def k_entry(a, b, va, pw_a, which_a, real_a, same_row):
+      """K[a, b] for b <= a (the identity's where row a or b is beyond the target's own rows)."""
+      slot_b, which_b, real_b = sets.at(xp, b)
+      vb = va if same_row else self._row_vector(slot_b)
+      h = xp.sum(pw_a * vb.p, axis=-1) + self._outside(va, vb)
+      same = 1.0 if same_row else xp.astype(which_a == which_b, dt)
+      size = sizes[0] if len(sizes) == 1 else xp.where(which_a == 0, sizes[0], sizes[1])
+      k = (1.0 if same_row else 0.0) - same / (L + size) - self.beta * h
+      return xp.where(real_a & real_b, k, 1.0 if same_row else 0.0)
+
+    def f_row(a, carry):
+      F, ws, hs, logdet = carry
       slot_a, which_a, real_a = sets.at(xp, a)
       va = self._row_vector(slot_a)
       pw_a = va.p * self.w
 
-      def inner(b, row):
-        slot_b, which_b, real_b = sets.at(xp, b)
-        h = xp.sum(pw_a * rows(self.P, slot_b), axis=-1) + self._outside(va, self._row_vector(slot_b))
-        same = xp.astype(which_a == which_b, dt)
-        size = sizes[0] if len(sizes) == 1 else xp.where(which_a == 0, sizes[0], sizes[1])
-        k = xp.where(b == a, 1.0, 0.0) - same / (L + size) - self.beta * h
-        k = xp.where(real_a & real_b, k, xp.where(b == a, 1.0, 0.0))
-        return put(row, b, k, axis=-1)
-      row = fori(a + 1, inner, xp.zeros((B, J, S), dtype=dt), self.z)
+      def inner(b, carry):  # F[a, b] = (K[a, b] - F[a, :b] . F[b, :b]) / F[b, b]
+        row, F = carry
+        F_b = _index(F, b, axis=-2)
+        k = k_entry(a, b, va, pw_a, which_a, real_a, False)
+        return put(row, b, (k - xp.sum(row * F_b, axis=-1)) / _index(F_b, b, axis=-1), axis=-1), F
+
+      row, F = fori(a, inner, (xp.zeros((B, J, S), dtype=dt), F), self.z)
+      d = xp.sqrt(k_entry(a, a, va, pw_a, which_a, real_a, True) - xp.sum(row * row, axis=-1))
+      row = put(row, a, d, axis=-1)
       on = xp.astype(real_a, dt)
       hs = tuple(put(h, a, (xp.sum(pw_a * x.p, axis=-1) + self._outside(va, x)) * on, axis=-1)
                  for h, x in zip(hs, vectors))
-      return put(K, a, row, axis=-2), hs
+      ws = tuple(put(w, a, (_index(h, a, axis=-1) - xp.sum(row * w, axis=-1)) / d, axis=-1) for w, h in zip(ws, hs))
+      return put(F, a, row, axis=-2), ws, hs, logdet + 2.0 * xp.log(d)
 
-    lower, hs = fori(sets.trip, k_row, (xp.zeros((B, J, S, S), dtype=dt),
-                                        tuple(xp.zeros((B, J, S), dtype=dt) for _ in vectors)), self.z)
-    if _is_numpy(lower):
-      eye = np.eye(S)
-      done = np.arange(S) < sets.trip  # rows the loop wrote; the rest are the identity's
-      strict = np.tril(lower, -1)
-      K = strict + np.swapaxes(strict, -1, -2) + np.diagonal(lower, axis1=-2, axis2=-1)[..., None] * eye
-      K = np.where(done[:, None] & done[None, :], K, eye)
-      self.logdet_K = np.linalg.slogdet(K)[1]
-      return list(hs), [np.linalg.solve(K, h[..., None])[..., 0] for h in hs]
-    F, self.logdet_K = woodbury.cholesky(lower, sets.trip)
-    return list(hs), [woodbury.cholesky_solve(F, h, sets.trip) for h in hs]
+    zeros = tuple(xp.zeros((B, J, S), dtype=dt) for _ in vectors)
+    _, ws, _, self.logdet_K = fori(sets.trip, f_row, (xp.zeros((B, J, S, S), dtype=dt), zeros, zeros,
+                                                      xp.zeros((B, J), dtype=dt)), self.z)
+    return list(ws)
 
   def _row_vector(self, slot):
     """The fit's row at `slot` as a Vector."""
@@ -226,16 +240,16 @@ class Stream:
           vectors.append(x)
     if self.S == 0:  # no target of the program removes a row from this fit
       B, J = self.alpha.shape
-      hs = solved = [xp.zeros((B, J, 0), dtype=self.z.dtype) for _ in vectors]
+      ws = [xp.zeros((B, J, 0), dtype=self.z.dtype) for _ in vectors]
       self.logdet_K = xp.zeros((B, J), dtype=self.z.dtype)
     else:
-      hs, solved = self._factor_and_h(vectors)
+      ws = self._factor_and_h(vectors)
     out = []
     for u, v in pairs:
       iu = next(i for i, x in enumerate(vectors) if x is u)
       iv = next(i for i, x in enumerate(vectors) if x is v)
       base = xp.sum(u.p * self.w * v.p, axis=-1) + self._outside(u, v)
-      out.append(base + self.beta * xp.sum(hs[iu] * solved[iv], axis=-1))
+      out.append(base + self.beta * xp.sum(ws[iu] * ws[iv], axis=-1))  # h_u^T K^-1 h_v
     return out
 
   def logdet(self):

@@ -83,12 +83,11 @@ def lapack_deadlocks(a):
   return jax.default_backend() == "cpu"
 
 
-def cholesky(K, n=None):
+def cholesky(K):
   """(F, log det K) for batches of symmetric positive definite jax arrays K [..., s, s], F lower triangular with
   F F^T = K, without a LAPACK call (`lapack_deadlocks`: the only place it runs): a loop over the s columns
   (lax.fori_loop, so a program holds one column's operations whatever s: a program of 28-30 removed rows compiles in
-  3-5 s on a 2-core CPU, against 19-27 s with the columns written out; BENCHMARKS.md). n (a traced scalar): factor
-  only the leading n x n block (K's rows beyond n are the identity's; F and log det are of that block)."""
+  3-5 s on a 2-core CPU, against 19-27 s with the columns written out; BENCHMARKS.md)."""
   import jax
   import jax.numpy as jnp
   s = K.shape[-1]
@@ -102,16 +101,15 @@ def cholesky(K, n=None):
     F = jax.lax.dynamic_update_index_in_dim(F, jnp.where(rows >= j, v / d[..., None], 0.0), j, axis=-1)
     return F, logdet + 2.0 * jnp.log(d)
 
-  return jax.lax.fori_loop(0, s if n is None else n, column,
+  return jax.lax.fori_loop(0, s, column,
                            (jnp.zeros_like(K), jnp.zeros(K.shape[:-2], dtype=K.dtype)))
 
 
-def cholesky_solve(F, b, n=None):
-  """K^-1 b for K = F F^T (`cholesky`) and b [..., s]: forward then backward substitution, a loop over the rows.
-  n: F of K's leading n x n block (`cholesky(K, n)`) and b zero beyond it."""
+def cholesky_solve(F, b):
+  """K^-1 b for K = F F^T (`cholesky`) and b [..., s]: forward then backward substitution, a loop over the rows."""
   import jax
   import jax.numpy as jnp
-  s = F.shape[-1] if n is None else n
+  s = F.shape[-1]
 
   def at(x, j, axis=-1):
     return jax.lax.dynamic_index_in_dim(x, j, axis=axis, keepdims=False)
