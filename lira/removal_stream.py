@@ -142,18 +142,24 @@ class Stream:
     # each set's sum g and its projection, the squared rows, and sum_t z_t^T W z_t
     self.gs, self.sq, self.pgs, zwz_diag = window_sums(z_BxNxD, sets, P_BxNxR, fit.lam)
 
-    def pairs(a, acc):  # tr(G_S^2) = sum over pairs (a, b) of (z_a . z_b)^2, and sum_b |G_S 1_b|^2
-      tr_g2, tr_eg2 = acc
+    def pairs(a, acc):  # tr(G_S^2) = sum over pairs (a, b) of (z_a . z_b)^2, and sum_b |G_S 1_b|^2; G_S's rows
+      tr_g2, tr_eg2, G = acc
       slot_a, _, real_a = sets.at(xp, a)
       z_a = rows(z_BxNxD, slot_a) * xp.astype(real_a, dt)
 
       def inner(b, acc):
+        tr, row = acc
         slot_b, _, real_b = sets.at(xp, b)
         g = xp.sum(z_a * rows(z_BxNxD, slot_b), axis=-1) * xp.astype(real_b, dt)
-        return acc + xp.where(b == a, 1.0, 2.0) * g * g
-      return fori(a + 1, inner, tr_g2, z_BxNxD), tr_eg2 + sum(xp.sum(z_a * g, axis=-1) ** 2 for g in self.gs)
+        return tr + xp.where(b == a, 1.0, 2.0) * g * g, row if S == 0 else put(row, b, g, axis=-1)
+      tr_g2, row = fori(a + 1, inner, (tr_g2, xp.zeros((B, J, S), dtype=dt)), z_BxNxD)
+      G = G if S == 0 else put(G, a, row, axis=-2)
+      return tr_g2, tr_eg2 + sum(xp.sum(z_a * g, axis=-1) ** 2 for g in self.gs), G
 
-    tr_g2, tr_eg2 = fori(sets.trip, pairs, (xp.zeros((B, J), dtype=dt),) * 2, z_BxNxD)
+    # G_S (its lower triangle) is kept for K's entries outside the fit's span, z_a . z_b - p_a . p_b: read there
+    # instead of each row pair's D-length rows read again (without residuals; float32 reads the residuals)
+    tr_g2, tr_eg2, self.G = fori(sets.trip, pairs, (xp.zeros((B, J), dtype=dt),) * 2
+                                 + (xp.zeros((B, J, S, S), dtype=dt),), z_BxNxD)
     gg = [[xp.sum(gb * gc, axis=-1) for gc in self.gs] for gb in self.gs]
     trace = fit.trace_B[:, None] - (xp.sum(self.sq, axis=-1) + sum(gg[b][b] for b in range(len(self.gs))) / L)
     zwz = zwz_diag + sum(xp.sum(pg * pg * lam, axis=-1) for pg in self.pgs) / L
@@ -177,11 +183,16 @@ class Stream:
     B, J = self.alpha.shape
     sizes = [xp.astype(s, dt) for _, s in sets.sets]
 
-    def k_entry(a, b, va, pw_a, which_a, real_a, same_row):
-      """K[a, b] for b <= a (the identity's where row a or b is beyond the target's own rows)."""
+    def k_entry(a, b, va, pw_a, which_a, real_a, same_row, G_a):
+      """K[a, b] for b <= a (the identity's where row a or b is beyond the target's own rows); G_a: G_S's row a."""
       slot_b, which_b, real_b = sets.at(xp, b)
-      vb = va if same_row else self._row_vector(slot_b)
-      h = xp.sum(pw_a * vb.p, axis=-1) + self._outside(va, vb)
+      if self.R is None:  # z_a . z_b from G_S
+        p_b = va.p if same_row else rows(self.P, slot_b)
+        outside = xp.where(self.full_rank, 0.0, _index(G_a, b, axis=-1) - xp.sum(va.p * p_b, axis=-1)) / self.alpha
+        h = xp.sum(pw_a * p_b, axis=-1) + outside
+      else:
+        vb = va if same_row else self._row_vector(slot_b)
+        h = xp.sum(pw_a * vb.p, axis=-1) + self._outside(va, vb)
       same = 1.0 if same_row else xp.astype(which_a == which_b, dt)
       size = sizes[0] if len(sizes) == 1 else xp.where(which_a == 0, sizes[0], sizes[1])
       k = (1.0 if same_row else 0.0) - same / (L + size) - self.beta * h
@@ -192,15 +203,16 @@ class Stream:
       slot_a, which_a, real_a = sets.at(xp, a)
       va = self._row_vector(slot_a)
       pw_a = va.p * self.w
+      G_a = _index(F, a, axis=-2)  # G_S's row a, not yet overwritten by F's
 
       def inner(b, carry):  # F[a, b] = (K[a, b] - F[a, :b] . F[b, :b]) / F[b, b]
         row, F = carry
         F_b = _index(F, b, axis=-2)
-        k = k_entry(a, b, va, pw_a, which_a, real_a, False)
+        k = k_entry(a, b, va, pw_a, which_a, real_a, False, G_a)
         return put(row, b, (k - xp.sum(row * F_b, axis=-1)) / _index(F_b, b, axis=-1), axis=-1), F
 
       row, F = fori(a, inner, (xp.zeros((B, J, S), dtype=dt), F), self.z)
-      d = xp.sqrt(k_entry(a, a, va, pw_a, which_a, real_a, True) - xp.sum(row * row, axis=-1))
+      d = xp.sqrt(k_entry(a, a, va, pw_a, which_a, real_a, True, G_a) - xp.sum(row * row, axis=-1))
       row = put(row, a, d, axis=-1)
       on = xp.astype(real_a, dt)
       hs = tuple(put(h, a, (xp.sum(pw_a * x.p, axis=-1) + self._outside(va, x)) * on, axis=-1)
@@ -208,9 +220,10 @@ class Stream:
       ws = tuple(put(w, a, (_index(h, a, axis=-1) - xp.sum(row * w, axis=-1)) / d, axis=-1) for w, h in zip(ws, hs))
       return put(F, a, row, axis=-2), ws, hs, logdet + 2.0 * xp.log(d)
 
+    # F's rows overwrite G_S's in one buffer: row a of G_S is read just before row a of F is written there
     zeros = tuple(xp.zeros((B, J, S), dtype=dt) for _ in vectors)
-    _, ws, _, self.logdet_K = fori(sets.trip, f_row, (xp.zeros((B, J, S, S), dtype=dt), zeros, zeros,
-                                                      xp.zeros((B, J), dtype=dt)), self.z)
+    _, ws, _, self.logdet_K = fori(sets.trip, f_row, (self.G, zeros, zeros, xp.zeros((B, J), dtype=dt)), self.z)
+    self.G = None
     return list(ws)
 
   def _row_vector(self, slot):
