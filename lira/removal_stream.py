@@ -223,7 +223,6 @@ class Stream:
     # F's rows overwrite G_S's in one buffer: row a of G_S is read just before row a of F is written there
     zeros = tuple(xp.zeros((B, J, S), dtype=dt) for _ in vectors)
     _, ws, _, self.logdet_K = fori(sets.trip, f_row, (self.G, zeros, zeros, xp.zeros((B, J), dtype=dt)), self.z)
-    self.G = None
     return list(ws)
 
   def _row_vector(self, slot):
