@@ -9,9 +9,9 @@ with the count's own program (k static) and the traced-count one (lira.balanced_
 Balanced leave-one-out fits both classes on L = min(n_own - 1, n_oth) rows per target: at k = M / 2 a target removes
 itself and one row of the other class, at k = M / 2 - d / 2 it removes about d + 1 rows (lira.balanced.removal_counts,
 printed as (s_own, s_oth, L) per target class), and each removed row is a downdate of every fit. Run on a CPU (the
-jax rows time the device pipeline on jax's default device); jax rows: seconds after the compile, compile in brackets. --layouts D1,D2,...: also the traced-count program of a run
-whose counts lie within d = M - 2k in [-D, D] (its buffers sized for that run's largest removals, D + 1 rows: the
-first 448 of 512 models need D = 32), a column per D.
+jax rows time the device pipeline on jax's default device); jax rows: seconds after the compile, compile in brackets.
+--layouts D1,D2,...: also the traced-count program of a run whose counts lie within d = M - 2k in [-D, D] (its
+buffers sized for that run's largest removals, D + 1 rows: the first 448 of 512 models need D = 32), a column per D.
 """
 
 import argparse

@@ -100,7 +100,8 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
   the scores [m, N] of the subset's models (NaN where undefined). pairs [(name_a, name_b)] add, per subset and FPR of
   pair_fprs, the paired difference TPR(a) - TPR(b) on the pairs both score, with its paired canary-bootstrap interval
   (lira.compare.paired_difference, n_boot replicates; on jax's device where the backend is jax and the device a GPU
-  or TPU): rows of kind "pair" named "a - b", whose tpr is the difference. The full arrays are checked first (lira.checks.check_arrays), and errors name the run's model ids.
+  or TPU): rows of kind "pair" named "a - b", whose tpr is the difference. The full arrays are checked first
+  (lira.checks.check_arrays), and errors name the run's model ids.
   """
   scoring = Scoring.of(scoring, **fields)
   M = np.shape(keep_MxN)[0]

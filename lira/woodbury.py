@@ -155,7 +155,8 @@ def removal_matrix(sizes, L, dtype=np.float64):
 
 def _removal_zwz(P_BxJxSxR, lam_BxR, sizes, L):
   """sum(C * Z_S W Z_S^T) for C = removal_matrix(sizes, L): sum_i z_i^T W z_i + sum over blocks of g^T W g / L, g the
-  block's row sum (W = V diag(lam) V^T, rows in its span), [B, J]: passes over the rows, no S x S product."""
+  block's row sum (W = V diag(lam) V^T, rows in its span), [B, J]: passes over the rows, no S x S product (the
+  traced-count programs stream the same sums row by row: lira.removal_stream.window_sums)."""
   xp = array_namespace(P_BxJxSxR)
   lam = lam_BxR[:, None, :]
   out = xp.sum(xp.sum(P_BxJxSxR * P_BxJxSxR, axis=-2) * lam, axis=-1)

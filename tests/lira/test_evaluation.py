@@ -197,7 +197,8 @@ def test_shadow_count_sweep_pairs_bootstrap_on_the_device(monkeypatch):
   on_device = weighted_roc.weighted_stats_on_device
   monkeypatch.setattr(metrics_jax, "bootstrap_backend", lambda backend: "jax" if backend == "jax" else "numpy")
   monkeypatch.setattr(weighted_roc, "weighted_stats_on_device", lambda *a: calls.append(1) or on_device(*a))
-  kw = dict(counts=[8, 12], draws=1, fpr=0.05, variants=scoring_lib.select_variants(["oas-shared", "univariate-shared"]),
+  variants = scoring_lib.select_variants(["oas-shared", "univariate-shared"])
+  kw = dict(counts=[8, 12], draws=1, fpr=0.05, variants=variants,
             pairs=[("OAS Shared", "Univariate Shared")], pair_fprs=(0.05, 0.2), n_boot=40, progress=False, seed=2)
   got = evaluation.shadow_count_sweep(loss, keep, backend="jax", **kw)
   assert len(calls) == 2 * 2  # two subsets, both attacks of the pair
