@@ -111,16 +111,13 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
                                  (1.0 if target_in else -1.0) * delta_BxD[:, None, :], valid_BxD, target_in,
                                  oas=oas, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift))
       continue
-    # Rows removed per target, as positions in the sorted rows: the target and the next s_own - 1 of its class
-    # (cyclically), then the first s_oth of the other class after it.
-    own_idx = own_at + (np.arange(n_own)[:, None] + np.arange(s_own)[None]) % n_own
-    oth_idx = oth_at + (first_BxM[:, own_at:own_at + n_own, None] + xp.asarray(np.arange(s_oth, dtype=np.int32))) \
-        % (M - n_own)
-    idx_BxJxS = xp.concat([xp.broadcast_to(xp.asarray(own_idx, dtype=oth_idx.dtype), oth_idx.shape[:2] + (s_own,)),
-                           oth_idx], axis=2)
+    # Rows removed per target: the target and the next s_own - 1 of its class (cyclically), then the first s_oth of
+    # the other class after it.
+    windows = balanced_removal.Windows(own_at, n_own, s_own, oth_at, M - n_own, s_oth,
+                                       first_BxM[:, own_at:own_at + n_own])
     scores.append(balanced_removal.removal_scores(
-        z_BxMxD, delta_BxD, diag_w, fitted, target_in, idx_BxJxS, (s_own, s_oth), float(L), None, valid_BxD, floored,
-        oas=oas, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift))
+        z_BxMxD, delta_BxD, diag_w, fitted, target_in, windows, float(L), valid_BxD, floored, oas=oas, shared=shared,
+        offline=offline, floor=floor, offline_shift=offline_shift))
   return xp.concat(scores, axis=1)
 
 

@@ -38,6 +38,77 @@ def floor_variance(xp, valid_BxD, floor, all_valid):
   return floored
 
 
+class Windows:
+  """Each target's removed rows, as cyclic windows of the sorted rows (lira.balanced.sorted_balanced): of its own
+  class (rows own_at.. own_at + n_own), the target j and the next s_own - 1; of the other class (oth_at.. oth_at +
+  n_oth), s_oth from first_BxJ[b, j] (a position in that class) on."""
+
+  def __init__(self, own_at, n_own, s_own, oth_at, n_oth, s_oth, first_BxJ):
+    self.own = (own_at, n_own, s_own)
+    self.oth = (oth_at, n_oth, s_oth)
+    self.first_BxJ = first_BxJ
+    self.sizes = (s_own, s_oth)
+
+  def idx(self):
+    """Positions in the sorted rows, [B, J, s_own + s_oth] (own rows first)."""
+    xp = array_namespace(self.first_BxJ)
+    (own_at, n_own, s_own), (oth_at, n_oth, s_oth) = self.own, self.oth
+    own_idx = own_at + (np.arange(n_own)[:, None] + np.arange(s_own)[None]) % n_own
+    oth_idx = oth_at + (self.first_BxJ[..., None] + xp.asarray(np.arange(s_oth, dtype=np.int32))) % n_oth
+    return xp.concat([xp.broadcast_to(xp.asarray(own_idx, dtype=oth_idx.dtype), oth_idx.shape[:2] + (s_own,)),
+                      oth_idx], axis=2)
+
+  def sums(self, z_BxNxD, own):
+    """(g, sum of squares) of the own (own=True) or the other class's window rows, [B, J, D] each (None, None when
+    the window is empty): shifted adds over the class's rows from s rows on, a gather of the J x s rows below."""
+    xp = array_namespace(z_BxNxD)
+    at, n, s = self.own if own else self.oth
+    if not s:
+      return None, None
+    if s < woodbury.MATMUL_ROWS:
+      Z = gather(z_BxNxD, self.idx()[:, :, :s] if own else self.idx()[:, :, self.sizes[0]:])
+      return _row_sum(Z), (Z[:, :, 0] ** 2 if s == 1 else xp.sum(Z * Z, axis=2))
+    z = z_BxNxD[:, at:at + n]
+    if own:  # windows start at j = 0.. J - 1
+      return _window_sums(z, s, n), _window_sums(z * z, s, n)
+    first = xp.astype(self.first_BxJ, xp.int32)[..., None]  # [B, J, 1], a start in 0.. n
+    return tuple(xp.take_along_axis(_window_sums(x, s, n + 1), first, axis=1) for x in (z, z * z))
+
+  def gram(self, z_BxNxD, own):
+    """Z_S Z_S^T of the own (own=True) or the other class's window, [B, J, s, s]: each entry a dot product from the
+    class's band z_i . z_(i+o) (o < s, cyclic), s x n dot products per canary where a product per target takes
+    J x s^2."""
+    xp = array_namespace(z_BxNxD)
+    at, n, s = self.own if own else self.oth
+    B, J = self.first_BxJ.shape
+    if s < woodbury.MATMUL_ROWS:
+      Z = gather(z_BxNxD, self.idx()[:, :, :s] if own else self.idx()[:, :, self.sizes[0]:])
+      return woodbury.pairs(Z, Z)
+    z = z_BxNxD[:, at:at + n]
+    ext = xp.concat([z, z[:, :s - 1]], axis=1)
+    band = xp.stack([xp.sum(z * ext[:, o:o + n], axis=-1) for o in range(s)], axis=-1)  # [B, n, s]
+    band = xp.reshape(xp.concat([band, band[:, :s]], axis=1), (B, (n + s) * s))  # rows n.. n + s: rows 0.. s again
+    a = np.arange(s)
+    entry = np.minimum(a[:, None], a[None]) * s + np.abs(a[:, None] - a[None])  # [s, s]: (row offset, diagonal)
+    if own:  # windows start at j: the same entries for every canary
+      flat = (np.arange(J)[:, None, None] * s + entry).reshape(-1)
+      return xp.reshape(xp.take(band, xp.asarray(flat, dtype=xp.int32), axis=1), (B, J, s, s))
+    flat = xp.reshape(xp.astype(self.first_BxJ, xp.int32)[..., None, None] * s + xp.asarray(entry, dtype=xp.int32),
+                      (B, J * s * s))
+    return xp.reshape(xp.take_along_axis(band, flat, axis=1), (B, J, s, s))
+
+
+def _window_sums(rows_BxnxD, s, count):
+  """sum_{o < s} rows[(p + o) % n] for the first `count` starts p (count <= n + 1), [B, count, D]: s shifted adds."""
+  xp = array_namespace(rows_BxnxD)
+  n = rows_BxnxD.shape[1]
+  ext = xp.concat([rows_BxnxD, rows_BxnxD[:, :s]], axis=1)
+  out = ext[:, :count]
+  for o in range(1, s):
+    out = out + ext[:, o:o + count]
+  return out
+
+
 def oas_fits(z_BxNxD, n_in, delta_BxD, valid_BxD, shared):
   """The OAS fits of centred rows whose first n_in are the IN class (rows of zeros add nothing to a fit):
   (fits, P_BxNxR, R_BxNxD, proj_delta) with fits {None: pooled} (shared) or {True: IN, False: OUT}, each row's
@@ -60,25 +131,25 @@ def oas_fits(z_BxNxD, n_in, delta_BxD, valid_BxD, shared):
   return fits, P_BxNxR, R_BxNxD, {c: fits[c].project(delta_BxD[:, None, :]) for c in (True, False)}
 
 
-def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, idx_BxJxS, sizes, L, row_mask_S, valid_BxD,
-                   floored, *, oas, shared, offline, floor, offline_shift):
-  """Scores [B, J] of the J targets of one class, each fitted without its removed rows idx_BxJxS (positions in
-  z_BxNxD: s_own of its own class, the target first, then s_oth of the other; sizes = (s_own, s_oth)), both classes
-  left with L rows. fitted: `oas_fits` (OAS). row_mask_S: None, or [S] with 0 for removal slots beyond a count's own
-  (padded programs, lira/balanced_padded.py: those rows are zeroed, so their coefficients add nothing); L may then
-  be a traced scalar."""
+def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, valid_BxD, floored, *, oas, shared,
+                   offline, floor, offline_shift):
+  """Scores [B, J] of the J targets of one class, each fitted without its removed rows (`Windows` of z_BxNxD's
+  rows: s_own of its own class, the target first, then s_oth of the other), both classes left with L rows (a
+  number). fitted: `oas_fits` (OAS)."""
   xp = array_namespace(z_BxNxD)
   dt = z_BxNxD.dtype
-  s_own, s_oth = sizes
-  Z = gather(z_BxNxD, idx_BxJxS)  # [B, J, S, D]
-  if row_mask_S is not None:
-    Z = Z * row_mask_S[:, None]
-  Z_own, Z_oth = Z[:, :, :s_own], Z[:, :, s_own:]
-  z_t = Z_own[:, :, 0]
+  s_own, s_oth = sizes = windows.sizes
+  idx_BxJxS = windows.idx()
+  own_at, n_own, _ = windows.own
+  z_t = z_BxNxD[:, own_at:own_at + n_own]  # the targets' own rows, [B, J, D]
+  # the removed rows themselves only for OAS outside the fits' span (else their sums, projections, dot products)
+  Z = gather(z_BxNxD, idx_BxJxS) if oas and not _spanned(fitted[0]) else None  # [B, J, S, D]
+  Z_own, Z_oth = (None, None) if Z is None else (Z[:, :, :s_own], Z[:, :, s_own:])
+  if not oas or offline:  # the windows' sums: the diagonal estimators' downdates, offline std's diag(W')
+    (g_own, sq_own), (g_oth, sq_oth) = windows.sums(z_BxNxD, True), windows.sums(z_BxNxD, False)
   # Residuals of the target to each class mean after the removal: (x - mean) + g / L.
   if not oas:
     c = (L + 1.0) / L
-    g_own, g_oth = _row_sum(Z_own), _row_sum(Z_oth)
     r_oth = z_t + (1.0 if target_in else -1.0) * delta_BxD[:, None, :]
     r_oth = r_oth if s_oth == 0 else r_oth + g_oth / L
     if s_own == 1:  # the target alone: r_own = c z_t, and it removes c z_t^2 from diag(W)
@@ -86,8 +157,8 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, idx_BxJxS, siz
       removed_own, rr_own = zt2 * c, zt2 * (c * c)
     else:
       r_own = z_t + g_own / L
-      removed_own, rr_own = _removed_diag(Z_own, g_own, L), r_own * r_own
-    removed_oth = _removed_diag(Z_oth, g_oth, L)
+      removed_own, rr_own = _removed_diag(sq_own, g_own, L), r_own * r_own
+    removed_oth = _removed_diag(sq_oth, g_oth, L)
     if offline:  # the OUT fit: the own one for OUT targets, the other one for IN targets
       r, scat = (r_oth, diag_w[False][:, None] - removed_oth) if target_in else \
           (z_t * c if s_own == 1 else r_own, diag_w[False][:, None] - removed_own)
@@ -107,49 +178,70 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, idx_BxJxS, siz
     fits, P_BxNxR, R_BxNxD, proj_delta = fitted
     P = gather(P_BxNxR, idx_BxJxS)
     Rr = None if R_BxNxD is None else gather(R_BxNxD, idx_BxJxS)
-    if row_mask_S is not None:
-      P = P * row_mask_S[:, None]
-      Rr = None if Rr is None else Rr * row_mask_S[:, None]
     P_own, P_oth = P[:, :, :s_own], P[:, :, s_own:]
     R_own, R_oth = (None, None) if Rr is None else (Rr[:, :, :s_own], Rr[:, :, s_own:])
+    # each removed row's z^T W z on its fit, taken from the rows' once (woodbury._removal_zwz)
+    zwz = gather(_row_zwz(fits, P_BxNxR)[..., None], idx_BxJxS)[..., 0] \
+        if max(s_own, s_oth, s_own + s_oth if shared else 0) >= woodbury.MATMUL_ROWS else None
+    zwz_own, zwz_oth = (None, None) if zwz is None else (zwz[:, :, :s_own], zwz[:, :, s_own:])
     coef = functools.partial(coefficients, xp, dt, L)
     c_own = coef((1, 1.0, 1.0), (s_own - 1, 0.0, 1.0))  # r_own over the own removed rows (target first)
     delta_b = delta_BxD[:, None, :]  # [B, 1, D]: the gap between the class means, the same for every target
     if offline:  # the OUT fit; basis: its removed rows, [the target, the gap,] the offline direction
       fit = fits[False]
       if target_in:
-        Zs, Ps, Rs, s = Z_oth, P_oth, R_oth, s_oth
+        Zs, Ps, Rs, zwz_s, sums, s = Z_oth, P_oth, R_oth, zwz_oth, (sq_oth, g_oth), s_oth
         extra = [(z_t, fit.project(z_t)), (delta_b, proj_delta[False])]
         r = coef((s_oth, 0.0, 1.0), (2, 1.0, 0.0), (1, 0.0, 0.0))
       else:
-        Zs, Ps, Rs, s, extra, r = Z_own, P_own, R_own, s_own, [], coef((1, 1.0, 1.0), (s_own - 1, 0.0, 1.0),
-                                                                        (1, 0.0, 0.0))
-      G_S = woodbury.pairs(Zs, Zs)
-      rem = _removal(fit, Ps, G_S, (s,), L, L, floor)
-      u = _offline_direction(rem, diag_w[False], Zs, L, valid_BxD, offline_shift)
+        Zs, Ps, Rs, zwz_s, sums, s = Z_own, P_own, R_own, zwz_own, (sq_own, g_own), s_own
+        extra, r = [], coef((1, 1.0, 1.0), (s_own - 1, 0.0, 1.0), (1, 0.0, 0.0))
+      G_S = windows.gram(z_BxNxD, own=not target_in)
+      rem = _removal(fit, Ps, G_S, (s,), L, L, floor, zwz_s)
+      u = _offline_direction(rem, diag_w[False], sums, L, valid_BxD, offline_shift)
       rem.basis(_parts([(Zs, Ps, Rs)] + extra + [u]))
       e_u = coef((r.shape[0] - 1, 0.0, 0.0), (1, 1.0, 0.0))
-      return rem.form(e_u, r) / xp.sqrt(rem.form(e_u, e_u))
+      num, den = rem.forms([(e_u, r), (e_u, e_u)])
+      return num / xp.sqrt(den)
     sgn = 1.0 if target_in else -1.0
     if shared:  # basis: own removed rows, other removed rows, the gap between the class means
-      G_S = woodbury.pairs(Z, Z)
-      rem = _removal(fits[None], P, G_S, (s_own, s_oth), L, 2.0 * L, floor)
+      G_S = _shared_gram(z_BxNxD, windows, (P_own, P_oth) if Z is None else (Z_own, Z_oth))
+      rem = _removal(fits[None], P, G_S, (s_own, s_oth), L, 2.0 * L, floor, zwz)
       rem.basis(_parts([(Z, P, Rr), (delta_b, proj_delta[None])]))
       a_own = coef((1, 1.0, 1.0), (s_own - 1, 0.0, 1.0), (s_oth + 1, 0.0, 0.0))
       a_oth = coef((1, 1.0, 0.0), (s_own - 1, 0.0, 0.0), (s_oth, 0.0, 1.0), (1, sgn, 0.0))
-      q_own, q_oth = rem.form(a_own, a_own), rem.form(a_oth, a_oth)  # logdets cancel
+      q_own, q_oth = rem.forms([(a_own, a_own), (a_oth, a_oth)])  # logdets cancel
     else:  # own fit: basis its removed rows; other fit: its removed rows, the target, the gap
-      G_own, G_oth = woodbury.pairs(Z_own, Z_own), woodbury.pairs(Z_oth, Z_oth)
-      own = _removal(fits[target_in], P_own, G_own, (s_own,), L, L, floor)
+      G_own, G_oth = windows.gram(z_BxNxD, own=True), windows.gram(z_BxNxD, own=False)
+      own = _removal(fits[target_in], P_own, G_own, (s_own,), L, L, floor, zwz_own)
       own.basis([(Z_own, P_own, R_own)])
       fit = fits[not target_in]
-      oth = _removal(fit, P_oth, G_oth, (s_oth,), L, L, floor)
+      oth = _removal(fit, P_oth, G_oth, (s_oth,), L, L, floor, zwz_oth)
       oth.basis(_parts([(Z_oth, P_oth, R_oth), (z_t, fit.project(z_t)), (delta_b, proj_delta[not target_in])]))
       a_oth = coef((s_oth, 0.0, 1.0), (1, 1.0, 0.0), (1, sgn, 0.0))
       q_own = own.form(c_own, c_own) + own.logdet()
       q_oth = oth.form(a_oth, a_oth) + oth.logdet()
   own_minus_oth = -0.5 * (q_own - q_oth)
   return own_minus_oth if target_in else -own_minus_oth
+
+
+def _spanned(fits):
+  """Whether every fit spans all scored positions (numpy; n >= D, the usual case at large M): vectors then enter
+  woodbury.Removal only through their projections."""
+  return all(isinstance(f.rank_B, np.ndarray) and bool(np.all(f.rank_B >= f.p_B)) for f in fits.values())
+
+
+def _shared_gram(z_BxNxD, windows, rows):
+  """G_S of both windows, [B, J, S, S]; rows: (own, other) removed rows or, in the fit's span, their projections
+  (the same dot products) for the cross block, which one of the two sides keeps small (balanced counts remove the
+  target alone from its class, or nothing from the other)."""
+  xp = array_namespace(z_BxNxD)
+  s_own, s_oth = windows.sizes
+  if not s_oth:
+    return windows.gram(z_BxNxD, own=True)
+  X = woodbury.pairs(*rows)  # [B, J, s_own, s_oth]
+  return xp.concat([xp.concat([windows.gram(z_BxNxD, own=True), X], axis=-1),
+                    xp.concat([gram._swap(X), windows.gram(z_BxNxD, own=False)], axis=-1)], axis=-2)
 
 
 def _row_sum(Z_BxJxSxD):
@@ -160,14 +252,10 @@ def _row_sum(Z_BxJxSxD):
   return Z_BxJxSxD[:, :, 0] if s == 1 else array_namespace(Z_BxJxSxD).sum(Z_BxJxSxD, axis=2)
 
 
-def _removed_diag(Z_BxJxSxD, g_BxJxD, L):
-  """diag(Z_S^T C Z_S) = sum of squared removed rows + g^2 / L: what the removal takes off diag(W), [B, J, D]."""
-  s = Z_BxJxSxD.shape[2]
-  if s == 0:
-    return 0.0
-  if s == 1:
-    return g_BxJxD * g_BxJxD * ((L + 1.0) / L)
-  return array_namespace(Z_BxJxSxD).sum(Z_BxJxSxD * Z_BxJxSxD, axis=2) + g_BxJxD * g_BxJxD / L
+def _removed_diag(sq_BxJxD, g_BxJxD, L):
+  """diag(Z_S^T C Z_S) = sum of squared removed rows + g^2 / L: what the removal takes off diag(W), [B, J, D] (0
+  when nothing is removed)."""
+  return 0.0 if g_BxJxD is None else sq_BxJxD + g_BxJxD * g_BxJxD / L
 
 
 def coefficients(xp, dt, L, *runs):
@@ -180,10 +268,21 @@ def coefficients(xp, dt, L, *runs):
   return xp.asarray(a, dtype=dt) + xp.asarray(b, dtype=dt) / L
 
 
-def _removal(fit, P_S, G_S, sizes, L, n_after, floor):
+def _row_zwz(fits, P_BxNxR):
+  """z^T W z of every row on its fit (the pooled one, or its class's: the first fits[True].n rows are IN), [B, N]."""
+  xp = array_namespace(P_BxNxR)
+  if None in fits:
+    return xp.sum(P_BxNxR * P_BxNxR * fits[None].lam[:, None, :], axis=-1)
+  n_in = fits[True].n
+  P_in, P_out = P_BxNxR[:, :n_in], P_BxNxR[:, n_in:]
+  return xp.concat([xp.sum(P_in * P_in * fits[True].lam[:, None, :], axis=-1),
+                    xp.sum(P_out * P_out * fits[False].lam[:, None, :], axis=-1)], axis=1)
+
+
+def _removal(fit, P_S, G_S, sizes, L, n_after, floor, row_zwz=None):
   """woodbury.Removal of blocks of `sizes` rows from classes left with L rows each (L a number, or a traced scalar:
   C = I + blocks of 1 / L); with more than two rows on jax's CPU backend, C's closed-form inverse for its Cholesky
-  solve (woodbury.lapack_deadlocks)."""
+  solve (woodbury.lapack_deadlocks). row_zwz: the removed rows' z^T W z [B, J, S] (`_row_zwz`), or None."""
   xp, dt = fit.xp, fit.lam.dtype
   if isinstance(L, (int, float)):
     C = woodbury.removal_matrix(sizes, L)
@@ -192,7 +291,7 @@ def _removal(fit, P_S, G_S, sizes, L, n_after, floor):
     C = xp.asarray(np.eye(sum(sizes)), dtype=dt) + xp.asarray(ones, dtype=dt) / L
   solve_by_cholesky = sum(sizes) > 2 and woodbury.lapack_deadlocks(P_S)
   inverse = woodbury.removal_inverse(xp, dt, sizes, L) if solve_by_cholesky else None
-  return woodbury.Removal(fit, P_S, G_S, C, n_after, floor, inverse=inverse, blocks=(sizes, L))
+  return woodbury.Removal(fit, P_S, G_S, C, n_after, floor, inverse=inverse, blocks=(sizes, L, row_zwz))
 
 
 def _as_rows(a):
@@ -205,12 +304,12 @@ def _parts(parts):
   return [tuple(_as_rows(a) for a in part) for part in parts]
 
 
-def _offline_direction(rem, diag_w_BxD, Z_S, L, valid_BxD, shift):
+def _offline_direction(rem, diag_w_BxD, sums, L, valid_BxD, shift):
   """(u, its projection) of the offline test: u = 1 on the scored positions, or sqrt(diag S') per target (std)."""
   xp = rem.xp
   valid = xp.astype(valid_BxD, diag_w_BxD.dtype)[:, None, :]
   if shift == "uniform":
     return valid, rem.fit.project(valid)
-  diag = diag_w_BxD[:, None] - _removed_diag(Z_S, _row_sum(Z_S), L)  # diag(W') [B, J, D]
+  diag = diag_w_BxD[:, None] - _removed_diag(*sums, L)  # diag(W') [B, J, D]
   u = xp.sqrt(rem.alpha[..., None] + rem.beta[..., None] * xp.maximum(diag, 0.0)) * valid
   return u, rem.fit.project(u)

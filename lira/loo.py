@@ -86,6 +86,11 @@ def _variants(loss_MxNxT, keep_MxN, scorings, mask_NxT, on_undefined, block_size
   undefined_VxN = [gaussian.check_counts(keep_MxN, s, "leave_one_out", on_undefined) for s in scorings]
   bs = block_size or min(gaussian.block_size(M, T, s.covariance) for s in scorings)
   blocks = [slice(i, min(i + bs, N)) for i in range(0, N, bs)]
+  n_in_N = keep_MxN.sum(axis=0)
+  if base.backend != "jax" and any(s.balance_counts for s in scorings) and np.ptp(n_in_N) > 0:
+    # balanced leave-one-out scores a block's canaries in groups of one IN count: blocks of one or two counts
+    order_N = np.argsort(n_in_N, kind="stable")
+    blocks = [np.sort(order_N[i:i + bs]) for i in range(0, N, bs)]
 
   def features(blk):  # per-position features, shared by the variants; univariate takes their mean
     mask = None if mask_NxT is None else np.asarray(mask_NxT[blk], bool)
@@ -136,7 +141,7 @@ def _variants(loss_MxNxT, keep_MxN, scorings, mask_NxT, on_undefined, block_size
       if ok.all():  # the usual case: no copy of the block per variant
         idx, x, keep, valid = blk, x_MxBxD, keep_MxN[:, blk], valid_BxD
       else:
-        idx = np.arange(blk.start, blk.stop)[ok]
+        idx = np.arange(N)[blk][ok]
         x, keep, valid = x_MxBxD[:, ok], keep_MxN[:, idx], valid_BxD[ok]
       if s.balance_counts:
         llr_VxMxN[v][:, idx] = balanced.balanced_llr(x, keep, valid, s)

@@ -21,6 +21,7 @@ from lira.covariance import oas_shrinkage
 
 
 MATMUL_ROWS = 3  # batched matmul once both sides have this many rows (below it, broadcast sums)
+STACK_ROWS = 6  # numpy: H of a basis up to this size as one product of the stacked parts (beyond, per part pair)
 
 
 def pairs(a_BxJxQxX, b_BxJxPxX):
@@ -153,13 +154,17 @@ def removal_matrix(sizes, L, dtype=np.float64):
   return C
 
 
-def _removal_zwz(P_BxJxSxR, lam_BxR, sizes, L):
+def _removal_zwz(P_BxJxSxR, lam_BxR, sizes, L, row_zwz_BxJxS=None):
   """sum(C * Z_S W Z_S^T) for C = removal_matrix(sizes, L): sum_i z_i^T W z_i + sum over blocks of g^T W g / L, g the
   block's row sum (W = V diag(lam) V^T, rows in its span), [B, J]: passes over the rows, no S x S product (the
-  traced-count programs stream the same sums row by row: lira.removal_stream.window_sums)."""
+  traced-count programs stream the same sums row by row: lira.removal_stream.window_sums). row_zwz_BxJxS: each
+  removed row's z_i^T W z_i when already known (a row's is the same for every target that removes it)."""
   xp = array_namespace(P_BxJxSxR)
   lam = lam_BxR[:, None, :]
-  out = xp.sum(xp.sum(P_BxJxSxR * P_BxJxSxR, axis=-2) * lam, axis=-1)
+  if row_zwz_BxJxS is None:
+    out = xp.sum(xp.sum(P_BxJxSxR * P_BxJxSxR, axis=-2) * lam, axis=-1)
+  else:
+    out = xp.sum(row_zwz_BxJxS, axis=-1)
   at = 0
   for s in sizes:
     if s:
@@ -167,6 +172,29 @@ def _removal_zwz(P_BxJxSxR, lam_BxR, sizes, L):
       out = out + xp.sum(g * g * lam, axis=-1) / L
     at += s
   return out
+
+
+def _removal_traces(G_BxJxSxS, sizes, L):
+  """(trace(C G_S), trace(C G_S C G_S)) for C = removal_matrix(sizes, L) = I + sum_b 1_b 1_b^T / L, [B, J] each:
+  tr(G) + sum_b 1_b^T G 1_b / L and ||G||_F^2 + 2 / L sum_b |G 1_b|^2 + 1 / L^2 sum_bc (1_b^T G 1_c)^2 (G
+  symmetric), from row sums instead of the S x S x S product C G."""
+  xp = array_namespace(G_BxJxSxS)
+  trace = xp.sum(xp.linalg.diagonal(G_BxJxSxS), axis=-1)
+  fro2 = xp.sum(G_BxJxSxS * G_BxJxSxS, axis=(-2, -1))
+  cols, at = [], 0  # G 1_b per nonempty block b, [B, J, S]
+  for s in sizes:
+    if s:
+      cols.append(xp.sum(G_BxJxSxS[..., at:at + s], axis=-1))
+    at += s
+  sums, at = [], 0  # 1_b^T G 1_c
+  for s in sizes:
+    if s:
+      sums.append([xp.sum(col[..., at:at + s], axis=-1) for col in cols])
+    at += s
+  for b, col in enumerate(cols):
+    trace = trace + sums[b][b] / L
+    fro2 = fro2 + (2.0 / L) * xp.sum(col * col, axis=-1) + sum(x * x for x in sums[b]) / (L * L)
+  return trace, fro2
 
 
 def _with_residuals(parts):
@@ -185,20 +213,26 @@ class Removal:
     """inverse: (C^-1, log det C) (`removal_inverse`); with it, jax on a CPU solves with more than two removed rows by
     a Cholesky factorisation of the symmetric positive definite C^-1 - beta' Z_S A^-1 Z_S^T (E = C times it), without
     LAPACK (`lapack_deadlocks`); elsewhere E is solved by LAPACK or the device's solver. blocks: (sizes, L) when C is
-    removal_matrix(sizes, L): sum(C * Z_S W Z_S^T) then comes from row and block sums instead of the S x S product."""
+    removal_matrix(sizes, L), or (sizes, L, each removed row's z_i^T W z_i [B, J, S]): sum(C * Z_S W Z_S^T) then
+    comes from row and block sums instead of the S x S product."""
     xp = self.xp = fit.xp
     self.fit, self.S = fit, C_SxS.shape[0]
     self.C = xp.asarray(C_SxS, dtype=fit.lam.dtype)
     self.inverse = inverse if self.S > 2 and lapack_deadlocks(fit.lam) else None
-    self.F = None
+    self.F = self.K = None
+    # numpy beyond two rows: LAPACK's Cholesky of K (below), bordered by the vectors a form needs
+    self.bordered = removal_inverse(np, fit.lam.dtype, *blocks[:2]) \
+        if self.S > 2 and blocks is not None and isinstance(fit.lam, np.ndarray) else None
     if self.S:
       if blocks is not None and self.S >= MATMUL_ROWS:
         c_zwz = _removal_zwz(P_S, fit.lam, *blocks)
+        c_g, cgcg = _removal_traces(G_S, *blocks[:2])
       else:
         c_zwz = xp.sum(self.C * pairs(P_S * fit.lam[:, None, None, :], P_S), axis=(-2, -1))
-      CG = _mm(self.C, G_S)
-      trace = fit.trace_B[:, None] - xp.sum(self.C * G_S, axis=(-2, -1))
-      fro2 = fit.fro2_B[:, None] - 2.0 * c_zwz + xp.sum(CG * gram._swap(CG), axis=(-2, -1))
+        CG = _mm(self.C, G_S)
+        c_g, cgcg = xp.sum(self.C * G_S, axis=(-2, -1)), xp.sum(CG * gram._swap(CG), axis=(-2, -1))
+      trace = fit.trace_B[:, None] - c_g
+      fro2 = fit.fro2_B[:, None] - 2.0 * c_zwz + cgcg
     else:
       trace = xp.broadcast_to(fit.trace_B[:, None], P_S.shape[:2])
       fro2 = xp.broadcast_to(fit.fro2_B[:, None], P_S.shape[:2])
@@ -232,6 +266,9 @@ class Removal:
     the span it does not cancel."""
     self.H = self._grown(None, [], _with_residuals(parts))
     S = self.S
+    if self.bordered is not None:  # K = C^-1 - beta' H_SS, factored with the vectors of `forms`
+      self.K = self.bordered[0] - self.beta[..., None, None] * self.H[..., :S, :S]
+      return self
     if self.inverse is not None:  # E = C K, K = C^-1 - beta' H_SS: E^-1 C h = K^-1 h, log det E = log det C + log det K
       self.F, logdet_K = cholesky(self.inverse[0] - self.beta[..., None, None] * self.H[..., :S, :S])
       self.logdet_E = self.inverse[1] + logdet_K
@@ -247,6 +284,11 @@ class Removal:
   def _grown(self, H, old_parts, new_parts):
     """H of the basis old_parts + new_parts (`_with_residuals`), given H of old_parts (None if there are none)."""
     xp = self.xp
+    if H is None and self.spanned and MATMUL_ROWS <= sum(p.shape[-2] for _, p, _ in new_parts) <= STACK_ROWS:
+      # numpy, every vector in the span, a small basis: one product U^T A^-1 U of the stacked projections
+      shape = self.w.shape[:2]
+      U = xp.concat([xp.broadcast_to(p, shape + p.shape[2:]) for _, p, _ in new_parts], axis=-2)  # [B, J, Q, R]
+      return xp.matmul(U * self.w[:, :, None, :], gram._swap(U))
     weighted = [p * self.w[:, :, None, :] for _, p, _ in new_parts]
     n = len(new_parts)
     blocks = [[None] * n for _ in range(n)]
@@ -267,32 +309,79 @@ class Removal:
     log-determinant taken too: a basis extended later leaves it unchanged)."""
     xp = self.xp
     out = object.__new__(Removal)
-    out.xp, out.fit, out.S, out.C, out.full_rank, out.spanned, out.inverse = (
-        self.xp, self.fit, self.S, self.C, self.full_rank, self.spanned, self.inverse)
+    out.xp, out.fit, out.S, out.C, out.full_rank, out.spanned, out.inverse, out.bordered = (
+        self.xp, self.fit, self.S, self.C, self.full_rank, self.spanned, self.inverse, self.bordered)
     b = xp.arange(idx_BxJ.shape[0])[:, None]
-    for name in ("alpha", "beta", "w", "H") + (("F", "logdet_E") if self.F is not None else ("E",)):
+    out.F = out.K = None
+    solver = ("F", "logdet_E") if self.F is not None else ("K",) if self.K is not None else ("E",)
+    for name in ("alpha", "beta", "w", "H") + solver:
       setattr(out, name, getattr(self, name)[b, idx_BxJ])
-    out.F = out.F if self.F is not None else None
     out.denom, out._logdet = None, self.logdet()[b, idx_BxJ]
     return out
 
   def form(self, a, b):
     """a^T S'^-1 b per target, [B, J], for coefficient vectors over the basis (constants [Q] or arrays [B, J, Q])."""
+    return self.forms([(a, b)])[0]
+
+  def forms(self, pairs_ab):
+    """[a^T S'^-1 b per target, [B, J]] for pairs (a, b) of coefficient vectors (`form`), with one factorisation."""
     xp = self.xp
-    Hb = xp.sum(self.H * b[..., None, :], axis=-1)  # [B, J, Q]
-    out = xp.sum(a * Hb, axis=-1)
-    if self.S:
-      Ha = Hb if a is b else xp.sum(self.H * a[..., None, :], axis=-1)
-      S = self.S
-      if self.F is not None:
-        y = cholesky_solve(self.F, Hb[..., :S])  # E^-1 C (Z_S A^-1 b) = K^-1 (Z_S A^-1 b)
-      else:
-        y = small_solve(self.E, xp.sum(self.C * Hb[..., None, :S], axis=-1))  # E^-1 C (Z_S A^-1 b)
-      out = out + self.beta * xp.sum(Ha[..., :S] * y, axis=-1)
-    return out
+    vecs = []  # the distinct coefficient vectors, by identity
+    for ab in pairs_ab:
+      for v in ab:
+        if not any(v is u for u in vecs):
+          vecs.append(v)
+    Hv = [xp.sum(self.H * v[..., None, :], axis=-1) for v in vecs]  # [B, J, Q] each
+    pos = [[next(i for i, u in enumerate(vecs) if u is v) for v in ab] for ab in pairs_ab]
+    outs = [xp.sum(a * Hv[j], axis=-1) for (a, _), (_, j) in zip(pairs_ab, pos)]
+    if not self.S:
+      return outs
+    S = self.S
+    if self.K is not None:
+      y = self._bordered_solve([h[..., :S] for h in Hv])
+      if y is not None:  # beta' h_a^T K^-1 h_b = beta' (F^-1 h_a) . (F^-1 h_b)
+        return [o + self.beta * xp.sum(y[..., i, :] * y[..., j, :], axis=-1) for o, (i, j) in zip(outs, pos)]
+    ys = {}
+    for o_at, (i, j) in enumerate(pos):
+      if j not in ys:
+        ys[j] = self._solve(Hv[j])
+      outs[o_at] = outs[o_at] + self.beta * xp.sum(Hv[i][..., :S] * ys[j], axis=-1)
+    return outs
+
+  def _solve(self, Hb):
+    """E^-1 C (Z_S A^-1 b) from Hb = U^T A^-1 b, [B, J, S]."""
+    xp, S = self.xp, self.S
+    if self.F is not None:
+      return cholesky_solve(self.F, Hb[..., :S])  # = K^-1 (Z_S A^-1 b)
+    if self.K is not None:
+      return np.linalg.solve(self.K, Hb[..., :S, None])[..., 0]  # E^-1 C = K^-1
+    return small_solve(self.E, xp.sum(self.C * Hb[..., None, :S], axis=-1))
+
+  def _bordered_solve(self, h_list):
+    """Rows F^-1 h [B, J, m, S] for K = F F^T (numpy), from one LAPACK Cholesky of K bordered by the m vectors h
+    [B, J, S] and t I: its last m rows are (F^-1 h)^T whatever t, and t = 1e200 keeps the border positive definite
+    (1e200 - |F^-1 h|^2 rounds to 1e200). Sets log det K from the same factor. None where K is not numerically
+    positive definite (then LU solves, as for `logdet`)."""
+    S, m = self.S, len(h_list)
+    Hm = np.stack(h_list, axis=-1)  # [B, J, S, m]
+    t = np.broadcast_to(1e200 * np.eye(m), Hm.shape[:-2] + (m, m))
+    A = np.concatenate([np.concatenate([self.K, Hm], axis=-1),
+                        np.concatenate([np.swapaxes(Hm, -1, -2), t], axis=-1)], axis=-2)
+    try:
+      F = np.linalg.cholesky(A)
+    except np.linalg.LinAlgError:
+      return None
+    if self._logdet is None:
+      self._set_logdet_K(2.0 * np.sum(np.log(np.diagonal(F[..., :S, :S], axis1=-2, axis2=-1)), axis=-1))
+    return F[..., S:, :S]
+
+  def _set_logdet_K(self, logdet_K):
+    self._logdet = self.fit.logdet(self.alpha, self.beta, self.denom) + self.bordered[1] + logdet_K
 
   def logdet(self):
     """logdet S' per target, [B, J] (computed once)."""
+    if self._logdet is None and self.K is not None:  # log det E = log det C + log det K
+      self._set_logdet_K(np.linalg.slogdet(self.K)[1])
     if self._logdet is None:
       logdet_E = self.logdet_E if self.F is not None else small_logdet(self.E)
       self._logdet = self.fit.logdet(self.alpha, self.beta, self.denom) + logdet_E
