@@ -60,19 +60,30 @@ class Windows:
 
   def sums(self, z_BxNxD, own):
     """(g, sum of squares) of the own (own=True) or the other class's window rows, [B, J, D] each (None, None when
-    the window is empty): shifted adds over the class's rows from s rows on, a gather of the J x s rows below."""
+    the window is empty)."""
     xp = array_namespace(z_BxNxD)
-    at, n, s = self.own if own else self.oth
+    s = (self.own if own else self.oth)[2]
     if not s:
       return None, None
-    if s < woodbury.MATMUL_ROWS:
+    if not _shifted(s, z_BxNxD):  # the few rows (or narrow rows) gathered once
       Z = gather(z_BxNxD, self.idx()[:, :, :s] if own else self.idx()[:, :, self.sizes[0]:])
       return _row_sum(Z), (Z[:, :, 0] ** 2 if s == 1 else xp.sum(Z * Z, axis=2))
-    z = z_BxNxD[:, at:at + n]
+    return self.row_sums(z_BxNxD, own), self.row_sums(z_BxNxD * z_BxNxD, own)
+
+  def row_sums(self, x_BxNxX, own):
+    """The sum of each target's window rows of x (own or the other class's), [B, J, X], or None when the window is
+    empty: shifted adds over the class's rows (`_shifted`), else a sum of the J x s rows gathered."""
+    xp = array_namespace(x_BxNxX)
+    at, n, s = self.own if own else self.oth
+    if not s:
+      return None
+    if not _shifted(s, x_BxNxX):
+      return _row_sum(gather(x_BxNxX, self.idx()[:, :, :s] if own else self.idx()[:, :, self.sizes[0]:]))
+    x = x_BxNxX[:, at:at + n]
     if own:  # windows start at j = 0.. J - 1
-      return _window_sums(z, s, n), _window_sums(z * z, s, n)
-    first = xp.astype(self.first_BxJ, xp.int32)[..., None]  # [B, J, 1], a start in 0.. n
-    return tuple(xp.take_along_axis(_window_sums(x, s, n + 1), first, axis=1) for x in (z, z * z))
+      return _window_sums(x, s, n)
+    # the windows from every start 0.. n, then each target's (whole rows, `gather`)
+    return gather(_window_sums(x, s, n + 1), self.first_BxJ[..., None])[:, :, 0]
 
   def gram(self, z_BxNxD, own):
     """Z_S Z_S^T of the own (own=True) or the other class's window, [B, J, s, s]: each entry a dot product from the
@@ -86,7 +97,7 @@ class Windows:
       return woodbury.pairs(Z, Z)
     z = z_BxNxD[:, at:at + n]
     ext = xp.concat([z, z[:, :s - 1]], axis=1)
-    band = xp.stack([xp.sum(z * ext[:, o:o + n], axis=-1) for o in range(s)], axis=-1)  # [B, n, s]
+    band = xp.stack([gram._dot_last(z, ext[:, o:o + n]) for o in range(s)], axis=-1)  # [B, n, s]
     band = xp.reshape(xp.concat([band, band[:, :s]], axis=1), (B, (n + s) * s))  # rows n.. n + s: rows 0.. s again
     a = np.arange(s)
     entry = np.minimum(a[:, None], a[None]) * s + np.abs(a[:, None] - a[None])  # [s, s]: (row offset, diagonal)
@@ -96,6 +107,12 @@ class Windows:
     flat = xp.reshape(xp.astype(self.first_BxJ, xp.int32)[..., None, None] * s + xp.asarray(entry, dtype=xp.int32),
                       (B, J * s * s))
     return xp.reshape(xp.take_along_axis(band, flat, axis=1), (B, J, s, s))
+
+
+def _shifted(s, x_BxNxX):
+  """Whether window sums of s rows of x take s shifted adds over the class's rows (each a pass over n rows) rather
+  than a gather of every target's s rows: from 3 rows of 8 entries or more (narrower rows: per-call overhead)."""
+  return s >= woodbury.MATMUL_ROWS and x_BxNxX.shape[-1] >= 8
 
 
 def _window_sums(rows_BxnxD, s, count):
@@ -180,24 +197,23 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, va
     Rr = None if R_BxNxD is None else gather(R_BxNxD, idx_BxJxS)
     P_own, P_oth = P[:, :, :s_own], P[:, :, s_own:]
     R_own, R_oth = (None, None) if Rr is None else (Rr[:, :, :s_own], Rr[:, :, s_own:])
-    # each removed row's z^T W z on its fit, taken from the rows' once (woodbury._removal_zwz)
-    zwz = gather(_row_zwz(fits, P_BxNxR)[..., None], idx_BxJxS)[..., 0] \
+    # sum(C * Z_S W Z_S^T) from the windows' sums (woodbury._removal_zwz), where a removal has 3 rows or more
+    zwz = _windows_zwz(fits, P_BxNxR, windows, target_in, L) \
         if max(s_own, s_oth, s_own + s_oth if shared else 0) >= woodbury.MATMUL_ROWS else None
-    zwz_own, zwz_oth = (None, None) if zwz is None else (zwz[:, :, :s_own], zwz[:, :, s_own:])
     coef = functools.partial(coefficients, xp, dt, L)
     c_own = coef((1, 1.0, 1.0), (s_own - 1, 0.0, 1.0))  # r_own over the own removed rows (target first)
     delta_b = delta_BxD[:, None, :]  # [B, 1, D]: the gap between the class means, the same for every target
     if offline:  # the OUT fit; basis: its removed rows, [the target, the gap,] the offline direction
       fit = fits[False]
       if target_in:
-        Zs, Ps, Rs, zwz_s, sums, s = Z_oth, P_oth, R_oth, zwz_oth, (sq_oth, g_oth), s_oth
+        Zs, Ps, Rs, sums, s = Z_oth, P_oth, R_oth, (sq_oth, g_oth), s_oth
         extra = [(z_t, fit.project(z_t)), (delta_b, proj_delta[False])]
         r = coef((s_oth, 0.0, 1.0), (2, 1.0, 0.0), (1, 0.0, 0.0))
       else:
-        Zs, Ps, Rs, zwz_s, sums, s = Z_own, P_own, R_own, zwz_own, (sq_own, g_own), s_own
+        Zs, Ps, Rs, sums, s = Z_own, P_own, R_own, (sq_own, g_own), s_own
         extra, r = [], coef((1, 1.0, 1.0), (s_own - 1, 0.0, 1.0), (1, 0.0, 0.0))
       G_S = windows.gram(z_BxNxD, own=not target_in)
-      rem = _removal(fit, Ps, G_S, (s,), L, L, floor, zwz_s)
+      rem = _removal(fit, Ps, G_S, (s,), L, L, floor, None if zwz is None else zwz[not target_in])
       u = _offline_direction(rem, diag_w[False], sums, L, valid_BxD, offline_shift)
       rem.basis(_parts([(Zs, Ps, Rs)] + extra + [u]))
       e_u = coef((r.shape[0] - 1, 0.0, 0.0), (1, 1.0, 0.0))
@@ -206,17 +222,18 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, va
     sgn = 1.0 if target_in else -1.0
     if shared:  # basis: own removed rows, other removed rows, the gap between the class means
       G_S = _shared_gram(z_BxNxD, windows, (P_own, P_oth) if Z is None else (Z_own, Z_oth))
-      rem = _removal(fits[None], P, G_S, (s_own, s_oth), L, 2.0 * L, floor, zwz)
+      rem = _removal(fits[None], P, G_S, (s_own, s_oth), L, 2.0 * L, floor,
+                     None if zwz is None else zwz[True] + zwz[False])
       rem.basis(_parts([(Z, P, Rr), (delta_b, proj_delta[None])]))
       a_own = coef((1, 1.0, 1.0), (s_own - 1, 0.0, 1.0), (s_oth + 1, 0.0, 0.0))
       a_oth = coef((1, 1.0, 0.0), (s_own - 1, 0.0, 0.0), (s_oth, 0.0, 1.0), (1, sgn, 0.0))
       q_own, q_oth = rem.forms([(a_own, a_own), (a_oth, a_oth)])  # logdets cancel
     else:  # own fit: basis its removed rows; other fit: its removed rows, the target, the gap
       G_own, G_oth = windows.gram(z_BxNxD, own=True), windows.gram(z_BxNxD, own=False)
-      own = _removal(fits[target_in], P_own, G_own, (s_own,), L, L, floor, zwz_own)
+      own = _removal(fits[target_in], P_own, G_own, (s_own,), L, L, floor, None if zwz is None else zwz[True])
       own.basis([(Z_own, P_own, R_own)])
       fit = fits[not target_in]
-      oth = _removal(fit, P_oth, G_oth, (s_oth,), L, L, floor, zwz_oth)
+      oth = _removal(fit, P_oth, G_oth, (s_oth,), L, L, floor, None if zwz is None else zwz[False])
       oth.basis(_parts([(Z_oth, P_oth, R_oth), (z_t, fit.project(z_t)), (delta_b, proj_delta[not target_in])]))
       a_oth = coef((s_oth, 0.0, 1.0), (1, 1.0, 0.0), (1, sgn, 0.0))
       q_own = own.form(c_own, c_own) + own.logdet()
@@ -268,21 +285,27 @@ def coefficients(xp, dt, L, *runs):
   return xp.asarray(a, dtype=dt) + xp.asarray(b, dtype=dt) / L
 
 
-def _row_zwz(fits, P_BxNxR):
-  """z^T W z of every row on its fit (the pooled one, or its class's: the first fits[True].n rows are IN), [B, N]."""
+def _windows_zwz(fits, P_BxNxR, windows, target_in, L):
+  """{own: sum(C_b * Z_b W Z_b^T)} of the own class's window (own=True) and the other class's, each on its fit (the
+  pooled one, or its class's), [B, J] (0.0 for an empty window): sum_i z_i^T W z_i + g^T W g / L in the fit's
+  eigenbasis, from window sums of the rows' z^T W z and projections (no pass over each target's gathered rows)."""
   xp = array_namespace(P_BxNxR)
-  if None in fits:
-    return xp.sum(P_BxNxR * P_BxNxR * fits[None].lam[:, None, :], axis=-1)
-  n_in = fits[True].n
-  P_in, P_out = P_BxNxR[:, :n_in], P_BxNxR[:, n_in:]
-  return xp.concat([xp.sum(P_in * P_in * fits[True].lam[:, None, :], axis=-1),
-                    xp.sum(P_out * P_out * fits[False].lam[:, None, :], axis=-1)], axis=1)
+  out = {}
+  for own in (True, False):
+    g = windows.row_sums(P_BxNxR, own)
+    if g is None:
+      out[own] = 0.0
+      continue
+    lam = (fits[None] if None in fits else fits[target_in if own else not target_in]).lam[:, None, :]
+    zwz_BxN = gram._dot_last(P_BxNxR * P_BxNxR, lam)  # each row's z^T W z on this window's fit
+    out[own] = windows.row_sums(zwz_BxN[..., None], own)[..., 0] + gram._dot_last(g * g, lam) / L
+  return out
 
 
-def _removal(fit, P_S, G_S, sizes, L, n_after, floor, row_zwz=None):
+def _removal(fit, P_S, G_S, sizes, L, n_after, floor, c_zwz=None):
   """woodbury.Removal of blocks of `sizes` rows from classes left with L rows each (L a number, or a traced scalar:
   C = I + blocks of 1 / L); with more than two rows on jax's CPU backend, C's closed-form inverse for its Cholesky
-  solve (woodbury.lapack_deadlocks). row_zwz: the removed rows' z^T W z [B, J, S] (`_row_zwz`), or None."""
+  solve (woodbury.lapack_deadlocks). c_zwz: sum(C * Z_S W Z_S^T) [B, J] (`_windows_zwz`), or None."""
   xp, dt = fit.xp, fit.lam.dtype
   if isinstance(L, (int, float)):
     C = woodbury.removal_matrix(sizes, L)
@@ -291,7 +314,7 @@ def _removal(fit, P_S, G_S, sizes, L, n_after, floor, row_zwz=None):
     C = xp.asarray(np.eye(sum(sizes)), dtype=dt) + xp.asarray(ones, dtype=dt) / L
   solve_by_cholesky = sum(sizes) > 2 and woodbury.lapack_deadlocks(P_S)
   inverse = woodbury.removal_inverse(xp, dt, sizes, L) if solve_by_cholesky else None
-  return woodbury.Removal(fit, P_S, G_S, C, n_after, floor, inverse=inverse, blocks=(sizes, L, row_zwz))
+  return woodbury.Removal(fit, P_S, G_S, C, n_after, floor, inverse=inverse, blocks=(sizes, L, c_zwz))
 
 
 def _as_rows(a):

@@ -88,8 +88,9 @@ def _variants(loss_MxNxT, keep_MxN, scorings, mask_NxT, on_undefined, block_size
   blocks = [slice(i, min(i + bs, N)) for i in range(0, N, bs)]
   n_in_N = keep_MxN.sum(axis=0)
   if base.backend != "jax" and any(s.balance_counts for s in scorings) and np.ptp(n_in_N) > 0:
-    # balanced leave-one-out scores a block's canaries in groups of one IN count: blocks of one or two counts
-    order_N = np.argsort(n_in_N, kind="stable")
+    # balanced leave-one-out scores a block's canaries in groups of one IN count: blocks of one or two counts,
+    # the costliest (counts furthest from half, the most rows removed) first so that the threads finish together
+    order_N = np.lexsort((n_in_N, -np.abs(M - 2 * n_in_N)))
     blocks = [np.sort(order_N[i:i + bs]) for i in range(0, N, bs)]
 
   def features(blk):  # per-position features, shared by the variants; univariate takes their mean

@@ -154,17 +154,14 @@ def removal_matrix(sizes, L, dtype=np.float64):
   return C
 
 
-def _removal_zwz(P_BxJxSxR, lam_BxR, sizes, L, row_zwz_BxJxS=None):
+def _removal_zwz(P_BxJxSxR, lam_BxR, sizes, L):
   """sum(C * Z_S W Z_S^T) for C = removal_matrix(sizes, L): sum_i z_i^T W z_i + sum over blocks of g^T W g / L, g the
-  block's row sum (W = V diag(lam) V^T, rows in its span), [B, J]: passes over the rows, no S x S product (the
-  traced-count programs stream the same sums row by row: lira.removal_stream.window_sums). row_zwz_BxJxS: each
-  removed row's z_i^T W z_i when already known (a row's is the same for every target that removes it)."""
+  block's row sum (W = V diag(lam) V^T, rows in its span), [B, J]: passes over the rows, no S x S product (numpy's
+  windows take the same sums from the class rows: lira.balanced_removal._windows_zwz; the traced-count programs
+  stream them row by row: lira.removal_stream.window_sums)."""
   xp = array_namespace(P_BxJxSxR)
   lam = lam_BxR[:, None, :]
-  if row_zwz_BxJxS is None:
-    out = xp.sum(xp.sum(P_BxJxSxR * P_BxJxSxR, axis=-2) * lam, axis=-1)
-  else:
-    out = xp.sum(row_zwz_BxJxS, axis=-1)
+  out = xp.sum(xp.sum(P_BxJxSxR * P_BxJxSxR, axis=-2) * lam, axis=-1)
   at = 0
   for s in sizes:
     if s:
@@ -213,8 +210,8 @@ class Removal:
     """inverse: (C^-1, log det C) (`removal_inverse`); with it, jax on a CPU solves with more than two removed rows by
     a Cholesky factorisation of the symmetric positive definite C^-1 - beta' Z_S A^-1 Z_S^T (E = C times it), without
     LAPACK (`lapack_deadlocks`); elsewhere E is solved by LAPACK or the device's solver. blocks: (sizes, L) when C is
-    removal_matrix(sizes, L), or (sizes, L, each removed row's z_i^T W z_i [B, J, S]): sum(C * Z_S W Z_S^T) then
-    comes from row and block sums instead of the S x S product."""
+    removal_matrix(sizes, L), or (sizes, L, sum(C * Z_S W Z_S^T) [B, J] or None): that sum then comes from row and
+    block sums (or is given) instead of the S x S product."""
     xp = self.xp = fit.xp
     self.fit, self.S = fit, C_SxS.shape[0]
     self.C = xp.asarray(C_SxS, dtype=fit.lam.dtype)
@@ -225,7 +222,7 @@ class Removal:
         if self.S > 2 and blocks is not None and isinstance(fit.lam, np.ndarray) else None
     if self.S:
       if blocks is not None and self.S >= MATMUL_ROWS:
-        c_zwz = _removal_zwz(P_S, fit.lam, *blocks)
+        c_zwz = blocks[2] if len(blocks) > 2 and blocks[2] is not None else _removal_zwz(P_S, fit.lam, *blocks[:2])
         c_g, cgcg = _removal_traces(G_S, *blocks[:2])
       else:
         c_zwz = xp.sum(self.C * pairs(P_S * fit.lam[:, None, None, :], P_S), axis=(-2, -1))

@@ -14,14 +14,14 @@ from lira.loo_jax import x64_context
 B, D = 3, 5
 
 
-def windows(s_own, s_oth, n_own=9, n_oth=7, seed=0):
-  """Windows of a class of n_own rows (first) and one of n_oth, the other class's starts drawn in 0.. n_oth (n_oth:
-  the first model after the target wraps to the class's first)."""
+def windows(s_own, s_oth, n_own=9, n_oth=7, seed=0, width=D):
+  """(Windows of a class of n_own rows (first) and one of n_oth, the other class's starts drawn in 0.. n_oth (n_oth:
+  the first model after the target wraps to the class's first), rows [B, N, width])."""
   rng = np.random.default_rng(seed)
   first = rng.integers(0, n_oth + 1, size=(B, n_own)).astype(np.int32)
   first[:, 0] = n_oth
   return balanced_removal.Windows(0, n_own, s_own, n_own, n_oth, s_oth, first), \
-      rng.normal(size=(B, n_own + n_oth, D))
+      rng.normal(size=(B, n_own + n_oth, width))
 
 
 def xp_of(backend):
@@ -32,15 +32,16 @@ def xp_of(backend):
 
 
 @pytest.mark.parametrize("backend", ["numpy", "jax"])
+@pytest.mark.parametrize("width", [1, 8])  # sums of narrow rows gathered, of wide ones shifted adds
 @pytest.mark.parametrize("s_own,s_oth", [(1, 2), (1, 6), (5, 0), (2, 0), (4, 3)])
-def test_window_sums_and_grams_equal_the_gathered_rows(backend, s_own, s_oth):
+def test_window_sums_and_grams_equal_the_gathered_rows(backend, width, s_own, s_oth):
   xp, context = xp_of(backend)
   with context:
-    check_windows(xp, s_own, s_oth)
+    check_windows(xp, s_own, s_oth, width)
 
 
-def check_windows(xp, s_own, s_oth):
-  win, z = windows(s_own, s_oth)
+def check_windows(xp, s_own, s_oth, width):
+  win, z = windows(s_own, s_oth, width=width)
   idx = win.idx()
   # the definition: row j of the own class, then the next (cyclically); the other class from its start
   n_own, n_oth = win.own[1], win.oth[1]
@@ -84,8 +85,10 @@ def removal(sizes, *, zwz, n=12, seed=5):
   idx = (np.arange(J)[:, None] + np.arange(S)[None]) % n
   P = fit.project(z)[:, idx]  # [B, J, S, R]
   G = z[:, idx] @ np.swapaxes(z[:, idx], -1, -2)
-  row_zwz = np.sum(P * P * fit.lam[:, None, None, :], axis=-1) if zwz else None
-  rem = woodbury.Removal(fit, P, G, woodbury.removal_matrix(sizes, L), L, 1e-10, blocks=(sizes, L, row_zwz))
+  C = woodbury.removal_matrix(sizes, L)
+  W = (fit.v * fit.lam[:, None, :]) @ np.swapaxes(fit.v, -1, -2)  # [B, D, D]
+  c_zwz = np.sum(C * (z[:, idx] @ W[:, None] @ np.swapaxes(z[:, idx], -1, -2)), axis=(-2, -1)) if zwz else None
+  rem = woodbury.Removal(fit, P, G, C, L, 1e-10, blocks=(sizes, L, c_zwz))
   return rem, z[:, idx], P, L
 
 
@@ -119,3 +122,34 @@ def test_removal_forms_and_logdet_equal_the_downdated_covariance(sizes, lu, monk
   np.testing.assert_allclose(aa, np.einsum("bjd,bjd->bj", u, np.linalg.solve(Sig, u[..., None])[..., 0]),
                              rtol=1e-10)
   np.testing.assert_allclose(rem.logdet(), np.linalg.slogdet(Sig)[1], rtol=1e-10)
+
+
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("target_in", [True, False])
+@pytest.mark.parametrize("s_own,s_oth,width", [(1, 4, 5), (3, 0, 5), (4, 2, 5), (4, 3, 8), (6, 0, 8)])
+def test_windows_zwz_equals_the_gathered_rows_on_their_fits(shared, target_in, s_own, s_oth, width):
+  """sum(C_b * Z_b W Z_b^T) of each window on its fit (the pooled one, or its class's), L rows kept; the classes
+  have more rows than positions (n_own 9 and n_oth 7 against width 5), or fewer (8: Gram space)."""
+  win, z = windows(s_own, s_oth, width=width)
+  n_own, L = win.own[1], 5.0
+  z = z - np.concatenate([np.repeat(z[:, :n_own].mean(axis=1, keepdims=True), n_own, axis=1),
+                          np.repeat(z[:, n_own:].mean(axis=1, keepdims=True), z.shape[1] - n_own, axis=1)], axis=1)
+  p_B = np.full(B, float(width))
+  if shared:
+    fits = {None: gram.Fit(z, p_B)}
+    P = fits[None].project(z)
+  else:  # the own class's rows first: the IN class for IN targets
+    own_fit, oth_fit = gram.Fit.pair(z[:, :n_own], z[:, n_own:], p_B)
+    fits = {target_in: own_fit, not target_in: oth_fit}
+    P = np.concatenate([own_fit.project(z[:, :n_own]), oth_fit.project(z[:, n_own:])], axis=1)
+  got = balanced_removal._windows_zwz(fits, P, win, target_in, L)
+  idx = win.idx()
+  for own, cols, s in ((True, slice(0, s_own), s_own), (False, slice(s_own, None), s_oth)):
+    if not s:
+      assert got[own] == 0.0
+      continue
+    fit = fits[None] if shared else fits[target_in if own else not target_in]
+    W = (fit.v * fit.lam[:, None, :]) @ np.swapaxes(fit.v, -1, -2)
+    Z = np.take_along_axis(z[:, None], idx[:, :, cols, None], axis=2)  # [B, J, s, D]
+    want = np.sum(woodbury.removal_matrix((s,), L) * (Z @ W[:, None] @ np.swapaxes(Z, -1, -2)), axis=(-2, -1))
+    np.testing.assert_allclose(got[own], want, rtol=1e-12)
