@@ -6,7 +6,9 @@ and its scatter to W' = W - Z_S^T C Z_S with C = I_s + 1 1^T / L. The diagonal e
 (`removal_scores`' diagonal branch); OAS forms every score from the class's one eigendecomposition by Woodbury
 (lira/woodbury.py, `woodbury.Removal`) over a small per-target basis: the removed rows, then the target, the gap
 between the class means or an offline direction, as the variant needs. A shared fit removes both classes' sets from
-the pooled scatter at once (C block-diagonal).
+the pooled scatter at once (C block-diagonal). The removed rows are cyclic windows of each class's sorted rows
+(`Windows`): their sums, dot products and sum(C Z_S W Z_S^T) come from the class's rows (shifted adds, a band of its
+Gram matrix) instead of each target's gathered rows.
 
 Array API (numpy or jax.numpy, no in-place updates); L is a number, or a traced scalar in padded programs.
 """

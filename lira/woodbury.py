@@ -208,8 +208,9 @@ class Removal:
 
   def __init__(self, fit, P_S, G_S, C_SxS, n_after, floor, inverse=None, blocks=None):
     """inverse: (C^-1, log det C) (`removal_inverse`); with it, jax on a CPU solves with more than two removed rows by
-    a Cholesky factorisation of the symmetric positive definite C^-1 - beta' Z_S A^-1 Z_S^T (E = C times it), without
-    LAPACK (`lapack_deadlocks`); elsewhere E is solved by LAPACK or the device's solver. blocks: (sizes, L) when C is
+    a Cholesky factorisation of the symmetric positive definite K = C^-1 - beta' Z_S A^-1 Z_S^T (E = C K), without
+    LAPACK (`lapack_deadlocks`); numpy with `blocks` factors K by LAPACK's Cholesky (`forms`); elsewhere E is solved
+    by LAPACK or the device's solver. blocks: (sizes, L) when C is
     removal_matrix(sizes, L), or (sizes, L, sum(C * Z_S W Z_S^T) [B, J] or None): that sum then comes from row and
     block sums (or is given) instead of the S x S product."""
     xp = self.xp = fit.xp
