@@ -5,6 +5,7 @@ with the count's own program (k static) and the traced-count one (lira.balanced_
   python benchmarks/unequal_counts_cost.py                                  # M = 448, T = 16, 16 canaries
   python benchmarks/unequal_counts_cost.py --M 448 --T 16 --B 16 --counts 224,222,218,210
   python benchmarks/unequal_counts_cost.py --T 128 --counts 224,222,220,214 --covariances oas --layouts 8,32
+  python benchmarks/unequal_counts_cost.py --T 128 --B 7 --counts 224,220,208 --covariances oas --separate --nojax
 
 Balanced leave-one-out fits both classes on L = min(n_own - 1, n_oth) rows per target: at k = M / 2 a target removes
 itself and one row of the other class, at k = M / 2 - d / 2 it removes about d + 1 rows (lira.balanced.removal_counts,
@@ -12,6 +13,7 @@ printed as (s_own, s_oth, L) per target class), and each removed row is a downda
 jax rows time the device pipeline on jax's default device); jax rows: seconds after the compile, compile in brackets.
 --layouts D1,D2,...: also the traced-count program of a run whose counts lie within d = M - 2k in [-D, D] (its
 buffers sized for that run's largest removals, D + 1 rows: the first 448 of 512 models need D = 32), a column per D.
+--separate: a row per variant (shared or class-wise) instead of both together; --nojax: the numpy column alone.
 """
 
 import argparse
@@ -58,19 +60,27 @@ def main():
   ap.add_argument("--covariances", default="univariate,independent,oas")
   ap.add_argument("--reps", type=int, default=3)
   ap.add_argument("--layouts", default="", help="D1,D2,...: columns for the traced programs of runs with |d| <= D")
+  ap.add_argument("--separate", action="store_true", help="a row per variant instead of a covariance's two together")
+  ap.add_argument("--nojax", dest="jax", action="store_false", help="the numpy column alone")
   a = ap.parse_args()
   spans = [int(d) for d in a.layouts.split(",") if d]
   jax.config.update("jax_enable_x64", True)
   fn = loo_device.jitted()
   print(f"M = {a.M}, T = {a.T}, {a.B} canaries a block, {jax.devices()[0].platform}; ms per block (compile s)")
-  print(f"{'k':>5} {'covariance':11} {'removals (s_own, s_oth, L)':32} {'numpy':>9} {'jax, own':>16} "
+  print(f"{'k':>5} {'covariance':16} {'removals (s_own, s_oth, L)':32} {'numpy':>9} {'jax, own':>16} "
         f"{'jax, bucket':>16}" + "".join(f"{f'jax, |d|<={d}':>16}" for d in spans))
   for k in map(int, a.counts.split(",")):
     loss_MxBxT, keep_MxB = block(a.M, a.T, a.B, k)
     args = tuple(jax.device_put(x) for x in (loss_MxBxT, np.ones((a.B, a.T), bool), keep_MxB))
     keys = [k] + ([balanced_padded.layout([k], a.M)] if balanced_padded.downdated(k, a.M) else [])
-    for cov in a.covariances.split(","):
-      scorings = [Scoring.of(None, covariance=c, shared=s) for _, c, s in VARIANTS if c == cov]
+    keys = keys if a.jax else []
+    groups = []  # the variants timed together: a covariance's two, or each alone (--separate)
+    for covariance in a.covariances.split(","):
+      both = [(c, s) for _, c, s in VARIANTS if c == covariance]
+      groups += [[v] for v in both] if a.separate else [both]
+    for group in groups:
+      cov = group[0][0] + ((" shared" if group[0][1] else " classwise") if a.separate else "")
+      scorings = [Scoring.of(None, covariance=c, shared=s) for c, s in group]
       numpy_s = timed(lambda: loo.leave_one_out_variants(loss_MxBxT, keep_MxB, scorings), a.reps)
       spec = loo_device.Spec.of(scorings, masked=False)
       gv = tuple(None for _ in scorings)
@@ -82,7 +92,7 @@ def main():
         run_s = timed(lambda: jax.block_until_ready(compiled(*args, gv)), a.reps)
         cells.append(f"{run_s * 1e3:8.1f} ({compile_s:4.1f})")
       cells += ["-"] * (2 - len(cells))
-      for d in spans:
+      for d in spans if a.jax else []:
         if not abs(a.M - 2 * k) <= d:
           cells.append("-")
           continue
@@ -90,7 +100,7 @@ def main():
         compiled = fn.lower(*args, gv, spec=spec, k=key).compile()
         cells.append(f"{timed(lambda: jax.block_until_ready(compiled(*args, gv)), a.reps) * 1e3:8.1f}")
       removals = str(tuple(balanced.removal_counts(k, a.M)))
-      print(f"{k:5d} {cov:11} {removals:32} {numpy_s * 1e3:9.1f} " + " ".join(f"{c:>16}" for c in cells), flush=True)
+      print(f"{k:5d} {cov:16} {removals:32} {numpy_s * 1e3:9.1f} " + " ".join(f"{c:>16}" for c in cells), flush=True)
 
 
 if __name__ == "__main__":
