@@ -161,11 +161,20 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, va
   idx_BxJxS = windows.idx()
   own_at, n_own, _ = windows.own
   z_t = z_BxNxD[:, own_at:own_at + n_own]  # the targets' own rows, [B, J, D]
-  # the removed rows themselves only for OAS outside the fits' span (else their sums, projections, dot products)
-  Z = gather(z_BxNxD, idx_BxJxS) if oas and not _spanned(fitted[0]) else None  # [B, J, S, D]
+  # The removed rows themselves where a target removes fewer than 3 (LiRA's half/half split: one from each class;
+  # every sum and dot product from them) or OAS works outside the fits' span; else the windows' sums, dot products
+  # and projections take their place.
+  few = s_own + s_oth < woodbury.MATMUL_ROWS
+  Z = gather(z_BxNxD, idx_BxJxS) if few or (oas and not _spanned(fitted[0])) else None  # [B, J, S, D]
   Z_own, Z_oth = (None, None) if Z is None else (Z[:, :, :s_own], Z[:, :, s_own:])
   if not oas or offline:  # the windows' sums: the diagonal estimators' downdates, offline std's diag(W')
-    (g_own, sq_own), (g_oth, sq_oth) = windows.sums(z_BxNxD, True), windows.sums(z_BxNxD, False)
+    (g_own, sq_own), (g_oth, sq_oth) = ((_row_sum(X), _row_sum(X * X) if X.shape[2] > 1 else None)
+                                        for X in (Z_own, Z_oth)) if few else \
+        (windows.sums(z_BxNxD, True), windows.sums(z_BxNxD, False))
+
+  def window_gram(own):  # G_S of the own or the other class's window
+    X = Z_own if own else Z_oth
+    return woodbury.pairs(X, X) if few else windows.gram(z_BxNxD, own)
   # Residuals of the target to each class mean after the removal: (x - mean) + g / L.
   if not oas:
     c = (L + 1.0) / L
@@ -214,7 +223,7 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, va
       else:
         Zs, Ps, Rs, sums, s = Z_own, P_own, R_own, (sq_own, g_own), s_own
         extra, r = [], coef((1, 1.0, 1.0), (s_own - 1, 0.0, 1.0), (1, 0.0, 0.0))
-      G_S = windows.gram(z_BxNxD, own=not target_in)
+      G_S = window_gram(not target_in)
       rem = _removal(fit, Ps, G_S, (s,), L, L, floor, None if zwz is None else zwz[not target_in])
       u = _offline_direction(rem, diag_w[False], sums, L, valid_BxD, offline_shift)
       rem.basis(_parts([(Zs, Ps, Rs)] + extra + [u]))
@@ -223,7 +232,8 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, va
       return num / xp.sqrt(den)
     sgn = 1.0 if target_in else -1.0
     if shared:  # basis: own removed rows, other removed rows, the gap between the class means
-      G_S = _shared_gram(z_BxNxD, windows, (P_own, P_oth) if Z is None else (Z_own, Z_oth))
+      G_S = woodbury.pairs(Z, Z) if few else \
+          _shared_gram(z_BxNxD, windows, (P_own, P_oth) if Z is None else (Z_own, Z_oth))
       rem = _removal(fits[None], P, G_S, (s_own, s_oth), L, 2.0 * L, floor,
                      None if zwz is None else zwz[True] + zwz[False])
       rem.basis(_parts([(Z, P, Rr), (delta_b, proj_delta[None])]))
@@ -231,7 +241,7 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, va
       a_oth = coef((1, 1.0, 0.0), (s_own - 1, 0.0, 0.0), (s_oth, 0.0, 1.0), (1, sgn, 0.0))
       q_own, q_oth = rem.forms([(a_own, a_own), (a_oth, a_oth)])  # logdets cancel
     else:  # own fit: basis its removed rows; other fit: its removed rows, the target, the gap
-      G_own, G_oth = windows.gram(z_BxNxD, own=True), windows.gram(z_BxNxD, own=False)
+      G_own, G_oth = window_gram(True), window_gram(False)
       own = _removal(fits[target_in], P_own, G_own, (s_own,), L, L, floor, None if zwz is None else zwz[True])
       own.basis([(Z_own, P_own, R_own)])
       fit = fits[not target_in]
@@ -273,8 +283,12 @@ def _row_sum(Z_BxJxSxD):
 
 def _removed_diag(sq_BxJxD, g_BxJxD, L):
   """diag(Z_S^T C Z_S) = sum of squared removed rows + g^2 / L: what the removal takes off diag(W), [B, J, D] (0
-  when nothing is removed)."""
-  return 0.0 if g_BxJxD is None else sq_BxJxD + g_BxJxD * g_BxJxD / L
+  when nothing is removed; sq None: one row, whose square is g^2)."""
+  if g_BxJxD is None:
+    return 0.0
+  if sq_BxJxD is None:
+    return g_BxJxD * g_BxJxD * ((L + 1.0) / L)
+  return sq_BxJxD + g_BxJxD * g_BxJxD / L
 
 
 def coefficients(xp, dt, L, *runs):
