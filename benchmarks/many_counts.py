@@ -4,6 +4,7 @@ and on numpy: how many programs compile, and how long tracing, compiling and sco
   python benchmarks/many_counts.py                         # the first 448 of 512 synthetic models, N = 256, T = 128
   python benchmarks/many_counts.py --N 5000 --out benchmarks/results/many_counts_gpu.json   # on a GPU
   python benchmarks/many_counts.py --M 32 --subset 24 --N 64 --T 16 --out /tmp/many_counts.json   # smoke test
+  python benchmarks/many_counts.py --numpy_reps 5 --counts balanced     # numpy alone, full run and subset alternated
 
 lira.synthetic.synthetic_losses(shift=0.3) for M models (LiRA's balanced keep matrix: every canary IN for M / 2), then
 the first `subset` of them (as partial_run keeps them; tens of distinct IN counts at 448 of 512). For each of the two
@@ -14,7 +15,9 @@ lira.leave_one_out_variants call:
 - first_s / second_s: the jax pipeline's call with its compiles (jit caches cleared first) and again;
 - numpy_s: the numpy backend on the same arrays; max_rel_diff: jax float64 against numpy, max |a - b| / max(1, |b|).
 On a CPU the device pipeline is forced (lira.loo_jax.PIPELINE_ON_CPU_ENV=1: the code a GPU runs). Ratios of the
-subset against the full run are printed; the JSON holds every number.
+subset against the full run are printed; the JSON holds every number. --numpy_reps R: the numpy backend alone, the
+full run and the subset alternated R times (on a noisy machine the ratio of two back-to-back calls is the steadier
+number): each call's seconds, and the subset's ratio to the full run by the fastest calls and by the medians.
 """
 
 import argparse
@@ -98,8 +101,13 @@ def main():
   ap.add_argument("--counts", nargs="+", choices=["balanced", "plain"], default=["balanced", "plain"])
   ap.add_argument("--nonumpy", dest="numpy", action="store_false", help="skip the numpy backend's rows")
   ap.add_argument("--out", default=None, help="JSON (default benchmarks/results/many_counts_<platform>.json)")
+  ap.add_argument("--numpy_reps", type=int, default=0, help="the numpy backend alone, alternated this many times")
   a = ap.parse_args()
   loss, keep = synthetic.synthetic_losses(a.M, a.N, a.T, shift=0.3)[:2]
+  if a.numpy_reps:
+    for counts in a.counts:
+      numpy_alternated(loss, keep, a.M, a.subset, counts == "balanced", a.numpy_reps)
+    return
   device = jax.devices()[0]
   record = {"date": datetime.date.today().isoformat(), "device": f"{device.platform} ({device.device_kind})",
             "processor": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
@@ -124,6 +132,24 @@ def main():
     print(f"{counts:>9} subset / full: first call {s['first_s'] / f['first_s']:.2f}x, second "
           f"{s['second_s'] / f['second_s']:.2f}x{numpy_ratio}")
   print(f"wrote {out}")
+
+
+def numpy_alternated(loss, keep, M, subset, balanced, reps):
+  """The numpy backend's six variants on all M models and on the first `subset`, alternated `reps` times."""
+  scorings = [lira.Scoring(covariance=c, shared=s, balance_counts=balanced) for c, s in VARIANTS]
+  arrays = {m: (np.ascontiguousarray(loss[:m]), np.ascontiguousarray(keep[:m])) for m in (M, subset)}
+  seconds = {m: [] for m in arrays}
+  for _ in range(reps):
+    for m, (loss_m, keep_m) in arrays.items():
+      t = time.perf_counter()
+      lira.leave_one_out_variants(loss_m, keep_m, scorings)
+      seconds[m].append(time.perf_counter() - t)
+  full, sub = np.array(seconds[M]), np.array(seconds[subset])
+  counts = "balanced" if balanced else "plain"
+  print(f"{counts}, numpy, six variants: all {M} models " + " ".join(f"{x:.2f}" for x in full)
+        + f" s; the first {subset} " + " ".join(f"{x:.2f}" for x in sub)
+        + f" s; subset / full: fastest {sub.min() / full.min():.2f}x, median {np.median(sub) / np.median(full):.2f}x",
+        flush=True)
 
 
 def _num(x, fmt):
