@@ -208,7 +208,7 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, va
     Rr = None if R_BxNxD is None else gather(R_BxNxD, idx_BxJxS)
     P_own, P_oth = P[:, :, :s_own], P[:, :, s_own:]
     R_own, R_oth = (None, None) if Rr is None else (Rr[:, :, :s_own], Rr[:, :, s_own:])
-    # sum(C * Z_S W Z_S^T) from the windows' sums (woodbury._removal_zwz), where a removal has 3 rows or more
+    # sum(C * Z_S W Z_S^T) from the windows' sums, where a removal has 3 rows or more
     zwz = _windows_zwz(fits, P_BxNxR, windows, target_in, L) \
         if max(s_own, s_oth, s_own + s_oth if shared else 0) >= woodbury.MATMUL_ROWS else None
     coef = functools.partial(coefficients, xp, dt, L)

@@ -154,23 +154,6 @@ def removal_matrix(sizes, L, dtype=np.float64):
   return C
 
 
-def _removal_zwz(P_BxJxSxR, lam_BxR, sizes, L):
-  """sum(C * Z_S W Z_S^T) for C = removal_matrix(sizes, L): sum_i z_i^T W z_i + sum over blocks of g^T W g / L, g the
-  block's row sum (W = V diag(lam) V^T, rows in its span), [B, J]: passes over the rows, no S x S product (numpy's
-  windows take the same sums from the class rows: lira.balanced_removal._windows_zwz; the traced-count programs
-  stream them row by row: lira.removal_stream.window_sums)."""
-  xp = array_namespace(P_BxJxSxR)
-  lam = lam_BxR[:, None, :]
-  out = xp.sum(xp.sum(P_BxJxSxR * P_BxJxSxR, axis=-2) * lam, axis=-1)
-  at = 0
-  for s in sizes:
-    if s:
-      g = xp.sum(P_BxJxSxR[:, :, at:at + s], axis=-2)
-      out = out + xp.sum(g * g * lam, axis=-1) / L
-    at += s
-  return out
-
-
 def _removal_traces(G_BxJxSxS, sizes, L):
   """(trace(C G_S), trace(C G_S C G_S)) for C = removal_matrix(sizes, L) = I + sum_b 1_b 1_b^T / L, [B, J] each:
   tr(G) + sum_b 1_b^T G 1_b / L and ||G||_F^2 + 2 / L sum_b |G 1_b|^2 + 1 / L^2 sum_bc (1_b^T G 1_c)^2 (G
@@ -210,9 +193,9 @@ class Removal:
     """inverse: (C^-1, log det C) (`removal_inverse`); with it, jax on a CPU solves with more than two removed rows by
     a Cholesky factorisation of the symmetric positive definite K = C^-1 - beta' Z_S A^-1 Z_S^T (E = C K), without
     LAPACK (`lapack_deadlocks`); numpy with `blocks` factors K by LAPACK's Cholesky (`forms`); elsewhere E is solved
-    by LAPACK or the device's solver. blocks: (sizes, L) when C is
-    removal_matrix(sizes, L), or (sizes, L, sum(C * Z_S W Z_S^T) [B, J] or None): that sum then comes from row and
-    block sums (or is given) instead of the S x S product."""
+    by LAPACK or the device's solver. blocks: (sizes, L, c_zwz) when C is
+    removal_matrix(sizes, L), with sum(C * Z_S W Z_S^T) [B, J] when known (lira.balanced_removal._windows_zwz) or
+    None: the traces then come from G_S's row sums, and that sum is not formed from the S x S product."""
     xp = self.xp = fit.xp
     self.fit, self.S = fit, C_SxS.shape[0]
     self.C = xp.asarray(C_SxS, dtype=fit.lam.dtype)
@@ -222,11 +205,11 @@ class Removal:
     self.bordered = removal_inverse(np, fit.lam.dtype, *blocks[:2]) \
         if self.S > 2 and blocks is not None and isinstance(fit.lam, np.ndarray) else None
     if self.S:
+      c_zwz = blocks[2] if blocks is not None and blocks[2] is not None else \
+          xp.sum(self.C * pairs(P_S * fit.lam[:, None, None, :], P_S), axis=(-2, -1))
       if blocks is not None and self.S >= MATMUL_ROWS:
-        c_zwz = blocks[2] if len(blocks) > 2 and blocks[2] is not None else _removal_zwz(P_S, fit.lam, *blocks[:2])
         c_g, cgcg = _removal_traces(G_S, *blocks[:2])
       else:
-        c_zwz = xp.sum(self.C * pairs(P_S * fit.lam[:, None, None, :], P_S), axis=(-2, -1))
         CG = _mm(self.C, G_S)
         c_g, cgcg = xp.sum(self.C * G_S, axis=(-2, -1)), xp.sum(CG * gram._swap(CG), axis=(-2, -1))
       trace = fit.trace_B[:, None] - c_g
