@@ -144,13 +144,13 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
     L = n_own - s_own
     trips_c = trips[target_in]
     own_at, oth_at = (0, lay.n_in) if target_in else (lay.n_in, 0)
-    J = lay.n_in if target_in else lay.n_out
+    J, J_oth = (lay.n_in, lay.n_out) if target_in else (lay.n_out, lay.n_in)
     j_J = xp.asarray(np.arange(J), dtype=xp.int32)
     first_BxJ = first_BxN[:, own_at:own_at + J]
     B = x_BxMxD.shape[0]
     # the target and the next s_own - 1 of its class (cyclically), then the first s_oth of the other after it
-    own = (lambda t: xp.broadcast_to(own_at + (j_J + t) % n_own, (B, J)), s_own)
-    oth = (lambda t: oth_at + (first_BxJ + t) % n_oth, s_oth)
+    own = removal_stream.Window(own_at, J, n_own, xp.broadcast_to(j_J, (B, J)), s_own, trips_c[0], S_own)
+    oth = removal_stream.Window(oth_at, J_oth, n_oth, first_BxJ, s_oth, trips_c[1], S_oth)
     scores.append(_class_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, own, oth, trips_c,
                                 (S_own, S_oth, S_union), own_at, J, xp.astype(L, dt), valid_BxD, floored, oas=oas,
                                 shared=shared, offline=offline, floor=floor, offline_shift=offline_shift))

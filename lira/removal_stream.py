@@ -35,14 +35,14 @@ def _is_numpy(a):
   return isinstance(a, np.ndarray)
 
 
-def fori(n, body, carry, like):
-  """body(i, carry) for i in range(n): lax.fori_loop on jax (n may be traced), a Python loop on numpy."""
+def fori(n, body, carry, like, start=0):
+  """body(i, carry) for i in range(start, n): lax.fori_loop on jax (n may be traced), a Python loop on numpy."""
   if _is_numpy(like):
-    for i in range(int(n)):
+    for i in range(start, int(n)):
       carry = body(i, carry)
     return carry
   import jax
-  return jax.lax.fori_loop(0, n, body, carry)
+  return jax.lax.fori_loop(start, n, body, carry)
 
 
 def put(buf, i, value, axis):
@@ -70,51 +70,89 @@ def rows(a_BxNxX, idx_BxJ):
   return balanced_removal.gather(a_BxNxX, idx_BxJ[:, :, None])[:, :, 0]
 
 
-class Sets:
-  """Per target, one or two sets of rows removed: set b holds s_b rows (s_b a number or a traced scalar, the same
-  for every target of the block's canary), its t-th row at slot at_b(t) ([B, J] int). Row t of the union is set 0's
-  for t < s_0, then set 1's. trip: a bound on s_0 + s_1 (the loops' count: the block's largest)."""
+def _entries(a_BxN, idx_BxJ):
+  """a[b, idx[b, j]]: [B, J]."""
+  return array_namespace(a_BxN).take_along_axis(a_BxN, idx_BxJ, axis=1)
 
-  def __init__(self, sets, trip):
-    self.sets, self.trip = sets, trip
+
+class Window:
+  """One class's rows removed per target: a cyclic window of the class's sorted rows. The class holds the slots
+  at.. at + cap, its first n real (n a number or a traced scalar); target j's window starts at position
+  start_BxJ[b, j] of the class and holds s rows (a number or a traced scalar, the same for every target of the
+  canary). trip: a bound on s (the loops' count: the block's largest); S: the static bound of s (the buffers')."""
+
+  def __init__(self, at, cap, n, start_BxJ, s, trip, S):
+    self.at, self.cap, self.n, self.start, self.s, self.trip, self.S = at, cap, n, start_BxJ, s, trip, S
+
+  def pos(self, t):
+    """Each target's t-th window row, as a position in the class, [B, J]."""
+    return (self.start + t) % self.n
+
+  def slot(self, t):
+    """Each target's t-th window row, as a slot, [B, J]."""
+    return self.at + self.pos(t)
+
+  def band(self, z_BxNxD):
+    """The class's rows' dot products with the rows o positions after them (cyclically), for o < trip:
+    [S, B, cap], band[o, b, i] = z_i . z_(i + o mod n) (zeros for o >= trip and in empty slots). The removed rows'
+    dot products G_S[a, a + o] of target j are band[o, (start_j + a) mod n]: trip passes over the class's rows
+    instead of one per pair of each target's removed rows."""
+    xp = array_namespace(z_BxNxD)
+    zc = z_BxNxD[:, self.at:self.at + self.cap]
+    i = xp.arange(self.cap, dtype=xp.int32) if not _is_numpy(zc) else np.arange(self.cap)
+
+    def body(o, band):
+      partner = xp.take(zc, (i + o) % self.n, axis=1)
+      return put(band, o, xp.sum(zc * partner, axis=-1), axis=0)
+    return fori(self.trip, body, xp.zeros((self.S,) + zc.shape[:2], dtype=zc.dtype), zc)
+
+
+class Sets:
+  """Per target, the rows removed from one fit: one or two `Window`s (two in a pooled fit: the target's own class's,
+  then the other's). Row t of the union is window 0's for t < s_0, then window 1's. trip: a bound on s_0 + s_1."""
+
+  def __init__(self, windows, trip):
+    self.windows, self.trip = [w for w in windows], trip
 
   def at(self, xp, t):
-    """(slot [B, J] of union row t, its set (0 or 1), whether it is a removed row at all)."""
-    (at0, s0) = self.sets[0]
-    if len(self.sets) == 1:
-      return at0(t), xp.asarray(0), xp.asarray(t < s0)
-    at1, s1 = self.sets[1]
-    first = xp.asarray(t < s0)
-    later = max(t - s0, 0) if isinstance(t, int) else xp.maximum(t - s0, 0)
-    return xp.where(first, at0(t), at1(later)), xp.where(first, 0, 1), xp.asarray(t < s0 + s1)
+    """(slot [B, J] of union row t, its window (0 or 1), whether it is a removed row at all)."""
+    w0 = self.windows[0]
+    if len(self.windows) == 1:
+      return w0.slot(t), xp.asarray(0), xp.asarray(t < w0.s)
+    w1 = self.windows[1]
+    first = xp.asarray(t < w0.s)
+    later = xp.maximum(xp.asarray(t - w0.s), 0)
+    return xp.where(first, w0.slot(t), w1.slot(later)), xp.where(first, 0, 1), xp.asarray(t < w0.s + w1.s)
+
+  def shape(self):
+    return self.windows[0].start.shape
 
 
 def window_sums(z_BxNxD, sets, P_BxNxR=None, lam_BxR=None):
-  """([g_b per set] [B, J, D], the sum of squared rows over the union [B, J, D]); with the rows' projections on a
-  fit and its eigenvalues, also ([the g_b's projections] [B, J, R], sum_t z_t^T W z_t [B, J])."""
+  """([g_b per window] [B, J, D], the sum of squared rows over the union [B, J, D]); with the rows' projections on a
+  fit and its eigenvalues, also ([the g_b's projections] [B, J, R], sum_t z_t^T W z_t [B, J]). The loop starts from
+  union row 0's terms (no buffers of zeros to copy in)."""
   xp = array_namespace(z_BxNxD)
   dt = z_BxNxD.dtype
-  B, _, D = z_BxNxD.shape
-  J = sets.sets[0][0](0).shape[-1]
-  zero = xp.zeros((B, J, D), dtype=dt)
   projected = P_BxNxR is not None
-  zero_p = xp.zeros((B, J, P_BxNxR.shape[-1]), dtype=dt) if projected else None
 
-  def body(t, carry):
-    gs, sq, pgs, zwz = carry
+  def terms(t):
     slot, which, real = sets.at(xp, t)
     on = xp.astype(real, dt)
     row = rows(z_BxNxD, slot) * on
-    gs = tuple(g + row * xp.astype(which == b, dt) for b, g in enumerate(gs))
-    if projected:
-      p = rows(P_BxNxR, slot) * on
-      pgs = tuple(pg + p * xp.astype(which == b, dt) for b, pg in enumerate(pgs))
-      zwz = zwz + xp.sum(p * p * lam_BxR[:, None, :], axis=-1)
-    return gs, sq + row * row, pgs, zwz
+    gs = tuple(row * xp.astype(which == b, dt) for b in range(len(sets.windows)))
+    if not projected:
+      return gs, row * row, (), None
+    p = rows(P_BxNxR, slot) * on
+    pgs = tuple(p * xp.astype(which == b, dt) for b in range(len(sets.windows)))
+    return gs, row * row, pgs, xp.sum(p * p * lam_BxR[:, None, :], axis=-1)
 
-  carry = (tuple(zero for _ in sets.sets), zero, tuple(zero_p for _ in sets.sets) if projected else (),
-           xp.zeros((B, J), dtype=dt) if projected else None)
-  gs, sq, pgs, zwz = fori(sets.trip, body, carry, z_BxNxD)
+  def body(t, carry):
+    new = terms(t)
+    return (tuple(a + b for a, b in zip(carry[0], new[0])), carry[1] + new[1],
+            tuple(a + b for a, b in zip(carry[2], new[2])), carry[3] + new[3] if projected else None)
+
+  gs, sq, pgs, zwz = fori(sets.trip, body, terms(0), z_BxNxD, start=1)
   return (list(gs), sq) + ((list(pgs), zwz) if projected else ())
 
 
@@ -129,37 +167,33 @@ class Vector:
 class Stream:
   """`fit` (a lira.gram.Fit of centred rows z_BxNxD, projections P_BxNxR, residuals R_BxNxD or None) with each
   target's `sets` of rows removed, the classes left with L rows each (n_after rows in the fit: L, or 2L pooled).
+  Two windows (a pooled fit) remove at most one row of the first where the second is not empty (balanced counts
+  remove the target alone from its class, or nothing from the other: lira.balanced.removal_counts).
 
-  Construction makes two passes over the removed rows (their sums; the pairs for tr(G_S^2)) and sets OAS's alpha',
-  beta'; `forms` makes the third (K, its factor and the vectors' h together); `logdet` needs `forms` first."""
+  Construction makes its passes over the removed rows (their sums; each window's band of dot products and its rows
+  for tr(G_S^2); the cross products of two windows) and sets OAS's alpha', beta'; `forms` makes the last (K, its
+  factor and the vectors' h together); `logdet` needs `forms` first. S: the static bound of the union's rows."""
 
   def __init__(self, fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, n_after, floor, S):
     xp = self.xp = fit.xp
     dt = z_BxNxD.dtype
     self.fit, self.z, self.P, self.R, self.sets, self.L, self.S = fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, S
     lam = fit.lam[:, None, :]
-    B, J = sets.sets[0][0](0).shape
-    # each set's sum g and its projection, the squared rows, and sum_t z_t^T W z_t
+    B, J = sets.shape()
+    # each window's sum g and its projection, the squared rows, and sum_t z_t^T W z_t
     self.gs, self.sq, self.pgs, zwz_diag = window_sums(z_BxNxD, sets, P_BxNxR, fit.lam)
-
-    def pairs(a, acc):  # tr(G_S^2) = sum over pairs (a, b) of (z_a . z_b)^2, and sum_b |G_S 1_b|^2; G_S's rows
-      tr_g2, tr_eg2, G = acc
-      slot_a, _, real_a = sets.at(xp, a)
-      z_a = rows(z_BxNxD, slot_a) * xp.astype(real_a, dt)
-
-      def inner(b, acc):
-        tr, row = acc
-        slot_b, _, real_b = sets.at(xp, b)
-        g = xp.sum(z_a * rows(z_BxNxD, slot_b), axis=-1) * xp.astype(real_b, dt)
-        return tr + xp.where(b == a, 1.0, 2.0) * g * g, row if S == 0 else put(row, b, g, axis=-1)
-      tr_g2, row = fori(a + 1, inner, (tr_g2, xp.zeros((B, J, S), dtype=dt)), z_BxNxD)
-      G = G if S == 0 else put(G, a, row, axis=-2)
-      return tr_g2, tr_eg2 + sum(xp.sum(z_a * g, axis=-1) ** 2 for g in self.gs), G
-
-    # G_S (its lower triangle) is kept for K's entries outside the fit's span, z_a . z_b - p_a . p_b: read there
-    # instead of each row pair's D-length rows read again (without residuals; float32 reads the residuals)
-    tr_g2, tr_eg2, self.G = fori(sets.trip, pairs, (xp.zeros((B, J), dtype=dt),) * 2
-                                 + (xp.zeros((B, J, S, S), dtype=dt),), z_BxNxD)
+    # tr(G_S^2) = sum over pairs (a, b) of (z_a . z_b)^2 and sum_b |G_S 1_b|^2 = sum_b sum_a (z_a . g_b)^2: within
+    # each window from its band (G_S[a, a + o] = band[o, pos_a]), across the two from the cross products
+    self.bands = [None if w.S == 0 else xp.permute_dims(w.band(z_BxNxD), (1, 2, 0)) for w in sets.windows]
+    tr_g2 = tr_eg2 = xp.zeros((B, J), dtype=dt)
+    for w, band_BxCxS in zip(sets.windows, self.bands):
+      if band_BxCxS is not None:
+        tr, eg = self._window_pairs(w, band_BxCxS)
+        tr_g2, tr_eg2 = tr_g2 + tr, tr_eg2 + eg
+    self.cross = None  # [S_1, B, J]: the first window's first row . the second window's rows
+    if len(sets.windows) == 2 and all(w.S > 0 for w in sets.windows):
+      cross_tr, self.cross = self._cross()
+      tr_g2 = tr_g2 + cross_tr
     gg = [[xp.sum(gb * gc, axis=-1) for gc in self.gs] for gb in self.gs]
     trace = fit.trace_B[:, None] - (xp.sum(self.sq, axis=-1) + sum(gg[b][b] for b in range(len(self.gs))) / L)
     zwz = zwz_diag + sum(xp.sum(pg * pg * lam, axis=-1) for pg in self.pgs) / L
@@ -169,60 +203,118 @@ class Stream:
     self.denom = fit.denominator(self.alpha, self.beta)
     self.w = fit.weights(self.denom)  # [B, J, R]
     self.full_rank = (fit.rank_B >= fit.p_B)[:, None]
-    self.logdet_C = sum(xp.log(1.0 + xp.astype(s, dt) / L) for _, s in sets.sets)
+    self.logdet_C = sum(xp.log(1.0 + xp.astype(w.s, dt) / L) for w in sets.windows)
     self.logdet_K = None
+
+  def _window_pairs(self, win, band_BxCxS):
+    """(sum over the window's row pairs of (z_a . z_b)^2, sum over its rows a and the windows b of (z_a . g_b)^2),
+    [B, J] each: one pass over the window's rows."""
+    xp, z = self.xp, self.z
+    dt = z.dtype
+    o_S = xp.asarray(np.arange(win.S), dtype=xp.int32 if not _is_numpy(z) else np.int64)
+    twice_S = xp.asarray(np.where(np.arange(win.S) == 0, 1.0, 2.0), dtype=dt)
+
+    def body(a, carry):
+      tr, eg = carry
+      pos = win.pos(a)
+      real = xp.asarray(a < win.s)
+      g_row = rows(band_BxCxS, pos)  # [B, J, S]: G_S[a, a + o] of the window
+      weight = xp.where((o_S < win.s - a) & real, twice_S, 0.0)
+      z_a = rows(z, win.at + pos) * xp.astype(real, dt)
+      return tr + xp.sum(weight * g_row * g_row, axis=-1), eg + sum(xp.sum(z_a * g, axis=-1) ** 2 for g in self.gs)
+    zero = xp.zeros(win.start.shape, dtype=dt)
+    return fori(win.trip, body, (zero, zero), z)
+
+  def _cross(self):
+    """(2 sum_b (z_0 . z_b)^2 over the second window's rows b, with z_0 the first window's first row, [B, J]; those
+    dot products, [S_1, B, J])."""
+    xp, z = self.xp, self.z
+    dt = z.dtype
+    w0, w1 = self.sets.windows
+    z0 = rows(z, w0.slot(0)) * xp.astype(xp.asarray(0 < w0.s), dt)
+
+    def body(b, carry):
+      tr, X = carry
+      x = xp.sum(z0 * rows(z, w1.slot(b)), axis=-1) * xp.astype(xp.asarray(b < w1.s), dt)
+      return tr + 2.0 * x * x, put(X, b, x, axis=0)
+    B, J = w0.start.shape
+    return fori(w1.trip, body, (xp.zeros((B, J), dtype=dt), xp.zeros((w1.S, B, J), dtype=dt)), z)
+
+  def _pair(self, a, b):
+    """z_a . z_b for union rows b < a, [B, J]: from the bands within a window, the cross products across."""
+    xp = self.xp
+    win = self.sets.windows
+
+    def in_window(w, band_BxCxS, a, b):
+      o = xp.minimum(a - b, w.S - 1) if not isinstance(a, int) else min(a - b, w.S - 1)
+      return _entries(_index(band_BxCxS, o, axis=-1), w.pos(b))
+    if len(win) == 1:
+      return in_window(win[0], self.bands[0], a, b)
+    s0 = win[0].s
+    parts = []
+    if self.bands[0] is not None:
+      parts.append((xp.asarray(a < s0), in_window(win[0], self.bands[0], a, b)))
+    if self.bands[1] is not None:
+      a1, b1 = xp.maximum(a - s0, 0), xp.maximum(b - s0, 0)
+      parts.append((xp.asarray(b >= s0), in_window(win[1], self.bands[1], a1, b1)))
+    if self.cross is not None:
+      parts.append((xp.asarray((b < s0) & (a >= s0)), _index(self.cross, xp.clip(a - s0, 0, win[1].S - 1), 0)))
+    out = 0.0
+    for where, value in parts:
+      out = xp.where(where, value, out)
+    return out
 
   def _factor_and_h(self, vectors):
     """[w_x per vector]: w_x = F^-1 h_x with h_x = Z_S A^-1 x, where F F^T = K = C^-1 - beta' Z_S A^-1 Z_S^T (the
     identity's rows beyond each target's own rows), in one pass over the row pairs: row a of K is formed and at once
     turned into row a of its Cholesky factor F (each entry needs the finished rows above it), then w_x's entry a
     (forward substitution). So h_u^T K^-1 h_v = w_u . w_v, log det K = 2 sum log F_aa, and the work follows the
-    block's rows (trip), never the S x S of the buffers beyond them."""
+    block's rows (trip), never the S x S of the buffers beyond them. F's rows lie on its leading axis."""
     xp, sets, S, L = self.xp, self.sets, self.S, self.L
     dt = self.z.dtype
     B, J = self.alpha.shape
-    sizes = [xp.astype(s, dt) for _, s in sets.sets]
+    sizes = [xp.astype(w.s, dt) for w in sets.windows]
+    outside = xp.astype(~self.full_rank, dt) / self.alpha  # [B, J]: 1 / alpha' where the fit does not span
 
-    def k_entry(a, b, va, pw_a, which_a, real_a, same_row, G_a):
-      """K[a, b] for b <= a (the identity's where row a or b is beyond the target's own rows); G_a: G_S's row a."""
+    def k_entry(a, b, c_a, which_a, real_a, va):
+      """K[a, b] for b < a (0 where row a or b is beyond the target's own rows); c_a: row a's coefficients on the
+      projections."""
       slot_b, which_b, real_b = sets.at(xp, b)
-      if self.R is None:  # z_a . z_b from G_S
-        p_b = va.p if same_row else rows(self.P, slot_b)
-        outside = xp.where(self.full_rank, 0.0, _index(G_a, b, axis=-1) - xp.sum(va.p * p_b, axis=-1)) / self.alpha
-        h = xp.sum(pw_a * p_b, axis=-1) + outside
+      if self.R is None:  # z_a . z_b from the bands: h = p_a (w - 1 / alpha') p_b + z_a . z_b / alpha'
+        h = xp.sum(c_a * rows(self.P, slot_b), axis=-1) + outside * self._pair(a, b)
       else:
-        vb = va if same_row else self._row_vector(slot_b)
-        h = xp.sum(pw_a * vb.p, axis=-1) + self._outside(va, vb)
-      same = 1.0 if same_row else xp.astype(which_a == which_b, dt)
+        vb = self._row_vector(slot_b)
+        h = xp.sum(c_a * vb.p, axis=-1) + self._outside(va, vb)
+      same = xp.astype(which_a == which_b, dt)
       size = sizes[0] if len(sizes) == 1 else xp.where(which_a == 0, sizes[0], sizes[1])
-      k = (1.0 if same_row else 0.0) - same / (L + size) - self.beta * h
-      return xp.where(real_a & real_b, k, 1.0 if same_row else 0.0)
+      k = -same / (L + size) - self.beta * h
+      return xp.where(real_a & real_b, k, 0.0)
 
     def f_row(a, carry):
-      F, ws, hs, logdet = carry
+      F, ws, logdet = carry
       slot_a, which_a, real_a = sets.at(xp, a)
       va = self._row_vector(slot_a)
       pw_a = va.p * self.w
-      G_a = _index(F, a, axis=-2)  # G_S's row a, not yet overwritten by F's
+      c_a = pw_a - va.p * outside[..., None] if self.R is None else pw_a
 
-      def inner(b, carry):  # F[a, b] = (K[a, b] - F[a, :b] . F[b, :b]) / F[b, b]
-        row, F = carry
-        F_b = _index(F, b, axis=-2)
-        k = k_entry(a, b, va, pw_a, which_a, real_a, False, G_a)
-        return put(row, b, (k - xp.sum(row * F_b, axis=-1)) / _index(F_b, b, axis=-1), axis=-1), F
+      def inner(b, row):  # F[a, b] = (K[a, b] - F[a, :b] . F[b, :b]) / F[b, b]
+        F_b = _index(F, b, axis=0)
+        k = k_entry(a, b, c_a, which_a, real_a, va)
+        return put(row, b, (k - xp.sum(row * F_b, axis=-1)) / _index(F_b, b, axis=-1), axis=-1)
 
-      row, F = fori(a, inner, (xp.zeros((B, J, S), dtype=dt), F), self.z)
-      d = xp.sqrt(k_entry(a, a, va, pw_a, which_a, real_a, True, G_a) - xp.sum(row * row, axis=-1))
+      row = fori(a, inner, xp.zeros((B, J, S), dtype=dt), self.z)
+      size = sizes[0] if len(sizes) == 1 else xp.where(which_a == 0, sizes[0], sizes[1])
+      k_aa = 1.0 - 1.0 / (L + size) - self.beta * (xp.sum(pw_a * va.p, axis=-1) + self._outside(va, va))
+      d = xp.sqrt(xp.where(real_a, k_aa, 1.0) - xp.sum(row * row, axis=-1))
       row = put(row, a, d, axis=-1)
       on = xp.astype(real_a, dt)
-      hs = tuple(put(h, a, (xp.sum(pw_a * x.p, axis=-1) + self._outside(va, x)) * on, axis=-1)
-                 for h, x in zip(hs, vectors))
-      ws = tuple(put(w, a, (_index(h, a, axis=-1) - xp.sum(row * w, axis=-1)) / d, axis=-1) for w, h in zip(ws, hs))
-      return put(F, a, row, axis=-2), ws, hs, logdet + 2.0 * xp.log(d)
+      ws = tuple(put(w, a, ((xp.sum(pw_a * x.p, axis=-1) + self._outside(va, x)) * on - xp.sum(row * w, axis=-1))
+                     / d, axis=-1) for w, x in zip(ws, vectors))
+      return put(F, a, row, axis=0), ws, logdet + 2.0 * xp.log(d)
 
-    # F's rows overwrite G_S's in one buffer: row a of G_S is read just before row a of F is written there
     zeros = tuple(xp.zeros((B, J, S), dtype=dt) for _ in vectors)
-    _, ws, _, self.logdet_K = fori(sets.trip, f_row, (self.G, zeros, zeros, xp.zeros((B, J), dtype=dt)), self.z)
+    _, ws, self.logdet_K = fori(sets.trip, f_row, (xp.zeros((S, B, J, S), dtype=dt), zeros,
+                                                    xp.zeros((B, J), dtype=dt)), self.z)
     return list(ws)
 
   def _row_vector(self, slot):
