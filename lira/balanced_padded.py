@@ -8,7 +8,10 @@ rows of zeros, which change nothing (they add nothing to a class mean taken over
 Gram matrix: an eigenvalue 0, cut as null space by lira.gram.Fit). Each target's removed rows are read one at a time
 by loops whose trip counts are the block's largest removal counts (lira/removal_stream.py), so a block of canaries
 near half pays for the rows it removes, not for the run's largest; the removal count L and the counts s_own, s_oth
-are traced scalars. The formulas are those of lira.balanced_removal.removal_scores, the numpy backend's.
+are traced scalars. The formulas are those of lira.balanced_removal.removal_scores, the numpy backend's. OAS runs
+one stream per fit over the targets of both classes (`_oas_scores`): from a class's fit every target removes a
+window of that class's rows, so near a count k one fit's loops run to about |M - 2k| + 1 rows and the other's to
+one, and the program holds one copy of the loops per fit instead of one per fit and target class.
 
 Counts where a class would drop more rows than it keeps (lira.balanced fits those kept rows directly) keep their
 own static program. A block of the jax backend mixes counts (`per_canary`: the program of one canary, its count a
@@ -136,9 +139,12 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
   floored = balanced_removal.floor_variance(xp, valid_BxD, floor, False)
   counts = removal_trips(kk, M)  # this canary's (s_own, s_oth, their sum) per target class
   trips = counts if trips is None else trips
+  if oas:
+    scores = _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips, lay, valid_BxD,
+                         shared=shared, offline=offline, floor=floor, offline_shift=offline_shift)
+    return gram.slots_to_sorted(xp, scores, lay.n_in, M, kk)
   scores = []
-  for target_in, (S_own, S_oth), S_union in ((True, lay.sizes_in, lay.unions[0]),
-                                             (False, lay.sizes_out, lay.unions[1])):
+  for target_in in (True, False):
     n_own, n_oth = n[target_in], n[not target_in]
     s_own, s_oth, _ = counts[target_in]
     L = n_own - s_own
@@ -149,88 +155,121 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
     first_BxJ = first_BxN[:, own_at:own_at + J]
     B = x_BxMxD.shape[0]
     # the target and the next s_own - 1 of its class (cyclically), then the first s_oth of the other after it
-    own = removal_stream.Window(own_at, J, n_own, xp.broadcast_to(j_J, (B, J)), s_own, trips_c[0], S_own)
-    oth = removal_stream.Window(oth_at, J_oth, n_oth, first_BxJ, s_oth, trips_c[1], S_oth)
-    scores.append(_class_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, own, oth, trips_c,
-                                (S_own, S_oth, S_union), own_at, J, xp.astype(L, dt), valid_BxD, floored, oas=oas,
-                                shared=shared, offline=offline, floor=floor, offline_shift=offline_shift))
+    own = removal_stream.Window(own_at, J, n_own, xp.broadcast_to(j_J, (B, J)), s_own, trips_c[0], 0)
+    oth = removal_stream.Window(oth_at, J_oth, n_oth, first_BxJ, s_oth, trips_c[1], 0)
+    scores.append(_diagonal_scores(z_BxNxD, delta_BxD, diag_w, target_in, own, oth, own_at, J, xp.astype(L, dt),
+                                   valid_BxD, floored, shared=shared, offline=offline, floor=floor,
+                                   offline_shift=offline_shift))
   return gram.slots_to_sorted(xp, xp.concat(scores, axis=1), lay.n_in, M, kk)
 
 
-def _class_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, own, oth, trips, caps, own_at, J, L, valid_BxD,
-                  floored, *, oas, shared, offline, floor, offline_shift):
-  """Scores [B, J] of one class's J target slots, each fitted without its removed rows (own: the target and the next
-  of its class, oth: the first of the other class after it; each (slot of row t, count)), both classes left with L
-  rows: lira.balanced_removal.removal_scores, streamed (lira/removal_stream.py)."""
+def _diagonal_scores(z_BxNxD, delta_BxD, diag_w, target_in, own, oth, own_at, J, L, valid_BxD, floored, *, shared,
+                     offline, floor, offline_shift):
+  """Scores [B, J] of one class's J target slots under the diagonal estimators, each fitted without its removed
+  rows (own: the target and the next of its class, oth: the first of the other class after it, `Window`s), both
+  classes left with L rows: lira.balanced_removal.removal_scores' diagonal branch, streamed."""
   xp = array_namespace(z_BxNxD)
   z_t = z_BxNxD[:, own_at:own_at + J]
   sgn = 1.0 if target_in else -1.0
-  trip_own, trip_oth, trip_union = trips
-  if not oas:
-    (g_own,), sq_own = removal_stream.window_sums(z_BxNxD, removal_stream.Sets([own], trip_own))
-    (g_oth,), sq_oth = removal_stream.window_sums(z_BxNxD, removal_stream.Sets([oth], trip_oth))
-    removed_own, removed_oth = sq_own + g_own * g_own / L, sq_oth + g_oth * g_oth / L
-    r_own = z_t + g_own / L
-    r_oth = z_t + sgn * delta_BxD[:, None, :] + g_oth / L
-    if offline:  # the OUT fit: the own one for OUT targets, the other one for IN targets
-      r, scat = (r_oth, diag_w[False][:, None] - removed_oth) if target_in else \
-          (r_own, diag_w[False][:, None] - removed_own)
-      return gaussian.offline_z(r, floored(scat / L), valid_BxD, 1.0, offline_shift, model_axis=1)
-    if shared:  # unscored positions: zero residuals, so the floor there adds nothing
-      inv_var = (2.0 * L) / xp.maximum((diag_w[True] + diag_w[False])[:, None] - (removed_own + removed_oth),
-                                       2.0 * L * floor)
-      q_own = xp.sum(r_own * r_own * inv_var, axis=2)
-      q_oth = xp.sum(r_oth * r_oth * inv_var, axis=2)  # the same covariance for both classes: logdets cancel
-    else:
-      var_own = floored((diag_w[target_in][:, None] - removed_own) / L)
-      var_oth = floored((diag_w[not target_in][:, None] - removed_oth) / L)
-      q_own = xp.sum(r_own * r_own / var_own + xp.log(var_own), axis=2)
-      q_oth = xp.sum(r_oth * r_oth / var_oth + xp.log(var_oth), axis=2)
-    own_minus_oth = -0.5 * (q_own - q_oth)
-    return own_minus_oth if target_in else -own_minus_oth
+  (g_own,), sq_own = removal_stream.window_sums(z_BxNxD, removal_stream.Sets([own], own.trip))
+  (g_oth,), sq_oth = removal_stream.window_sums(z_BxNxD, removal_stream.Sets([oth], oth.trip))
+  removed_own, removed_oth = sq_own + g_own * g_own / L, sq_oth + g_oth * g_oth / L
+  r_own = z_t + g_own / L
+  r_oth = z_t + sgn * delta_BxD[:, None, :] + g_oth / L
+  if offline:  # the OUT fit: the own one for OUT targets, the other one for IN targets
+    r, scat = (r_oth, diag_w[False][:, None] - removed_oth) if target_in else \
+        (r_own, diag_w[False][:, None] - removed_own)
+    return gaussian.offline_z(r, floored(scat / L), valid_BxD, 1.0, offline_shift, model_axis=1)
+  if shared:  # unscored positions: zero residuals, so the floor there adds nothing
+    inv_var = (2.0 * L) / xp.maximum((diag_w[True] + diag_w[False])[:, None] - (removed_own + removed_oth),
+                                     2.0 * L * floor)
+    q_own = xp.sum(r_own * r_own * inv_var, axis=2)
+    q_oth = xp.sum(r_oth * r_oth * inv_var, axis=2)  # the same covariance for both classes: logdets cancel
+  else:
+    var_own = floored((diag_w[target_in][:, None] - removed_own) / L)
+    var_oth = floored((diag_w[not target_in][:, None] - removed_oth) / L)
+    q_own = xp.sum(r_own * r_own / var_own + xp.log(var_own), axis=2)
+    q_oth = xp.sum(r_oth * r_oth / var_oth + xp.log(var_oth), axis=2)
+  own_minus_oth = -0.5 * (q_own - q_oth)
+  return own_minus_oth if target_in else -own_minus_oth
 
+
+def _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips, lay, valid_BxD, *, shared, offline,
+                floor, offline_shift):
+  """OAS scores [B, N] of every target slot (the IN slots, then the OUT ones): lira.balanced_removal.removal_scores,
+  streamed (lira/removal_stream.py), with one stream per fit over the targets of both classes. From class c's fit
+  each target removes a window of c's rows: a target of c itself and the next s_own - 1, a target of the other
+  class the s_oth rows of c from its first one after it (`Window`s with a start and a count per target). A block
+  whose counts lie on one side of half removes many rows from one class and at most one from the other, so one of
+  the two streams runs its loops to about |M - 2k| + 1 rows and the other to one; each target class keeps its own
+  L. n: {class: its row count}; counts, trips: `removal_trips` of the canary and of the block."""
+  xp = array_namespace(z_BxNxD)
+  dt = z_BxNxD.dtype
+  B = z_BxNxD.shape[0]
   fits, P_BxNxR, R_BxNxD, proj_delta = fitted
-  S_own, S_oth, S_union = caps
+  n_in, n_out = lay.n_in, lay.n_out
+  in_J = xp.asarray(np.arange(n_in + n_out) < n_in)
 
-  def stream(fit, sets, trip, S, n_after):
-    return removal_stream.Stream(fit, z_BxNxD, P_BxNxR, R_BxNxD, removal_stream.Sets(sets, trip), L, n_after, floor, S)
+  def per_target(v_in, v_out):  # [1, J] from the IN targets' value and the OUT targets'
+    return xp.where(in_J, v_in, v_out)[None]
+  L_J = xp.astype(per_target(n[True] - counts[True][0], n[False] - counts[False][0]), dt)
+  L_Jx1 = L_J[..., None]
 
-  P_t = P_BxNxR[:, own_at:own_at + J]  # the targets' projections on their own class's fit (or the pooled one)
-  if offline:  # the OUT fit without the OUT rows removed: the other class's for IN targets, the own for OUT ones
-    fit = fits[False]
-    st = stream(fit, [oth] if target_in else [own], trip_oth if target_in else trip_own,
-                S_oth if target_in else S_own, L)
-    g, pg = st.gs[0], st.pgs[0]
-    if target_in:
-      r = st.vector(z_t + delta_BxD[:, None, :] + g / L, fit.project(z_t) + proj_delta[False] + pg / L)
-    else:
-      r = st.vector(z_t + g / L, P_t + pg / L)
-    valid = xp.astype(valid_BxD, z_BxNxD.dtype)[:, None, :]
+  def window(c):  # class c's rows, from each target's start: its own position in c, or its first row of c after it
+    at, cap = (0, n_in) if c else (n_in, n_out)
+    i = 0 if c else 1  # IN targets remove s_own of IN, s_oth of OUT; OUT targets the other way round
+    own_start = xp.broadcast_to(xp.asarray(np.arange(cap), dtype=first_BxN.dtype), (B, cap))
+    parts = [own_start, first_BxN[:, n_in:]] if c else [first_BxN[:, :n_in], own_start]
+    s = per_target(counts[True][i], counts[False][1 - i])
+    trip = xp.maximum(trips[True][i], trips[False][1 - i])
+    return removal_stream.Window(at, cap, n[c], xp.concat(parts, axis=1), s, trip,
+                                 max(lay.sizes_in[i], lay.sizes_out[1 - i]))
+
+  def gap(c, v_BxXxY):  # each target's class mean minus class c's: 0, or +-v (the gap between the means, IN - OUT)
+    sign = xp.astype(per_target(0.0 if c else 1.0, -1.0 if c else 0.0), dt)[..., None]
+    return sign * v_BxXxY
+
+  def projected(c):  # every target's row projected on class c's fit: its own P where c is its class
+    at, cap, o_at, o_cap = (0, n_in, n_in, n_out) if c else (n_in, n_out, 0, n_in)
+    mine, other = P_BxNxR[:, at:at + cap], fits[c].project(z_BxNxD[:, o_at:o_at + o_cap])
+    return xp.concat([mine, other] if c else [other, mine], axis=1)
+
+  def stream(fit, windows, trip, S, n_after):
+    return removal_stream.Stream(fit, z_BxNxD, P_BxNxR, R_BxNxD, removal_stream.Sets(windows, trip), L_J, n_after,
+                                 floor, S)
+
+  delta_b = delta_BxD[:, None, :]
+  if offline:  # the OUT fit without each target's OUT rows
+    fit, w = fits[False], window(False)
+    st = stream(fit, [w], w.trip, w.S, L_J)
+    g = st.gs[0]
+    r = st.vector(z_BxNxD + gap(False, delta_b) + g / L_Jx1,
+                  projected(False) + gap(False, proj_delta[False]) + st.pgs[0] / L_Jx1)
+    valid = xp.astype(valid_BxD, dt)[:, None, :]
     if offline_shift == "uniform":
-      u_v = xp.broadcast_to(valid, z_t.shape)
+      u_v = xp.broadcast_to(valid, z_BxNxD.shape)
     else:  # sqrt(diag S') per target: diag(W') = diag(W) - sum of squared removed rows - g^2 / L
-      diag = diag_w[False][:, None] - (st.sq + g * g / L)
+      diag = diag_w[False][:, None] - (st.sq + g * g / L_Jx1)
       u_v = xp.sqrt(st.alpha[..., None] + st.beta[..., None] * xp.maximum(diag, 0.0)) * valid
     u = st.vector(u_v, fit.project(u_v))
     u_r, u_u = st.forms([(u, r), (u, u)])
     return u_r / xp.sqrt(u_u)
-  if shared:  # one pooled fit without both sets
-    st = stream(fits[None], [own, oth], trip_union, S_union, 2.0 * L)
-    r_own = st.vector(z_t + st.gs[0] / L, P_t + st.pgs[0] / L)
-    r_oth = st.vector(z_t + sgn * delta_BxD[:, None, :] + st.gs[1] / L,
-                      P_t + sgn * proj_delta[None] + st.pgs[1] / L)
-    q_own, q_oth = st.forms([(r_own, r_own), (r_oth, r_oth)])  # logdets cancel
-  else:
-    so = stream(fits[target_in], [own], trip_own, S_own, L)
-    r_own = so.vector(z_t + so.gs[0] / L, P_t + so.pgs[0] / L)
-    q_own = so.forms([(r_own, r_own)])[0] + so.logdet()
-    fit = fits[not target_in]
-    sx = stream(fit, [oth], trip_oth, S_oth, L)
-    r_oth = sx.vector(z_t + sgn * delta_BxD[:, None, :] + sx.gs[0] / L,
-                      fit.project(z_t) + sgn * proj_delta[not target_in] + sx.pgs[0] / L)
-    q_oth = sx.forms([(r_oth, r_oth)])[0] + sx.logdet()
-  own_minus_oth = -0.5 * (q_own - q_oth)
-  return own_minus_oth if target_in else -own_minus_oth
+  if shared:  # the pooled fit without both windows
+    w_in, w_out = window(True), window(False)
+    st = stream(fits[None], [w_in, w_out], xp.maximum(trips[True][2], trips[False][2]), max(lay.unions),
+                2.0 * L_J)
+    r = [st.vector(z_BxNxD + gap(c, delta_b) + st.gs[i] / L_Jx1,
+                   P_BxNxR + gap(c, proj_delta[None]) + st.pgs[i] / L_Jx1) for i, c in enumerate((True, False))]
+    q_in, q_out = st.forms([(r[0], r[0]), (r[1], r[1])])  # logdets cancel
+    return -0.5 * (q_in - q_out)
+  q = {}
+  for c in (True, False):  # each class's fit without each target's window of its rows
+    w = window(c)
+    st = stream(fits[c], [w], w.trip, w.S, L_J)
+    r = st.vector(z_BxNxD + gap(c, delta_b) + st.gs[0] / L_Jx1,
+                  projected(c) + gap(c, proj_delta[c]) + st.pgs[0] / L_Jx1)
+    q[c] = st.forms([(r, r)])[0] + st.logdet()
+  return -0.5 * (q[True] - q[False])  # every target's llr: IN fit against OUT fit
 
 
 def per_canary(x_BxMxD, k_B, first_BxM, valid_BxD, lay, **options):

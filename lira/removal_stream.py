@@ -5,15 +5,17 @@ Balanced leave-one-out (lira/balanced.py) removes from a fit, per target, s rows
 1-2 rows at LiRA's half/half split, about |M - 2k| + 1 rows at IN count k). lira.balanced_removal gathers every
 target's rows at once ([B, J, S, D]), so a program's cost and memory follow its static S. Here a program holds
 buffers for the largest S of the run, and loops whose trip counts are values (the block's largest s) read one row
-per step, so one program serves every count and a block of canaries near half pays for the rows it removes:
+per step, so one program serves every count and a block of canaries near half pays for the rows it removes. Each
+removed set is a `Window`: a cyclic run of one class's sorted rows, with a start and a count per target.
 
-- `window_sums`: per target, the sum g of each removed set, and the sum of squares of its rows (the diagonal
+- `window_sums`: per target, the sum g of each removed window, and the sum of squares of its rows (the diagonal
   estimators' downdate, sum z^2 + g^2 / L, and offline std's diag(W'));
-- `Stream`: OAS with the set removed. trace(W') and ||W'||_F^2 (OAS's alpha', beta') from C = I + blocks of
+- `Stream`: OAS with the windows removed. trace(W') and ||W'||_F^2 (OAS's alpha', beta') from C = I + blocks of
   1 1^T / L: trace(C G_S) with G_S = Z_S Z_S^T, tr(C Z_S W Z_S^T) with Z_S W Z_S^T in the fit's eigenbasis, and
-  tr(C G_S C G_S) = tr(G_S^2) + 2 / L sum_b |G_S 1_b|^2 + 1 / L^2 sum_bc (1_b^T G_S 1_c)^2 (a pass over the rows
-  for the sums g_b, then one over pairs for tr(G_S^2), whose outer loop gives G_S 1_b = Z_S g_b). Then Woodbury as
-  lira/woodbury.py writes it:
+  tr(C G_S C G_S) = tr(G_S^2) + 2 / L sum_b |G_S 1_b|^2 + 1 / L^2 sum_bc (1_b^T G_S 1_c)^2. A window's G_S is a
+  stretch of its class's band of dot products z_i . z_(i + o), o < s (`Window.band`: one pass over the class's rows
+  per offset), so tr(G_S^2) and G_S 1_b = Z_S g_b take one pass over the window's rows, not one per pair. Then
+  Woodbury as lira/woodbury.py writes it:
     u^T S'^-1 v = u^T A^-1 v + beta' h_u^T K^-1 h_v,   h_u = Z_S A^-1 u,   K = C^-1 - beta' Z_S A^-1 Z_S^T,
     logdet S' = logdet A + logdet C + logdet K,   C^-1 = I - blocks of 1 1^T / (L + s_b),
   with K = F F^T formed and factored row by row in one pass over the pairs of rows (rows beyond a target's own s
@@ -70,6 +72,11 @@ def rows(a_BxNxX, idx_BxJ):
   return balanced_removal.gather(a_BxNxX, idx_BxJ[:, :, None])[:, :, 0]
 
 
+def _last(x):
+  """x with a trailing axis where it has any (a per-target [B, J] mask against [B, J, X] rows)."""
+  return x[..., None] if x.ndim else x
+
+
 def _entries(a_BxN, idx_BxJ):
   """a[b, idx[b, j]]: [B, J]."""
   return array_namespace(a_BxN).take_along_axis(a_BxN, idx_BxJ, axis=1)
@@ -78,11 +85,14 @@ def _entries(a_BxN, idx_BxJ):
 class Window:
   """One class's rows removed per target: a cyclic window of the class's sorted rows. The class holds the slots
   at.. at + cap, its first n real (n a number or a traced scalar); target j's window starts at position
-  start_BxJ[b, j] of the class and holds s rows (a number or a traced scalar, the same for every target of the
-  canary). trip: a bound on s (the loops' count: the block's largest); S: the static bound of s (the buffers')."""
+  start_BxJ[b, j] of the class and holds s rows (a number or a traced scalar, or per target: any shape that
+  broadcasts to [B, J]). trip: a bound on s (the loops' count: the block's largest); S: the static bound of s (the
+  buffers')."""
 
   def __init__(self, at, cap, n, start_BxJ, s, trip, S):
     self.at, self.cap, self.n, self.start, self.s, self.trip, self.S = at, cap, n, start_BxJ, s, trip, S
+    xp = array_namespace(start_BxJ)
+    self.s_BxJ = xp.broadcast_to(xp.asarray(s), start_BxJ.shape)  # s per target
 
   def pos(self, t):
     """Each target's t-th window row, as a position in the class, [B, J]."""
@@ -138,13 +148,13 @@ def window_sums(z_BxNxD, sets, P_BxNxR=None, lam_BxR=None):
 
   def terms(t):
     slot, which, real = sets.at(xp, t)
-    on = xp.astype(real, dt)
+    on = _last(xp.astype(real, dt))
     row = rows(z_BxNxD, slot) * on
-    gs = tuple(row * xp.astype(which == b, dt) for b in range(len(sets.windows)))
+    gs = tuple(row * _last(xp.astype(which == b, dt)) for b in range(len(sets.windows)))
     if not projected:
       return gs, row * row, (), None
     p = rows(P_BxNxR, slot) * on
-    pgs = tuple(p * xp.astype(which == b, dt) for b in range(len(sets.windows)))
+    pgs = tuple(p * _last(xp.astype(which == b, dt)) for b in range(len(sets.windows)))
     return gs, row * row, pgs, xp.sum(p * p * lam_BxR[:, None, :], axis=-1)
 
   def body(t, carry):
@@ -167,8 +177,9 @@ class Vector:
 class Stream:
   """`fit` (a lira.gram.Fit of centred rows z_BxNxD, projections P_BxNxR, residuals R_BxNxD or None) with each
   target's `sets` of rows removed, the classes left with L rows each (n_after rows in the fit: L, or 2L pooled).
-  Two windows (a pooled fit) remove at most one row of the first where the second is not empty (balanced counts
-  remove the target alone from its class, or nothing from the other: lira.balanced.removal_counts).
+  L and n_after: numbers, or per target (broadcasting to [B, J]). Two windows (a pooled fit) remove, per target, at
+  most one row of one of them (balanced counts remove the target alone from its class, or nothing from the other:
+  lira.balanced.removal_counts).
 
   Construction makes its passes over the removed rows (their sums; each window's band of dot products and its rows
   for tr(G_S^2); the cross products of two windows) and sets OAS's alpha', beta'; `forms` makes the last (K, its
@@ -190,7 +201,7 @@ class Stream:
       if band_BxCxS is not None:
         tr, eg = self._window_pairs(w, band_BxCxS)
         tr_g2, tr_eg2 = tr_g2 + tr, tr_eg2 + eg
-    self.cross = None  # [S_1, B, J]: the first window's first row . the second window's rows
+    self.cross = None  # ([S_1, B, J], [S_0, B, J]): each window's first row . the other window's rows
     if len(sets.windows) == 2 and all(w.S > 0 for w in sets.windows):
       cross_tr, self.cross = self._cross()
       tr_g2 = tr_g2 + cross_tr
@@ -217,51 +228,59 @@ class Stream:
     def body(a, carry):
       tr, eg = carry
       pos = win.pos(a)
-      real = xp.asarray(a < win.s)
+      real = a < win.s_BxJ
       g_row = rows(band_BxCxS, pos)  # [B, J, S]: G_S[a, a + o] of the window
-      weight = xp.where((o_S < win.s - a) & real, twice_S, 0.0)
-      z_a = rows(z, win.at + pos) * xp.astype(real, dt)
+      weight = xp.where((o_S < win.s_BxJ[..., None] - a) & real[..., None], twice_S, 0.0)
+      z_a = rows(z, win.at + pos) * xp.astype(real, dt)[..., None]
       return tr + xp.sum(weight * g_row * g_row, axis=-1), eg + sum(xp.sum(z_a * g, axis=-1) ** 2 for g in self.gs)
     zero = xp.zeros(win.start.shape, dtype=dt)
     return fori(win.trip, body, (zero, zero), z)
 
   def _cross(self):
-    """(2 sum_b (z_0 . z_b)^2 over the second window's rows b, with z_0 the first window's first row, [B, J]; those
-    dot products, [S_1, B, J])."""
+    """(2 sum (z_a . z_b)^2 over the pairs of the two windows' rows, [B, J]; (X01, X10)): X01 [S_1, B, J], the first
+    window's first row . the second window's rows, and X10 [S_0, B, J] the other way round. A target removes at
+    most one row of one of the windows, so its pairs are those of that row with the other window's rows."""
     xp, z = self.xp, self.z
     dt = z.dtype
     w0, w1 = self.sets.windows
-    z0 = rows(z, w0.slot(0)) * xp.astype(xp.asarray(0 < w0.s), dt)
-
-    def body(b, carry):
-      tr, X = carry
-      x = xp.sum(z0 * rows(z, w1.slot(b)), axis=-1) * xp.astype(xp.asarray(b < w1.s), dt)
-      return tr + 2.0 * x * x, put(X, b, x, axis=0)
     B, J = w0.start.shape
-    return fori(w1.trip, body, (xp.zeros((B, J), dtype=dt), xp.zeros((w1.S, B, J), dtype=dt)), z)
+
+    def products(first, other):  # first's row 0 . other's rows: ([B, J] sum of squares, [S_other, B, J])
+      z0 = rows(z, first.slot(0))
+
+      def body(b, carry):
+        tr, X = carry
+        x = xp.sum(z0 * rows(z, other.slot(b)), axis=-1) * xp.astype(b < other.s_BxJ, dt)
+        return tr + x * x, put(X, b, x, axis=0)
+      return fori(other.trip, body, (xp.zeros((B, J), dtype=dt), xp.zeros((other.S, B, J), dtype=dt)), z)
+    tr01, X01 = products(w0, w1)
+    tr10, X10 = products(w1, w0)
+    one0 = w0.s_BxJ <= 1  # the first window holds at most its row 0 (else the second holds one row)
+    tr = xp.where(one0, tr01 * xp.astype(w0.s_BxJ > 0, dt), tr10 * xp.astype(w1.s_BxJ > 0, dt))
+    return 2.0 * tr, (X01, X10)
 
   def _pair(self, a, b):
     """z_a . z_b for union rows b < a, [B, J]: from the bands within a window, the cross products across."""
     xp = self.xp
     win = self.sets.windows
 
-    def in_window(w, band_BxCxS, a, b):
-      o = xp.minimum(a - b, w.S - 1) if not isinstance(a, int) else min(a - b, w.S - 1)
-      return _entries(_index(band_BxCxS, o, axis=-1), w.pos(b))
+    def in_window(w, band_BxCxS, pos_b):
+      o = min(a - b, w.S - 1) if isinstance(a, int) else xp.minimum(a - b, w.S - 1)
+      return _entries(_index(band_BxCxS, o, axis=-1), pos_b)
     if len(win) == 1:
-      return in_window(win[0], self.bands[0], a, b)
-    s0 = win[0].s
-    parts = []
-    if self.bands[0] is not None:
-      parts.append((xp.asarray(a < s0), in_window(win[0], self.bands[0], a, b)))
-    if self.bands[1] is not None:
-      a1, b1 = xp.maximum(a - s0, 0), xp.maximum(b - s0, 0)
-      parts.append((xp.asarray(b >= s0), in_window(win[1], self.bands[1], a1, b1)))
-    if self.cross is not None:
-      parts.append((xp.asarray((b < s0) & (a >= s0)), _index(self.cross, xp.clip(a - s0, 0, win[1].S - 1), 0)))
-    out = 0.0
-    for where, value in parts:
-      out = xp.where(where, value, out)
+      return in_window(win[0], self.bands[0], win[0].pos(b))
+    s0 = win[0].s_BxJ
+    out = xp.zeros(s0.shape, dtype=self.z.dtype)
+    if self.bands[0] is not None:  # both rows in the first window
+      out = xp.where(a < s0, in_window(win[0], self.bands[0], win[0].pos(b)), out)
+    if self.bands[1] is not None:  # both in the second
+      out = xp.where(b >= s0, in_window(win[1], self.bands[1], win[1].pos(xp.maximum(b - s0, 0))), out)
+    if self.cross is not None:  # b in the first, a in the second: the first's row 0 (b = 0), or the second's (a = s0)
+      X01, X10 = self.cross
+      i01 = xp.clip(a - s0, 0, win[1].S - 1)
+      x01 = xp.take_along_axis(X01, i01[None], axis=0)[0]
+      x10 = _index(X10, min(b, win[0].S - 1) if isinstance(b, int) else xp.minimum(b, win[0].S - 1), axis=0)
+      out = xp.where((b < s0) & (a >= s0), xp.where(s0 <= 1, x01, x10), out)
     return out
 
   def _factor_and_h(self, vectors):
