@@ -234,9 +234,9 @@ def _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips,
     mine, other = P_BxNxR[:, at:at + cap], fits[c].project(z_BxNxD[:, o_at:o_at + o_cap])
     return xp.concat([mine, other] if c else [other, mine], axis=1)
 
-  def stream(fit, windows, trip, S, n_after):
+  def stream(fit, windows, trip, S, n_after, scratch=None):
     return removal_stream.Stream(fit, z_BxNxD, P_BxNxR, R_BxNxD, removal_stream.Sets(windows, trip), L_J, n_after,
-                                 floor, S)
+                                 floor, S, scratch)
 
   delta_b = delta_BxD[:, None, :]
   if offline:  # the OUT fit without each target's OUT rows
@@ -263,12 +263,16 @@ def _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips,
     q_in, q_out = st.forms([(r[0], r[0]), (r[1], r[1])])  # logdets cancel
     return -0.5 * (q_in - q_out)
   q = {}
+  windows = {c: window(c) for c in (True, False)}
+  S = max(w.S for w in windows.values())
+  scratch = None  # one buffer for both streams' factors
   for c in (True, False):  # each class's fit without each target's window of its rows
-    w = window(c)
-    st = stream(fits[c], [w], w.trip, w.S, L_J)
+    w = windows[c]
+    st = stream(fits[c], [w], w.trip, S, L_J, scratch)
     r = st.vector(z_BxNxD + gap(c, delta_b) + st.gs[0] / L_Jx1,
                   projected(c) + gap(c, proj_delta[c]) + st.pgs[0] / L_Jx1)
     q[c] = st.forms([(r, r)])[0] + st.logdet()
+    scratch = st.scratch
   return -0.5 * (q[True] - q[False])  # every target's llr: IN fit against OUT fit
 
 

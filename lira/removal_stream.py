@@ -185,10 +185,14 @@ class Stream:
   for tr(G_S^2); the cross products of two windows) and sets OAS's alpha', beta'; `forms` makes the last (K, its
   factor and the vectors' h together); `logdet` needs `forms` first. S: the static bound of the union's rows."""
 
-  def __init__(self, fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, n_after, floor, S):
+  def __init__(self, fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, n_after, floor, S, scratch=None):
     xp = self.xp = fit.xp
     dt = z_BxNxD.dtype
-    self.fit, self.z, self.P, self.R, self.sets, self.L, self.S = fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L, S
+    self.fit, self.z, self.P, self.R, self.sets, self.L = fit, z_BxNxD, P_BxNxR, R_BxNxD, sets, L
+    # K's factor F [S, B, J, S] starts from `scratch` where given: another stream's finished F (its values are never
+    # read: each row is written before it is read), so one buffer of zeros serves a program's streams in turn
+    self.S = S if scratch is None or S == 0 else scratch.shape[0]
+    self.scratch = scratch
     lam = fit.lam[:, None, :]
     B, J = sets.shape()
     # each window's sum g and its projection, the squared rows, and sum_t z_t^T W z_t
@@ -332,8 +336,8 @@ class Stream:
       return put(F, a, row, axis=0), ws, logdet + 2.0 * xp.log(d)
 
     zeros = tuple(xp.zeros((B, J, S), dtype=dt) for _ in vectors)
-    _, ws, self.logdet_K = fori(sets.trip, f_row, (xp.zeros((S, B, J, S), dtype=dt), zeros,
-                                                    xp.zeros((B, J), dtype=dt)), self.z)
+    F = xp.zeros((S, B, J, S), dtype=dt) if self.scratch is None else self.scratch
+    self.scratch, ws, self.logdet_K = fori(sets.trip, f_row, (F, zeros, xp.zeros((B, J), dtype=dt)), self.z)
     return list(ws)
 
   def _row_vector(self, slot):
