@@ -40,6 +40,12 @@ class Layout:
   sizes_out: tuple  # (S_own, S_oth) of OUT targets
   unions: tuple = (0, 0)  # the most rows an IN / an OUT target removes in all (s_own + s_oth: a pooled fit's)
 
+  @property
+  def factor_rows(self):
+    """The rows of the buffer that holds OAS's factor of K in every stream of the program (the most rows any
+    target removes from one fit): one buffer serves the program's streams and variants in turn."""
+    return max(max(self.unions), *self.sizes_in, *self.sizes_out)
+
 
 def downdated(k, M):
   """Whether count k's scores come from downdates only (no class drops more rows than it keeps), so that it can
@@ -116,6 +122,14 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
   """lira.balanced.sorted_balanced of canaries whose first k models are IN, k a traced integer scalar, one of the
   counts of `lay`: scores [B, M] in the sorted order. trips: `removal_trips` of the largest counts the loops run to
   (a block's, `per_canary`); default k's own."""
+  return _padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, oas=oas, shared=shared, offline=offline,
+                          floor=floor, offline_shift=offline_shift, trips=trips)[0]
+
+
+def _padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offline, floor, offline_shift="std",
+                     trips=None, scratch=None):
+  """(`padded_balanced`'s scores, the buffer of OAS's factors [lay.factor_rows, B, N, lay.factor_rows] or None):
+  scratch, where given, is such a buffer from another call, whose values are never read."""
   xp = array_namespace(x_BxMxD)
   dt = x_BxMxD.dtype
   M = lay.M
@@ -140,9 +154,9 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
   counts = removal_trips(kk, M)  # this canary's (s_own, s_oth, their sum) per target class
   trips = counts if trips is None else trips
   if oas:
-    scores = _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips, lay, valid_BxD,
-                         shared=shared, offline=offline, floor=floor, offline_shift=offline_shift)
-    return gram.slots_to_sorted(xp, scores, lay.n_in, M, kk)
+    scores, scratch = _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips, lay, valid_BxD,
+                                  scratch, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift)
+    return gram.slots_to_sorted(xp, scores, lay.n_in, M, kk), scratch
   scores = []
   for target_in in (True, False):
     n_own, n_oth = n[target_in], n[not target_in]
@@ -160,7 +174,7 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
     scores.append(_diagonal_scores(z_BxNxD, delta_BxD, diag_w, target_in, own, oth, own_at, J, xp.astype(L, dt),
                                    valid_BxD, floored, shared=shared, offline=offline, floor=floor,
                                    offline_shift=offline_shift))
-  return gram.slots_to_sorted(xp, xp.concat(scores, axis=1), lay.n_in, M, kk)
+  return gram.slots_to_sorted(xp, xp.concat(scores, axis=1), lay.n_in, M, kk), scratch
 
 
 def _diagonal_scores(z_BxNxD, delta_BxD, diag_w, target_in, own, oth, own_at, J, L, valid_BxD, floored, *, shared,
@@ -194,15 +208,16 @@ def _diagonal_scores(z_BxNxD, delta_BxD, diag_w, target_in, own, oth, own_at, J,
   return own_minus_oth if target_in else -own_minus_oth
 
 
-def _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips, lay, valid_BxD, *, shared, offline,
-                floor, offline_shift):
+def _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips, lay, valid_BxD, scratch, *, shared,
+                offline, floor, offline_shift):
   """OAS scores [B, N] of every target slot (the IN slots, then the OUT ones): lira.balanced_removal.removal_scores,
   streamed (lira/removal_stream.py), with one stream per fit over the targets of both classes. From class c's fit
   each target removes a window of c's rows: a target of c itself and the next s_own - 1, a target of the other
   class the s_oth rows of c from its first one after it (`Window`s with a start and a count per target). A block
   whose counts lie on one side of half removes many rows from one class and at most one from the other, so one of
   the two streams runs its loops to about |M - 2k| + 1 rows and the other to one; each target class keeps its own
-  L. n: {class: its row count}; counts, trips: `removal_trips` of the canary and of the block."""
+  L. n: {class: its row count}; counts, trips: `removal_trips` of the canary and of the block. Every stream factors
+  K in one buffer of lay.factor_rows rows (`scratch`, or zeros): (scores, that buffer)."""
   xp = array_namespace(z_BxNxD)
   dt = z_BxNxD.dtype
   B = z_BxNxD.shape[0]
@@ -234,14 +249,18 @@ def _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips,
     mine, other = P_BxNxR[:, at:at + cap], fits[c].project(z_BxNxD[:, o_at:o_at + o_cap])
     return xp.concat([mine, other] if c else [other, mine], axis=1)
 
-  def stream(fit, windows, trip, S, n_after, scratch=None):
+  S = lay.factor_rows
+  if scratch is None:
+    scratch = xp.zeros((S, B, n_in + n_out, S), dtype=dt)
+
+  def stream(fit, windows, trip, n_after):
     return removal_stream.Stream(fit, z_BxNxD, P_BxNxR, R_BxNxD, removal_stream.Sets(windows, trip), L_J, n_after,
                                  floor, S, scratch)
 
   delta_b = delta_BxD[:, None, :]
   if offline:  # the OUT fit without each target's OUT rows
     fit, w = fits[False], window(False)
-    st = stream(fit, [w], w.trip, w.S, L_J)
+    st = stream(fit, [w], w.trip, L_J)
     g = st.gs[0]
     r = st.vector(z_BxNxD + gap(False, delta_b) + g / L_Jx1,
                   projected(False) + gap(False, proj_delta[False]) + st.pgs[0] / L_Jx1)
@@ -253,38 +272,39 @@ def _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips,
       u_v = xp.sqrt(st.alpha[..., None] + st.beta[..., None] * xp.maximum(diag, 0.0)) * valid
     u = st.vector(u_v, fit.project(u_v))
     u_r, u_u = st.forms([(u, r), (u, u)])
-    return u_r / xp.sqrt(u_u)
+    return u_r / xp.sqrt(u_u), st.scratch
   if shared:  # the pooled fit without both windows
     w_in, w_out = window(True), window(False)
-    st = stream(fits[None], [w_in, w_out], xp.maximum(trips[True][2], trips[False][2]), max(lay.unions),
-                2.0 * L_J)
+    st = stream(fits[None], [w_in, w_out], xp.maximum(trips[True][2], trips[False][2]), 2.0 * L_J)
     r = [st.vector(z_BxNxD + gap(c, delta_b) + st.gs[i] / L_Jx1,
                    P_BxNxR + gap(c, proj_delta[None]) + st.pgs[i] / L_Jx1) for i, c in enumerate((True, False))]
     q_in, q_out = st.forms([(r[0], r[0]), (r[1], r[1])])  # logdets cancel
-    return -0.5 * (q_in - q_out)
+    return -0.5 * (q_in - q_out), st.scratch
   q = {}
-  windows = {c: window(c) for c in (True, False)}
-  S = max(w.S for w in windows.values())
-  scratch = None  # one buffer for both streams' factors
   for c in (True, False):  # each class's fit without each target's window of its rows
-    w = windows[c]
-    st = stream(fits[c], [w], w.trip, S, L_J, scratch)
+    w = window(c)
+    st = stream(fits[c], [w], w.trip, L_J)
     r = st.vector(z_BxNxD + gap(c, delta_b) + st.gs[0] / L_Jx1,
                   projected(c) + gap(c, proj_delta[c]) + st.pgs[0] / L_Jx1)
     q[c] = st.forms([(r, r)])[0] + st.logdet()
-    scratch = st.scratch
-  return -0.5 * (q[True] - q[False])  # every target's llr: IN fit against OUT fit
+    scratch = st.scratch  # the next stream factors in the same buffer
+  return -0.5 * (q[True] - q[False]), scratch  # every target's llr: IN fit against OUT fit
 
 
-def per_canary(x_BxMxD, k_B, first_BxM, valid_BxD, lay, **options):
+def per_canary(x_BxMxD, k_B, first_BxM, valid_BxD, lay, scratch=None, **options):
   """`padded_balanced` of canaries with one IN count each (k_B [B] int, counts of `lay`), by jax.vmap over the
-  canaries: scores [B, M] in each canary's sorted order. The loops run to the block's largest removal counts.
-  options: padded_balanced's keywords."""
+  canaries: (scores [B, M] in each canary's sorted order, the buffer of OAS's factors or None). The loops run to the
+  block's largest removal counts. scratch: that buffer from the call of another variant on the same block (its
+  values are never read), so that the variants of a program share one. options: padded_balanced's keywords."""
   import jax
   import jax.numpy as jnp
   t = removal_trips(jnp.asarray(k_B, dtype=jnp.int32), lay.M)
   trips = {c: tuple(jnp.max(s) for s in t[c]) for c in t}
 
-  def one(x_MxD, k, first_M, valid_D):
-    return padded_balanced(x_MxD[None], k, first_M[None], valid_D[None], lay, trips=trips, **options)[0]
-  return jax.vmap(one)(x_BxMxD, k_B, first_BxM, valid_BxD)
+  def one(x_MxD, k, first_M, valid_D, scratch):
+    scores, scratch = _padded_balanced(x_MxD[None], k, first_M[None], valid_D[None], lay, trips=trips,
+                                       scratch=None if scratch is None else scratch[:, None], **options)
+    return scores[0], None if scratch is None else scratch[:, 0]
+  if scratch is None:
+    return jax.vmap(lambda *a: one(*a, None))(x_BxMxD, k_B, first_BxM, valid_BxD)
+  return jax.vmap(one)(x_BxMxD, k_B, first_BxM, valid_BxD, scratch)

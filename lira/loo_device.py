@@ -176,6 +176,7 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
       first_BxM = balanced.first_after(order_BxM, n_in)
     sign = member_sign(spec.statistic)
     rows = {}  # univariate or not -> (x, valid, centring) of the sorted rows, shared by the variants
+    factors = None  # padded balanced OAS: one buffer for every variant's factors of K, used in turn
     outs = []
     for (covariance, shared), gv in zip(spec.variants, global_vars):
       uni = covariance == "univariate"
@@ -189,8 +190,9 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
           x = _after(x, outs[-1])
           centring = None if centring is None else (_after(centring[0], outs[-1]),) + tuple(centring[1:])
         if padded and spec.balance_counts:
-          out = balanced_padded.per_canary(x, n_in, first_BxM, valid, k, oas=oas, shared=shared,
-                                           offline=spec.offline, floor=spec.floor, offline_shift=spec.offline_shift)
+          out, factors = balanced_padded.per_canary(x, n_in, first_BxM, valid, k, factors, oas=oas, shared=shared,
+                                                    offline=spec.offline, floor=spec.floor,
+                                                    offline_shift=spec.offline_shift)
         elif spec.balance_counts:
           out = balanced.sorted_balanced(x, k, first_BxM, valid, oas=oas, shared=shared, offline=spec.offline,
                                          floor=spec.floor, offline_shift=spec.offline_shift, centring=centring)
