@@ -106,10 +106,11 @@ class Window:
     """The class's rows' dot products with the rows o positions after them (cyclically), for o < trip:
     [S, B, cap], band[o, b, i] = z_i . z_(i + o mod n) (zeros for o >= trip and in empty slots). The removed rows'
     dot products G_S[a, a + o] of target j are band[o, (start_j + a) mod n]: trip passes over the class's rows
-    instead of one per pair of each target's removed rows."""
+    instead of one per pair of each target's removed rows (lira.balanced_removal.Windows.gram builds the same band
+    for a static count and class size)."""
     xp = array_namespace(z_BxNxD)
     zc = z_BxNxD[:, self.at:self.at + self.cap]
-    i = xp.arange(self.cap, dtype=xp.int32) if not _is_numpy(zc) else np.arange(self.cap)
+    i = xp.asarray(np.arange(self.cap, dtype=np.int32))
 
     def body(o, band):
       partner = xp.take(zc, (i + o) % self.n, axis=1)
@@ -135,6 +136,7 @@ class Sets:
     return xp.where(first, w0.slot(t), w1.slot(later)), xp.where(first, 0, 1), xp.asarray(t < w0.s + w1.s)
 
   def shape(self):
+    """(B, J): the canaries and targets."""
     return self.windows[0].start.shape
 
 
@@ -226,7 +228,7 @@ class Stream:
     [B, J] each: one pass over the window's rows."""
     xp, z = self.xp, self.z
     dt = z.dtype
-    o_S = xp.asarray(np.arange(win.S), dtype=xp.int32 if not _is_numpy(z) else np.int64)
+    o_S = xp.asarray(np.arange(win.S, dtype=np.int32))
     twice_S = xp.asarray(np.where(np.arange(win.S) == 0, 1.0, 2.0), dtype=dt)
 
     def body(a, carry):
