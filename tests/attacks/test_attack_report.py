@@ -1,13 +1,11 @@
-"""Reports of the pretraining-data attacks: pretrain_attacks on a features folder, and evaluate --attacks on a run.
+"""Reports of the pretraining-data attacks: pretrain_attacks on a features folder (tests/attacks/
+test_evaluate_attacks.py: evaluate --attacks on a run).
 
-Metrics are checked against sklearn's roc_auc_score / roc_curve on the attack scores, and evaluate's attack rows
-against the attack functions applied target model by target model, then pooled by lira.metrics.summarize.
+Metrics are checked against sklearn's roc_auc_score / roc_curve on the attack scores.
 """
 
-import importlib
 import json
 import os
-import sys
 
 import numpy as np
 import pytest
@@ -21,98 +19,11 @@ from attacks import feature_folder
 from attacks import informia
 from attacks import wbc
 from attacks.catalogue import ATTACKS
-from lira import metrics
 from lira.errors import InputError, MissingFileError
 import run_folder
 from lira.reports import synthetic_run
-
-N, T, S, G, J = 40, 7, 3, 2, 2  # 20 non-members: TPR at 5% FPR is resolved
-
-
-def strict_json(path):
-  """Parse JSON refusing NaN / Infinity, as strict parsers do."""
-  def refuse(token):
-    raise AssertionError(f"{path}: non-standard JSON constant {token}")
-  with open(path) as f:
-    return json.load(f, parse_constant=refuse)
-
-
-def make_features(folder, seed=0, same_tokens=False):
-  """A hand-made features folder: members' lp raised by 0.8 nats, ragged rows, every array of the schema; the
-  reference model tokenizes the texts its own way, or (same_tokens) as the target does."""
-  rng = np.random.default_rng(seed)
-  labels_N = np.array([1, 0] * (N // 2), np.int8)
-  length_N = rng.integers(3, T + 1, size=N)
-  pad_NxT = np.arange(T)[None] >= length_N[:, None]
-
-  def per_token(*lead, shift=0.8, first=False, width=T, pad=True):
-    lp = rng.normal(-3.0, 1.0, size=lead + (N, width)) + shift * labels_N[:, None]
-    if not first:
-      lp[..., 0] = np.nan
-    if pad and width == T:
-      lp[..., pad_NxT] = np.nan
-    return lp.astype(np.float32)
-
-  lp = per_token()
-  arrays = {
-      "lp": lp, "mu": np.where(np.isnan(lp), np.nan, lp + rng.normal(0.5, 0.3, lp.shape)).astype(np.float32),
-      "sigma": np.where(np.isnan(lp), np.nan, rng.uniform(0.5, 2.0, lp.shape)).astype(np.float32),
-      "ids": rng.integers(0, 50, size=(N, T)).astype(np.int32), "mask": ~pad_NxT,
-      "labels": labels_N, "source_index": np.arange(N, dtype=np.int64) + S,
-      "cond_lp_shots": per_token(S, shift=1.2, first=True), "cond_lp_member": per_token(shift=0.4, first=True),
-      "cond_lp_ensemble": per_token(G, shift=1.0, first=True), "pair_lp": per_token(N, shift=1.0, first=True),
-      "ref_lp": per_token(shift=0.0) if same_tokens else per_token(width=T - 2, shift=0.0),
-      "neighbour_lp": per_token(J, width=T + 1, shift=0.0).transpose(1, 0, 2),
-      "top1": (rng.random((N, T)) < 0.3) & np.isfinite(lp),
-      "ref_kl": np.where(np.isfinite(lp), rng.exponential(0.3, (N, T)), np.nan).astype(np.float32),
-  }
-  arrays["ref_top1"] = (rng.random(arrays["ref_lp"].shape) < 0.3) & np.isfinite(arrays["ref_lp"])
-  for name, array in arrays.items():
-    feature_folder.write_array(folder, name, array)
-  texts = [" ".join(["member" if labels_N[n] else "other"] * int(rng.integers(1, 6))) for n in range(N)]
-  feature_folder.write_json(folder, "texts", texts)
-  feature_folder.write_json(folder, "neighbours", [[t + " x"] * J for t in texts])
-  feature_folder.write_meta(folder, {"model": "hand-made", "n_texts": N, "notes": []})
-  return arrays, texts
-
-
-def cli_module(name):
-  """Import experiments.<name> for an in-process run. Commands share flag names (--out_dir, --seed), which absl
-  refuses to define twice: flags another command imported in this session are set aside and put back afterwards."""
-  FLAGS, module_name = flags.FLAGS, f"experiments.{name}"
-  assert module_name not in sys.modules
-  owners = {m: list(fs) for m, fs in FLAGS.flags_by_module_dict().items() if m.startswith("experiments.")}
-  set_aside = [(m, f) for m, fs in owners.items() for f in fs if f.name in FLAGS]
-  for _, flag in set_aside:
-    if flag.name in FLAGS:
-      delattr(FLAGS, flag.name)
-  module = importlib.import_module(module_name)
-  try:
-    yield module
-  finally:
-    module.FLAGS.unparse_flags()
-    for flag in list(FLAGS.flags_by_module_dict().get(module_name, [])):
-      if flag.name in FLAGS:
-        delattr(FLAGS, flag.name)
-    del sys.modules[module_name]
-    for owner, flag in set_aside:
-      FLAGS[flag.name] = flag
-      FLAGS.register_flag_by_module(owner, flag)
-
-
-@pytest.fixture
-def pretrain_cli():
-  yield from cli_module("pretrain_attacks")
-
-
-@pytest.fixture
-def evaluate_cli():
-  yield from cli_module("evaluate")
-
-
-def run_cli(module, *args):
-  module.FLAGS(["prog", *args])
-  module.main([])
+from attack_cli import N, S, T, make_features, run_cli, strict_json
+from attack_cli import pretrain_cli  # noqa: F401 (a fixture)
 
 
 def sk_tpr(scores, labels, fpr):
@@ -367,81 +278,6 @@ def test_writer_helpers_and_reader(tmp_path):
     feature_folder.write_array(tmp_path, "lp_typo", arrays["lp"])
   with pytest.raises(MissingFileError, match="does not exist"):
     feature_folder.load_features(str(tmp_path / "nope"))
-
-
-# ------------------------------------------------------------------------------------------------
-# evaluate --attacks on a shadow run
-
-
-def tiny_tokenizer(path, vocab_size):
-  from tokenizers import Tokenizer, models, pre_tokenizers
-  vocab = {"[UNK]": 0, **{f"w{i}": i for i in range(1, vocab_size)}}
-  tokenizer = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-  tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
-  tokenizer.save(str(path))
-
-
-@pytest.fixture
-def shadow_run(tmp_path):
-  """A ragged synthetic run (mask.npy) with fake mu / sigma, canary ids and a word-level tokenizer."""
-  run = tmp_path / "run"
-  synthetic_run.write_synthetic_run(str(run), num_models=8, num_canaries=16, seq_len=5, ragged=True, seed=3)
-  rng = np.random.default_rng(0)
-  loss = np.load(run / "losses.npy")
-  np.save(run / "mu.npy", (-loss + rng.normal(0.3, 0.2, loss.shape)).astype(np.float32))
-  np.save(run / "sigma.npy", rng.uniform(0.2, 1.5, loss.shape).astype(np.float32))
-  np.save(run / "canaries.npy", rng.integers(1, 9, size=loss.shape[1:]).astype(np.int32))
-  tiny_tokenizer(run / "tokenizer.json", 9)
-  return run
-
-
-def test_evaluate_attack_rows_equal_per_target_attacks(shadow_run, evaluate_cli, capsys):
-  run = shadow_run
-  run_cli(evaluate_cli, f"--run_dir={run}", "--attacks=loss,zlib,min_k,min_k_pp", "--k=0.3", "--n_boot=30",
-          "--variants=oas-shared", "--noprogress")
-  printed = capsys.readouterr().out
-  stem = "results_variants-oas-shared_nboot-30_attacks-loss+zlib+min_k+min_k_pp_k-0.3"
-  result = strict_json(run / f"{stem}.json")
-  assert (run / f"roc{stem[7:]}.png").exists()
-  loss, keep, mask = np.load(run / "losses.npy"), np.load(run / "keep.npy"), np.load(run / "mask.npy")
-  mu, sigma, ids = np.load(run / "mu.npy"), np.load(run / "sigma.npy"), np.load(run / "canaries.npy")
-  # Independent decoding: the word-level vocabulary spelt out, over each canary's real (masked-in) tokens.
-  texts = [" ".join(f"w{i}" for i in ids[n, :mask[n].sum()]) for n in range(len(ids))]
-  per_target = {
-      "loss": lambda lp, m: A.loss(lp), "zlib": lambda lp, m: A.zlib(lp, texts),
-      "min_k": lambda lp, m: A.min_k(lp, 0.3), "min_k_pp": lambda lp, m: A.min_k_pp(lp, mu[m], sigma[m], 0.3),
-  }
-  rows = {r["attack"]: r for r in result["attacks"]}
-  assert list(rows) == list(per_target)
-  for attack, score in per_target.items():
-    scores_MxN = np.stack([score(np.where(mask, -loss[m].astype(np.float64), np.nan), m) for m in range(len(loss))])
-    expected = metrics.summarize(scores_MxN, keep, n_boot=30, seed=0)
-    assert json.loads(json.dumps(rows[attack]["summary"])) == json.loads(json.dumps(expected)), attack
-    np.testing.assert_array_equal(np.load(run / rows[attack]["scores_file"]), scores_MxN)
-    assert rows[attack]["name"] in printed
-  assert result["variants"][0]["name"] == "OAS Shared" and "OAS Shared" in printed
-  assert result["settings"]["attacks"] == list(per_target) and result["settings"]["k"] == 0.3
-  assert rows["loss"]["summary"]["n_pos"] == int(keep.sum())  # pooled over all M x N pairs, like LiRA
-  md = (run / f"{stem}.md").read_text()
-  assert "Min-K%++ (k=0.3)" in md and "OAS Shared" in md
-
-
-def test_evaluate_attacks_bad_input(shadow_run, evaluate_cli):
-  os.remove(shadow_run / "sigma.npy")
-  with pytest.raises(MissingFileError, match=r"min_k_pp.*sigma\.npy"):
-    run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=loss,min_k_pp", "--noprogress")
-  evaluate_cli.FLAGS.unparse_flags()
-  os.remove(shadow_run / "tokenizer.json")
-  with pytest.raises(MissingFileError, match=r"zlib.*tokenizer\.json"):
-    run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=zlib", "--noprogress")
-  evaluate_cli.FLAGS.unparse_flags()
-  with pytest.raises(InputError, match=r"'recall' is an attack that cannot score a shadow run's leave-one-out pairs; "
-                     r"choose from loss, zlib"):
-    run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=recall", "--noprogress")
-  evaluate_cli.FLAGS.unparse_flags()
-  with pytest.raises(flags.IllegalFlagValueError, match=r"--k=2: must be in \(0, 1\]"):
-    run_cli(evaluate_cli, f"--run_dir={shadow_run}", "--attacks=min_k", "--k=2", "--noprogress")
-  assert not any(f.startswith("results") for f in os.listdir(shadow_run))
 
 
 def test_a_shadow_run_folder_given_as_features_is_named_as_such(tmp_path):

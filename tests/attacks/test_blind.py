@@ -21,7 +21,7 @@ from attacks import blind
 from attacks import feature_folder
 from attacks import report
 from lira.errors import InputError
-from test_attack_report import make_features, pretrain_cli, run_cli, strict_json  # noqa: F401 (a fixture)
+from attack_cli import make_features, pretrain_cli, run_cli, strict_json  # noqa: F401 (a fixture)
 
 VOCAB = [f"w{i}" for i in range(200)]
 

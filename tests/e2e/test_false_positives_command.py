@@ -25,7 +25,7 @@ def command(*args):
 
 
 def test_names_the_canaries_of_the_top_pairs_with_their_texts(tmp_path):
-  from test_attack_report import tiny_tokenizer
+  from attack_cli import tiny_tokenizer
   from test_nonmember_pairs import brute_force
   run = tmp_path / "run"
   synthetic_run.write_synthetic_run(str(run), num_models=8, num_canaries=40, seq_len=4, seed=3, shift=1.0)
