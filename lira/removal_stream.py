@@ -289,6 +289,20 @@ class Stream:
       out = xp.where((b < s0) & (a >= s0), xp.where(s0 <= 1, x01, x10), out)
     return out
 
+  def _square(self, a):
+    """z_a . z_a of union row a, [B, J]: its window's band at offset 0."""
+    xp = self.xp
+    win = self.sets.windows
+    if len(win) == 1:
+      return _entries(self.bands[0][..., 0], win[0].pos(a))
+    s0 = win[0].s_BxJ
+    out = xp.zeros(s0.shape, dtype=self.z.dtype)
+    if self.bands[0] is not None:
+      out = xp.where(a < s0, _entries(self.bands[0][..., 0], win[0].pos(a)), out)
+    if self.bands[1] is not None:
+      out = xp.where(a >= s0, _entries(self.bands[1][..., 0], win[1].pos(xp.maximum(a - s0, 0))), out)
+    return out
+
   def _factor_and_h(self, vectors):
     """[w_x per vector]: w_x = F^-1 h_x with h_x = Z_S A^-1 x, where F F^T = K = C^-1 - beta' Z_S A^-1 Z_S^T (the
     identity's rows beyond each target's own rows), in one pass over the row pairs: row a of K is formed and at once
@@ -329,12 +343,20 @@ class Stream:
 
       row = fori(a, inner, xp.zeros((B, J, S), dtype=dt), self.z)
       size = sizes[0] if len(sizes) == 1 else xp.where(which_a == 0, sizes[0], sizes[1])
-      k_aa = 1.0 - 1.0 / (L + size) - self.beta * (xp.sum(pw_a * va.p, axis=-1) + self._outside(va, va))
+      if self.R is None:  # h_aa = p_a (w - 1 / alpha') p_a + |z_a|^2 / alpha', |z_a|^2 from the bands
+        h_aa = xp.sum(c_a * va.p, axis=-1) + outside * self._square(a)
+      else:
+        h_aa = xp.sum(pw_a * va.p, axis=-1) + self._outside(va, va)
+      k_aa = 1.0 - 1.0 / (L + size) - self.beta * h_aa
       d = xp.sqrt(xp.where(real_a, k_aa, 1.0) - xp.sum(row * row, axis=-1))
       row = put(row, a, d, axis=-1)
       on = xp.astype(real_a, dt)
-      ws = tuple(put(w, a, ((xp.sum(pw_a * x.p, axis=-1) + self._outside(va, x)) * on - xp.sum(row * w, axis=-1))
-                     / d, axis=-1) for w, x in zip(ws, vectors))
+
+      def h(x):  # h_x's entry a: z_a A^-1 x
+        if self.R is None:
+          return xp.sum(c_a * x.p, axis=-1) + outside * xp.sum(va.v * x.v, axis=-1)
+        return xp.sum(pw_a * x.p, axis=-1) + self._outside(va, x)
+      ws = tuple(put(w, a, (h(x) * on - xp.sum(row * w, axis=-1)) / d, axis=-1) for w, x in zip(ws, vectors))
       return put(F, a, row, axis=0), ws, logdet + 2.0 * xp.log(d)
 
     zeros = tuple(xp.zeros((B, J, S), dtype=dt) for _ in vectors)
@@ -377,7 +399,11 @@ class Stream:
     for u, v in pairs:
       iu = next(i for i, x in enumerate(vectors) if x is u)
       iv = next(i for i, x in enumerate(vectors) if x is v)
-      base = xp.sum(u.p * self.w * v.p, axis=-1) + self._outside(u, v)
+      if self.R is None:  # u^T A^-1 v = p_u (w - 1 / alpha') p_v + u . v / alpha', 1 / alpha' where not spanned
+        outside = xp.astype(~self.full_rank, self.z.dtype) / self.alpha
+        base = xp.sum(u.p * (self.w - outside[..., None]) * v.p, axis=-1) + outside * xp.sum(u.v * v.v, axis=-1)
+      else:
+        base = xp.sum(u.p * self.w * v.p, axis=-1) + self._outside(u, v)
       out.append(base + self.beta * xp.sum(ws[iu] * ws[iv], axis=-1))  # h_u^T K^-1 h_v
     return out
 
