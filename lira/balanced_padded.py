@@ -121,7 +121,8 @@ def padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offli
                     trips=None):
   """lira.balanced.sorted_balanced of canaries whose first k models are IN, k a traced integer scalar, one of the
   counts of `lay`: scores [B, M] in the sorted order. trips: `removal_trips` of the largest counts the loops run to
-  (a block's, `per_canary`); default k's own."""
+  (a block's, `per_canary`); default k's own. shared: a flag, or with oas=False a tuple of flags: then [scores per
+  flag], the class-wise and the shared fit scored from one set of the windows' sums."""
   return _padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, oas=oas, shared=shared, offline=offline,
                           floor=floor, offline_shift=offline_shift, trips=trips)[0]
 
@@ -157,6 +158,7 @@ def _padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offl
     scores, scratch = _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips, lay, valid_BxD,
                                   scratch, shared=shared, offline=offline, floor=floor, offline_shift=offline_shift)
     return gram.slots_to_sorted(xp, scores, lay.n_in, M, kk), scratch
+  flags = shared if isinstance(shared, tuple) else (shared,)  # the diagonal fits score several from one set of sums
   scores = []
   for target_in in (True, False):
     n_own, n_oth = n[target_in], n[not target_in]
@@ -172,16 +174,18 @@ def _padded_balanced(x_BxMxD, k, first_BxM, valid_BxD, lay, *, oas, shared, offl
     own = removal_stream.Window(own_at, J, n_own, xp.broadcast_to(j_J, (B, J)), s_own, trips_c[0], 0)
     oth = removal_stream.Window(oth_at, J_oth, n_oth, first_BxJ, s_oth, trips_c[1], 0)
     scores.append(_diagonal_scores(z_BxNxD, delta_BxD, diag_w, target_in, own, oth, own_at, J, xp.astype(L, dt),
-                                   valid_BxD, floored, shared=shared, offline=offline, floor=floor,
+                                   valid_BxD, floored, shared=flags, offline=offline, floor=floor,
                                    offline_shift=offline_shift))
-  return gram.slots_to_sorted(xp, xp.concat(scores, axis=1), lay.n_in, M, kk), scratch
+  out = [gram.slots_to_sorted(xp, xp.concat(per_class, axis=1), lay.n_in, M, kk) for per_class in zip(*scores)]
+  return (out if isinstance(shared, tuple) else out[0]), scratch
 
 
 def _diagonal_scores(z_BxNxD, delta_BxD, diag_w, target_in, own, oth, own_at, J, L, valid_BxD, floored, *, shared,
                      offline, floor, offline_shift):
-  """Scores [B, J] of one class's J target slots under the diagonal estimators, each fitted without its removed
-  rows (own: the target and the next of its class, oth: the first of the other class after it, `Window`s), both
-  classes left with L rows: lira.balanced_removal.removal_scores' diagonal branch, streamed."""
+  """[Scores [B, J] per flag of `shared`] of one class's J target slots under the diagonal estimators, each fitted
+  without its removed rows (own: the target and the next of its class, oth: the first of the other class after it,
+  `Window`s), both classes left with L rows: lira.balanced_removal.removal_scores' diagonal branch, streamed. The
+  windows' sums are made once for the class-wise and the shared fit."""
   xp = array_namespace(z_BxNxD)
   z_t = z_BxNxD[:, own_at:own_at + J]
   sgn = 1.0 if target_in else -1.0
@@ -190,22 +194,26 @@ def _diagonal_scores(z_BxNxD, delta_BxD, diag_w, target_in, own, oth, own_at, J,
   removed_own, removed_oth = sq_own + g_own * g_own / L, sq_oth + g_oth * g_oth / L
   r_own = z_t + g_own / L
   r_oth = z_t + sgn * delta_BxD[:, None, :] + g_oth / L
-  if offline:  # the OUT fit: the own one for OUT targets, the other one for IN targets
+  if offline:  # the OUT fit: the own one for OUT targets, the other one for IN targets (shared or not)
     r, scat = (r_oth, diag_w[False][:, None] - removed_oth) if target_in else \
         (r_own, diag_w[False][:, None] - removed_own)
-    return gaussian.offline_z(r, floored(scat / L), valid_BxD, 1.0, offline_shift, model_axis=1)
-  if shared:  # unscored positions: zero residuals, so the floor there adds nothing
-    inv_var = (2.0 * L) / xp.maximum((diag_w[True] + diag_w[False])[:, None] - (removed_own + removed_oth),
-                                     2.0 * L * floor)
-    q_own = xp.sum(r_own * r_own * inv_var, axis=2)
-    q_oth = xp.sum(r_oth * r_oth * inv_var, axis=2)  # the same covariance for both classes: logdets cancel
-  else:
-    var_own = floored((diag_w[target_in][:, None] - removed_own) / L)
-    var_oth = floored((diag_w[not target_in][:, None] - removed_oth) / L)
-    q_own = xp.sum(r_own * r_own / var_own + xp.log(var_own), axis=2)
-    q_oth = xp.sum(r_oth * r_oth / var_oth + xp.log(var_oth), axis=2)
-  own_minus_oth = -0.5 * (q_own - q_oth)
-  return own_minus_oth if target_in else -own_minus_oth
+    z = gaussian.offline_z(r, floored(scat / L), valid_BxD, 1.0, offline_shift, model_axis=1)
+    return [z for _ in shared]
+  out = []
+  for pooled in shared:
+    if pooled:  # unscored positions: zero residuals, so the floor there adds nothing
+      inv_var = (2.0 * L) / xp.maximum((diag_w[True] + diag_w[False])[:, None] - (removed_own + removed_oth),
+                                       2.0 * L * floor)
+      q_own = xp.sum(r_own * r_own * inv_var, axis=2)
+      q_oth = xp.sum(r_oth * r_oth * inv_var, axis=2)  # the same covariance for both classes: logdets cancel
+    else:
+      var_own = floored((diag_w[target_in][:, None] - removed_own) / L)
+      var_oth = floored((diag_w[not target_in][:, None] - removed_oth) / L)
+      q_own = xp.sum(r_own * r_own / var_own + xp.log(var_own), axis=2)
+      q_oth = xp.sum(r_oth * r_oth / var_oth + xp.log(var_oth), axis=2)
+    own_minus_oth = -0.5 * (q_own - q_oth)
+    out.append(own_minus_oth if target_in else -own_minus_oth)
+  return out
 
 
 def _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips, lay, valid_BxD, scratch, *, shared,
@@ -293,7 +301,8 @@ def _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips,
 
 def per_canary(x_BxMxD, k_B, first_BxM, valid_BxD, lay, scratch=None, **options):
   """`padded_balanced` of canaries with one IN count each (k_B [B] int, counts of `lay`), by jax.vmap over the
-  canaries: (scores [B, M] in each canary's sorted order, the buffer of OAS's factors or None). The loops run to the
+  canaries: (scores [B, M] in each canary's sorted order, or a list of them where `shared` is a tuple of flags, the
+  buffer of OAS's factors or None). The loops run to the
   block's largest removal counts. scratch: that buffer from the call of another variant on the same block (its
   values are never read), so that the variants of a program share one. options: padded_balanced's keywords."""
   import jax
@@ -304,7 +313,8 @@ def per_canary(x_BxMxD, k_B, first_BxM, valid_BxD, lay, scratch=None, **options)
   def one(x_MxD, k, first_M, valid_D, scratch):
     scores, scratch = _padded_balanced(x_MxD[None], k, first_M[None], valid_D[None], lay, trips=trips,
                                        scratch=None if scratch is None else scratch[:, None], **options)
-    return scores[0], None if scratch is None else scratch[:, 0]
+    scores = [s[0] for s in scores] if isinstance(scores, list) else scores[0]
+    return scores, None if scratch is None else scratch[:, 0]
   if scratch is None:
     return jax.vmap(lambda *a: one(*a, None))(x_BxMxD, k_B, first_BxM, valid_BxD)
   return jax.vmap(one)(x_BxMxD, k_B, first_BxM, valid_BxD, scratch)

@@ -177,6 +177,7 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
     sign = member_sign(spec.statistic)
     rows = {}  # univariate or not -> (x, valid, centring) of the sorted rows, shared by the variants
     factors = None  # padded balanced OAS: one buffer for every variant's factors of K, used in turn
+    diagonal = {}  # padded balanced diagonal fits, by univariate or not: {shared: scores}, both flags scored together
     outs = []
     for (covariance, shared), gv in zip(spec.variants, global_vars):
       uni = covariance == "univariate"
@@ -189,7 +190,16 @@ def block_scores(loss_MxBxT, mask_BxT, keep_MxB, global_vars, *, spec, k):
         if oas and outs:  # the eigh calls read x (plain) or its centred rows (balanced)
           x = _after(x, outs[-1])
           centring = None if centring is None else (_after(centring[0], outs[-1]),) + tuple(centring[1:])
-        if padded and spec.balance_counts:
+        if padded and spec.balance_counts and not oas:  # the class-wise and the shared fit from one pass of sums
+          if uni not in diagonal:
+            flags = tuple(dict.fromkeys(s for c, s in spec.variants
+                                        if (c == "univariate") == uni and not (c == "oas" and D > 1)))
+            both, factors = balanced_padded.per_canary(x, n_in, first_BxM, valid, k, factors, oas=False,
+                                                       shared=flags, offline=spec.offline, floor=spec.floor,
+                                                       offline_shift=spec.offline_shift)
+            diagonal[uni] = dict(zip(flags, both))
+          out = diagonal[uni][shared]
+        elif padded and spec.balance_counts:
           out, factors = balanced_padded.per_canary(x, n_in, first_BxM, valid, k, factors, oas=oas, shared=shared,
                                                     offline=spec.offline, floor=spec.floor,
                                                     offline_shift=spec.offline_shift)
