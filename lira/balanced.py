@@ -77,14 +77,15 @@ def centred(x_BxMxD, k):
 
 
 def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, floor, offline_shift="std",
-                    centring=None):
+                    centring=None, sums=None):
   """Balanced leave-one-out scores [B, M] (llr, or the offline z without the statistic's member sign) of canaries
   whose first k models are IN.
 
   Rows are sorted IN-first, each class in ascending model id; first_BxM from `first_after`. oas: the OAS model
   (D > 1), else the diagonal one (univariate features have D = 1). k is static (shapes depend on it; the jax
   backend's programs for a traced k: lira/balanced_padded.py). centring: `centred(x_BxMxD, k)` when already computed
-  (variants scored on the same rows share it).
+  (variants scored on the same rows share it). sums: a dict that variants scored on the same rows share, in which
+  the removed windows' sums (the diagonal fits' downdates) are kept once made.
   """
   xp = array_namespace(x_BxMxD)
   B, M, D = x_BxMxD.shape
@@ -117,7 +118,7 @@ def sorted_balanced(x_BxMxD, k, first_BxM, valid_BxD, *, oas, shared, offline, f
                                        first_BxM[:, own_at:own_at + n_own])
     scores.append(balanced_removal.removal_scores(
         z_BxMxD, delta_BxD, diag_w, fitted, target_in, windows, float(L), valid_BxD, floored, oas=oas, shared=shared,
-        offline=offline, floor=floor, offline_shift=offline_shift))
+        offline=offline, floor=floor, offline_shift=offline_shift, sums=sums))
   return xp.concat(scores, axis=1)
 
 
@@ -244,11 +245,11 @@ def _balanced_groups(x_MxBxD, keep_MxB, valid_BxD, scorings, position_features):
         if uni:  # each model's mean over the valid positions (lira.gaussian.univariate)
           x = (x.sum(axis=2) / valid.sum(axis=1)[:, None])[:, :, None]
           valid = np.ones((len(cols), 1), bool)
-        rows[uni] = (x, valid, centred(x, k))
-      x, valid, centring = rows[uni]
+        rows[uni] = (x, valid, centred(x, k), {})
+      x, valid, centring, sums = rows[uni]
       llr_BxM = sorted_balanced(x, k, first_BxM, valid, oas=scoring.covariance == "oas" and x.shape[2] > 1,
                                 shared=scoring.shared, offline=scoring.offline, floor=scoring.var_floor,
-                                offline_shift=scoring.offline_shift, centring=centring)
+                                offline_shift=scoring.offline_shift, centring=centring, sums=sums)
       unsorted = np.empty_like(llr_BxM)
       np.put_along_axis(unsorted, order_BxM, llr_BxM, axis=1)
       out_MxB[:, cols] = scoring.sign * unsorted.T if scoring.offline else unsorted.T

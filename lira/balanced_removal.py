@@ -151,10 +151,11 @@ def oas_fits(z_BxNxD, n_in, delta_BxD, valid_BxD, shared):
 
 
 def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, valid_BxD, floored, *, oas, shared,
-                   offline, floor, offline_shift):
+                   offline, floor, offline_shift, sums=None):
   """Scores [B, J] of the J targets of one class, each fitted without its removed rows (`Windows` of z_BxNxD's
   rows: s_own of its own class, the target first, then s_oth of the other), both classes left with L rows (a
-  number). fitted: `oas_fits` (OAS)."""
+  number). fitted: `oas_fits` (OAS). sums: a dict shared by variants scored on the same rows, keeping the windows'
+  sums by target class (the class-wise and the shared diagonal fits remove the same rows)."""
   xp = array_namespace(z_BxNxD)
   dt = z_BxNxD.dtype
   s_own, s_oth = sizes = windows.sizes
@@ -165,12 +166,17 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, va
   # every sum and dot product from them) or OAS works outside the fits' span; else the windows' sums, dot products
   # and projections take their place.
   few = s_own + s_oth < woodbury.MATMUL_ROWS
-  Z = gather(z_BxNxD, idx_BxJxS) if few or (oas and not _spanned(fitted[0])) else None  # [B, J, S, D]
+  cached = (not oas or offline) and sums is not None and target_in in sums  # the windows' sums, made by a variant
+  Z = gather(z_BxNxD, idx_BxJxS) if (few and (oas or not cached)) or (oas and not _spanned(fitted[0])) else None
   Z_own, Z_oth = (None, None) if Z is None else (Z[:, :, :s_own], Z[:, :, s_own:])
-  if not oas or offline:  # the windows' sums: the diagonal estimators' downdates, offline std's diag(W')
+  if cached:
+    (g_own, sq_own), (g_oth, sq_oth) = sums[target_in]
+  elif not oas or offline:  # the windows' sums: the diagonal estimators' downdates, offline std's diag(W')
     (g_own, sq_own), (g_oth, sq_oth) = ((_row_sum(X), _row_sum(X * X) if X.shape[2] > 1 else None)
                                         for X in (Z_own, Z_oth)) if few else \
         (windows.sums(z_BxNxD, True), windows.sums(z_BxNxD, False))
+    if sums is not None:
+      sums[target_in] = ((g_own, sq_own), (g_oth, sq_oth))
 
   def window_gram(own):  # G_S of the own or the other class's window
     X = Z_own if own else Z_oth

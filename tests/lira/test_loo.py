@@ -390,6 +390,21 @@ def test_variants_in_one_pass_equal_one_call_each(options):
     np.testing.assert_array_equal(llr, alone)  # the same operations on the same block: bit for bit
 
 
+@pytest.mark.parametrize("offline", [False, True])
+def test_balanced_variants_in_one_pass_at_unequal_counts_equal_one_call_each(offline):
+  # counts away from half remove windows of several rows; the class-wise and the shared diagonal fits of one pass
+  # (offline: the independent fit and OAS) share the windows' sums, and each equals its own call bit for bit
+  loss, _ = make_losses(M=16, N=6, T=6, seed=5)
+  rng = np.random.default_rng(5)
+  keep = np.stack([rng.permutation(16) < k for k in (5, 6, 7, 9, 10, 11)], axis=1)
+  scoring = lira.Scoring(balance_counts=True, offline=offline, statistic="loss")
+  variants = [("univariate", False), ("independent", False), ("oas", False)] if offline else VARIANTS
+  together = lira.leave_one_out_variants(loss, keep, [scoring.variant(c, s) for c, s in variants], block_size=3)
+  for (covariance, shared), llr in zip(variants, together):
+    alone = plain_loo(loss, keep, scoring.variant(covariance, shared), block_size=3)
+    np.testing.assert_array_equal(llr, alone)
+
+
 @pytest.mark.parametrize("keep_of, words", [
     (lambda k: k * 0.5, "model 0, canary 0 holds 0.5"),
     (lambda k: k.astype(int) * 2, "holds 2"),
