@@ -302,9 +302,9 @@ def _oas_scores(z_BxNxD, delta_BxD, diag_w, fitted, first_BxN, n, counts, trips,
 def per_canary(x_BxMxD, k_B, first_BxM, valid_BxD, lay, scratch=None, **options):
   """`padded_balanced` of canaries with one IN count each (k_B [B] int, counts of `lay`), by jax.vmap over the
   canaries: (scores [B, M] in each canary's sorted order, or a list of them where `shared` is a tuple of flags, the
-  buffer of OAS's factors or None). The loops run to the
-  block's largest removal counts. scratch: that buffer from the call of another variant on the same block (its
-  values are never read), so that the variants of a program share one. options: padded_balanced's keywords."""
+  buffer of OAS's factors or None). The loops run to the block's largest removal counts. scratch: that buffer from
+  the call of another variant on the same block (its values are never read), so that the variants of a program share
+  one. options: padded_balanced's keywords."""
   import jax
   import jax.numpy as jnp
   t = removal_trips(jnp.asarray(k_B, dtype=jnp.int32), lay.M)
