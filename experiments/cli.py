@@ -261,6 +261,19 @@ def _closed_loop_callback(info):
           and tb.tb_frame.f_code.co_filename.endswith(os.path.join("asyncio", "base_events.py")))
 
 
+def _wraps_interrupt(e):
+  """Whether an exception is Python's wrapper of a Ctrl-C: a KeyboardInterrupt raised inside a hook Python calls
+  while it builds a class (Python 3.11's `RuntimeError: Error calling __set_name__ ...`, as a module imported lazily
+  defines its dataclasses) reaches the command as the wrapper's cause."""
+  seen = set()
+  while e is not None and id(e) not in seen:
+    if isinstance(e, KeyboardInterrupt):
+      return True
+    seen.add(id(e))
+    e = e.__cause__
+  return False
+
+
 def _exiting():
   """The command's work is done and its last line printed: a Ctrl-C during the interpreter's exit (a second or more
   with jax loaded) is ignored, and one a library swallowed on the way (which CPython remembers, _forget_interrupt) is
@@ -284,7 +297,10 @@ def run(main, resumes=False):
     except KeyboardInterrupt:
       _exiting()
       sys.exit(stopped(resumes))
-    except Exception as e:  # noqa: BLE001 - re-raised unless it is the user's to fix
+    except Exception as e:  # noqa: BLE001 - re-raised unless it is the user's to fix or a wrapped Ctrl-C
+      if _wraps_interrupt(e):
+        _exiting()
+        sys.exit(stopped(resumes))
       if not is_user_error(e):
         raise
       _exiting()

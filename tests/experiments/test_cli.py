@@ -125,6 +125,30 @@ def test_a_ctrl_c_inside_exec_source_still_exits_130(tmp_path):
   assert [l for l in proc.stderr.splitlines() if l.strip()] == [cli.STOPPED]
 
 
+_SET_NAME_INTERRUPT = """
+import sys
+from experiments import cli
+class Interrupted:
+  def __set_name__(self, owner, name):
+    raise KeyboardInterrupt  # a Ctrl-C while Python builds a class (a module imported lazily defining a dataclass)
+def main(argv):
+  class Config:
+    field = Interrupted()
+sys.argv = ["prog"]
+cli.run(main, resumes=True)
+"""
+
+
+def test_a_ctrl_c_that_python_wraps_while_building_a_class_still_exits_130(tmp_path):
+  import subprocess
+  (tmp_path / "stopped_in_set_name.py").write_text(_SET_NAME_INTERRUPT)
+  env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{tmp_path}"}
+  proc = subprocess.run([sys.executable, "-m", "stopped_in_set_name"], capture_output=True, text=True, timeout=60,
+                        cwd=ROOT, env=env)
+  assert proc.returncode == 130, (proc.returncode, proc.stderr[-2000:])
+  assert [l for l in proc.stderr.splitlines() if l.strip()] == [f"{cli.STOPPED}; {cli.RESUMES}"]
+
+
 _SWALLOWED_INTERRUPT = """
 import sys
 from experiments import cli
