@@ -266,7 +266,7 @@ class Stream:
     return 2.0 * tr, (X01, X10)
 
   def _pair(self, a, b):
-    """z_a . z_b for union rows b < a, [B, J]: from the bands within a window, the cross products across."""
+    """z_a . z_b for union rows b <= a, [B, J]: from the bands within a window, the cross products across."""
     xp = self.xp
     win = self.sets.windows
 
@@ -287,20 +287,6 @@ class Stream:
       x01 = xp.take_along_axis(X01, i01[None], axis=0)[0]
       x10 = _index(X10, min(b, win[0].S - 1) if isinstance(b, int) else xp.minimum(b, win[0].S - 1), axis=0)
       out = xp.where((b < s0) & (a >= s0), xp.where(s0 <= 1, x01, x10), out)
-    return out
-
-  def _square(self, a):
-    """z_a . z_a of union row a, [B, J]: its window's band at offset 0."""
-    xp = self.xp
-    win = self.sets.windows
-    if len(win) == 1:
-      return _entries(self.bands[0][..., 0], win[0].pos(a))
-    s0 = win[0].s_BxJ
-    out = xp.zeros(s0.shape, dtype=self.z.dtype)
-    if self.bands[0] is not None:
-      out = xp.where(a < s0, _entries(self.bands[0][..., 0], win[0].pos(a)), out)
-    if self.bands[1] is not None:
-      out = xp.where(a >= s0, _entries(self.bands[1][..., 0], win[1].pos(xp.maximum(a - s0, 0))), out)
     return out
 
   def _factor_and_h(self, vectors):
@@ -344,7 +330,7 @@ class Stream:
       row = fori(a, inner, xp.zeros((B, J, S), dtype=dt), self.z)
       size = sizes[0] if len(sizes) == 1 else xp.where(which_a == 0, sizes[0], sizes[1])
       if self.R is None:  # h_aa = p_a (w - 1 / alpha') p_a + |z_a|^2 / alpha', |z_a|^2 from the bands
-        h_aa = xp.sum(c_a * va.p, axis=-1) + outside * self._square(a)
+        h_aa = xp.sum(c_a * va.p, axis=-1) + outside * self._pair(a, a)
       else:
         h_aa = xp.sum(pw_a * va.p, axis=-1) + self._outside(va, va)
       k_aa = 1.0 - 1.0 / (L + size) - self.beta * h_aa
