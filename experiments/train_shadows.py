@@ -44,6 +44,7 @@ from experiments import process_flags
 from lira.reports import loo_report
 import run_folder
 from lira.errors import InputError, UserError
+from training import group_files
 from training import group_plan
 from training import pipeline
 from training import population
@@ -190,7 +191,7 @@ def main(argv):
   # a run folder from before the `population` block gets one only when the command line sets it
   population_given = any(arg.startswith("--config.population") for arg in sys.argv[1:])
   cfg = run_config.recorded_group_size(run_config.effective_config(cfg, run_dir, population_given), run_dir)
-  finished = pipeline.is_finished(cfg, run_dir)
+  finished = group_files.is_finished(cfg, run_dir)
   if not finished:  # training writes the run folder; a finished run re-run writes nothing there (read-only is fine)
     run_folder.check_writable(run_dir, "training writes its groups, checkpoints and losses there; choose another "
                                        "--run_dir")
@@ -227,7 +228,7 @@ def main(argv):
     if processes.process_id != 0:
       print(f"all groups are finished in {run_dir}/losses; process 0 assembles losses.npy and evaluates")
       return
-    complete = pipeline.assemble(cfg, run_dir)
+    complete = group_files.assemble(cfg, run_dir)
   if not complete and processes.array_task is not None:
     print(f"{processes.name} (share {processes.process_id} of {processes.num_processes}): its groups are done; other "
           f"groups are still missing in {run_dir}/losses. The last array task to finish assembles losses.npy"

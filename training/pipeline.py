@@ -1,5 +1,6 @@
-"""The shadow-model run: the run's data (training/run_data.py), the model, grouped training and per-token losses, in
-one run folder.
+"""The shadow-model run: the run's data (training/run_data.py), the model (training/model_setup.py), grouped training,
+checkpoints (training/checkpoints.py) and per-token losses, in one run folder (training/group_files.py stacks the
+groups' files).
 
 Stages hand over through files in the run folder (LiRA reference code style), so a killed run resumes
 where it stopped: finished groups are skipped, a group whose checkpoint exists is only re-extracted,
@@ -9,21 +10,22 @@ and at most the group in flight is lost.
 import os
 import tempfile
 import time
-import warnings
 
 import jax
 import numpy as np
-import orbax.checkpoint as ocp
 from flax import nnx
 
 import models
 import run_folder
 from training import canaries as canaries_lib
+from training import checkpoints
 from training import dp as dp_lib
+from training import group_files
 from training import group_plan
 from training import plan_table as plan_table_lib
 from training import images as images_lib
 from training import lora_config as lora_lib
+from training import model_setup
 from training import population as population_lib
 from training import preemption
 from training import run_config
@@ -84,68 +86,6 @@ def dp_setup(cfg, run_dir, data):
   return dp
 
 
-def build_model(cfg, data, run_dir, progress=True):
-  """The model every shadow copy starts as: a fresh one (LSTM, PixelCNN++), or a base checkpoint to fine-tune
-  (GPT-NeoX: the family fine-tunes)."""
-  kwargs = dict(cfg.model)
-  name = kwargs.pop("name")
-  fam = models.family(name)
-  if fam.data_kind == "images":
-    return fam.build(**kwargs)
-  if not fam.fine_tunes:
-    return fam.build(vocab_size=data.vocab_size, **kwargs)
-  from models import hf_convert
-  base = cfg.model.base
-  if base == "pretrain":
-    base = os.path.join(run_dir, run_folder.names.BASE_MODEL_DIR)
-    if not os.path.exists(os.path.join(base, run_folder.names.MODEL_CONFIG)):  # written last: the folder is complete
-      pretrain_base(cfg, data, base, os.path.join(run_dir, run_folder.names.TOKENIZER), progress)
-  module = hf_convert.from_pretrained(base)  # float32: training rebuilds it in train.compute_dtype
-  if module.config.vocab_size < data.vocab_size:
-    raise InputError(f"model.base {cfg.model.base!r} embeds {module.config.vocab_size} token ids but the tokenizer "
-                     f"{cfg.tokenizer.name!r} has {data.vocab_size}; use the base model's own tokenizer")
-  graphdef, params = nnx.split(module)  # the base lives on the host: each group's copies are put shard by shard
-  host = nnx.merge(graphdef, jax.device_get(params))
-  lora = lora_lib.settings(cfg.train.get("lora"))
-  if lora is not None:  # the copies are adapters on this one base
-    from models import lora as lora_model
-    return lora_model.functional(name, module.config, host, lora)
-  return models.pretrained(name, module.config, host)
-
-
-def pretrain_base(cfg, data, folder, tokenizer_file, progress=True):
-  """Pretrain a small GPT-NeoX on the train-split sequences the shadows do not fine-tune on; save it as a
-  Hugging Face folder (with the run's tokenizer.json).
-
-  The offline stand-in for a Pythia checkpoint: it never sees the held-out split the average-case canaries come
-  from, nor the fine-tuning sequences.
-  """
-  from models import hf_convert
-  p = cfg.pretrain
-  sequences_SxT = data.pretrain_SxT[:p.max_sequences] if p.max_sequences else data.pretrain_SxT
-  if len(sequences_SxT) < p.batch_size:
-    raise InputError(f"model.base='pretrain' needs at least pretrain.batch_size={p.batch_size} training sequences "
-                     f"beyond data.max_train_sequences={cfg.data.max_train_sequences}; the split has "
-                     f"{len(sequences_SxT)}. Lower data.max_train_sequences or use a checkpoint as model.base")
-  model = base_architecture(cfg, data)
-  tcfg = trainer.TrainConfig(p.epochs, p.batch_size, p.learning_rate, p.weight_decay, cfg.shadow.seed,
-                             compute_dtype=run_config.compute_dtype(cfg))
-  t0 = time.perf_counter()
-  state, loss = trainer.train_group(model, sequences_SxT, [np.arange(len(sequences_SxT))], [0], tcfg,
-                                    bos_id=data.bos_id, progress=progress)
-  module = nnx.merge(model.graphdef, jax.tree.map(lambda x: x[0], state))
-  hf_convert.save_pretrained(module, folder, tokenizer_file=tokenizer_file)
-  if progress:
-    print(f"base model: pretrained on {len(sequences_SxT)} sequences, last-epoch loss {float(loss[0]):.3f} "
-          f"({time.perf_counter() - t0:.1f} s); saved as a Hugging Face folder in {folder}")
-
-
-def base_architecture(cfg, data):
-  """A fresh GPT-NeoX of the architecture `model.base=pretrain` pretrains (model.arch, the run's vocabulary)."""
-  return family(cfg).build(vocab_size=data.vocab_size, bos_token_id=data.bos_id, eos_token_id=data.bos_id,
-                           **dict(cfg.model.arch))
-
-
 def plan_shapes(cfg, data, dp=None):
   """What the group plan compiles the step and the extraction for (training/group_plan.py)."""
   return group_plan.Shapes(tuple(data.examples_ExT.shape[1:]), str(data.examples_ExT.dtype), cfg.train.batch_size,
@@ -193,9 +133,9 @@ def plan_table(cfg, mesh=None, progress=True, title="plan"):
     run_config.check_config(cfg, tmp)
     data = run_data.prepare_data(cfg, tmp, progress)
     if family(cfg).fine_tunes and cfg.model.base == "pretrain":
-      model = base_architecture(cfg, data)
+      model = model_setup.base_architecture(cfg, data)
     else:
-      model = build_model(cfg, data, tmp, progress)
+      model = model_setup.build_model(cfg, data, tmp, progress)
     dp = dp_setup(cfg, tmp, data)
   shapes, rows, M = plan_shapes(cfg, data, dp), extraction_rows(data), cfg.shadow.num_models
   plan = group_plan.make_plan(model, M, shapes, rows, mesh, examples_ExT=_timing_rows(cfg, data))
@@ -227,66 +167,6 @@ def _timing_rows(cfg, data):
   return data.examples_ExT if cfg.shadow.group_size == "fastest" else None
 
 
-def groups_of(cfg, process_id=0, num_processes=1):
-  """(group index, model ids) of this process's share: groups g with g % num_processes == process_id."""
-  return run_folder.groups(cfg.shadow.num_models, cfg.shadow.group_size, process_id, num_processes)
-
-
-def _checkpointer():
-  """Orbax checkpointer of this process alone (no barrier waits for other processes)."""
-  me = jax.process_index()
-  return ocp.StandardCheckpointer(multiprocessing_options=ocp.options.MultiprocessingOptions(
-    primary_host=me, active_processes={me}))
-
-
-def _npy_name(path):
-  return "".join(str(getattr(k, "key", k)) + "." for k in path) + "npy"
-
-
-def save_checkpoint(ckpt, params):
-  """Save a group's stacked params. One process: orbax. A jax.distributed run: one .npy per parameter in a folder
-  renamed into place when complete, because orbax saves from each process only its part of global arrays (numpy
-  arrays from process 0, process-local jax.Arrays refused), not the groups a process trains alone."""
-  if jax.process_count() == 1:
-    checkpointer = _checkpointer()
-    checkpointer.save(ckpt, params)  # orbax writes to a temporary folder and renames it when complete
-    checkpointer.wait_until_finished()
-    return
-  tmp = f"{ckpt}.tmp-{os.getpid()}"
-  for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
-    run_folder.save_npy(os.path.join(tmp, _npy_name(path)), jax.device_get(x))
-  os.replace(tmp, ckpt)
-
-
-def restore_checkpoint(ckpt, target):
-  """A group's params restored into `target` (ShapeDtypeStructs with shardings), each device reading only its
-  shards: orbax with the sharded target, or the .npy folder memory-mapped and cut shard by shard."""
-  if not os.path.exists(os.path.join(ckpt, "_CHECKPOINT_METADATA")):
-    def one(path, t):
-      array = run_folder.load_npy(os.path.join(ckpt, _npy_name(path)), mmap=True)
-      if array.shape != t.shape or array.dtype != t.dtype:
-        raise InputError(f"{ckpt}/{_npy_name(path)}: {array.dtype} {array.shape}, the model needs {t.dtype} {t.shape}")
-      return jax.make_array_from_callback(t.shape, t.sharding, lambda index: np.asarray(array[index]))
-    return jax.tree_util.tree_map_with_path(one, target)
-  with run_folder.ctrl_c_held():
-    return _checkpointer().restore(ckpt, target)
-
-
-def _population_files(data, model, losses_path):
-  """A group's population files when the run has a population: its losses, and top-1 correctness where the family
-  has it."""
-  if data.population_ZxT is None:
-    return []
-  paths = [population_lib.group_path(losses_path)]
-  if "top1" in model.stat_names:
-    paths.append(run_folder.names.population_group_path(losses_path, "top1"))
-  return paths
-
-
-def _missing(paths):
-  return [p for p in paths if not os.path.exists(p)]
-
-
 def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True, dp=None):
   """Train (or restore) one group, checkpoint it, and write its population losses [G, Z, T] and top-1 correctness
   (with a population), the family's stats and its canary losses [G, N, T], that last. A finished group (its canary
@@ -299,9 +179,10 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
   # the group's params, shard by shard on the devices it is scored on (the first local one without a mesh)
   target = nnx.to_pure_dict(trainer.abstract_stack(model, len(model_ids), mesh))
   if os.path.exists(ckpt):  # trained before a kill that came before its losses were written
-    params = restore_checkpoint(ckpt, target)
+    params = checkpoints.restore(ckpt, target)
   elif finished:
-    missing = [os.path.relpath(p, run_dir) for p in _missing(stat_paths + _population_files(data, model, losses_path))]
+    missing = [os.path.relpath(p, run_dir)
+               for p in group_files.missing(stat_paths + group_files.population_files(data, model, losses_path))]
     raise MissingFileError(f"{ckpt} does not exist: group {g} (models {model_ids[0]}-{model_ids[-1]}) is finished but "
                            f"its checkpoint is gone, so {', '.join(missing)} cannot be computed")
   else:
@@ -312,7 +193,7 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
     state, _ = trainer.train_group(model, data.examples_ExT, example_ids, model_ids, tcfg, bos_id=data.bos_id,
                                    length=length, mesh=mesh, progress=progress)
     params = nnx.to_pure_dict(state)
-    save_checkpoint(ckpt, params)
+    checkpoints.save(ckpt, params)
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), len(model_ids))))
   nnx.replace_by_pure_dict(state, params)
   eval_batch = cfg.train.get("eval_batch_size", 256)
@@ -320,8 +201,8 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
   if progress and batch_size < eval_batch:
     print(f"group {g}: per-token extraction in batches of {batch_size} sequences (train.eval_batch_size = "
           f"{eval_batch}: the group's logits over the vocabulary would not fit the device's memory)", flush=True)
-  population_paths = _population_files(data, model, losses_path)
-  if _missing(population_paths):
+  population_paths = group_files.population_files(data, model, losses_path)
+  if group_files.missing(population_paths):
     # the canaries' per-token functions, on the population: its losses, and top1 where the family has it
     loss_GxZxT, *stats = trainer.canary_statistics(model, state, data.population_ZxT, bos_id=data.bos_id,
                                                    batch_size=batch_size, mesh=mesh)
@@ -329,7 +210,7 @@ def run_group(cfg, run_dir, data, model, g, model_ids, mesh=None, progress=True,
     for path, array_GxZxT in zip(population_paths, (loss_GxZxT, top1)):
       if array_GxZxT is not None and not os.path.exists(path):
         run_folder.save_npy(path, array_GxZxT)
-  if finished and not _missing(stat_paths):
+  if finished and not group_files.missing(stat_paths):
     return run_folder.load_npy(losses_path)
   loss_GxNxT, *stats = trainer.canary_statistics(model, state, data.canaries_NxT, bos_id=data.bos_id,
                                                  batch_size=batch_size, mesh=mesh)
@@ -347,7 +228,7 @@ def write_base_losses(cfg, run_dir, data, model, mesh=None):
   fine-tuned from (what WBC and EZ-MIA compare each fine-tuned model with) and its top-1 correctness, once each;
   nothing for families trained from scratch, or when both files exist."""
   paths = [os.path.join(run_dir, n) for n in (run_folder.names.BASE_LOSSES, run_folder.names.BASE_TOP1)]
-  if not model.fine_tuned or not _missing(paths):
+  if not model.fine_tuned or not group_files.missing(paths):
     return
   base = trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 1), mesh)  # the base, as a stack of one
   loss_1xNxT, *stats = trainer.canary_statistics(model, base, data.canaries_NxT, bos_id=data.bos_id,
@@ -358,84 +239,6 @@ def write_base_losses(cfg, run_dir, data, model, mesh=None):
   for path, array_1xNxT in zip(paths, arrays):
     if array_1xNxT is not None and not os.path.exists(path):
       run_folder.save_npy(path, np.asarray(array_1xNxT[0]))
-
-
-def group_done(cfg, run_dir, g):
-  """Whether group g is finished: its canary losses and the family's statistics (mu, sigma, top1) exist, and its
-  population losses and top-1 correctness when the run has a population."""
-  losses_path = run_folder.group_paths(run_dir, g)[1]
-  stat_names = family(cfg).stat_names
-  paths = [losses_path] + [run_folder.stat_path(losses_path, stat) for stat in stat_names]
-  if population_lib.settings(cfg)[0]:
-    paths.append(population_lib.group_path(losses_path))
-    if "top1" in stat_names:
-      paths.append(run_folder.names.population_group_path(losses_path, "top1"))
-  return not _missing(paths)
-
-
-def _stack(run_dir, name, parts):
-  """Write RUN_DIR/name (losses.npy, ...), the group files `parts` stacked on the model axis, unless it already
-  holds them.
-
-  A run folder whose stacked file has the shape the group files make was assembled before: left untouched, so
-  re-running a finished run writes nothing (and works on a read-only folder).
-  """
-  path = os.path.join(run_dir, name)
-  shapes = [run_folder.load_npy(p, mmap=True).shape for p in parts]
-  want = (sum(s[0] for s in shapes),) + shapes[0][1:]
-  if os.path.exists(path) and run_folder.load_npy(path, mmap=True).shape == want:
-    return
-  run_folder.save_npy(path, run_folder.load_stacked(parts))
-
-
-def assemble(cfg, run_dir):
-  """Stack the per-group losses (and a language model's mu, sigma) into losses.npy [M, N, T], and the population
-  losses into population_losses.npy [M, Z, T], once every group is done; False if some group is missing.
-
-  Groups without mu / sigma files (extracted by an older version) leave mu.npy / sigma.npy unwritten, with a
-  warning that names the missing files; LiRA needs only losses.npy.
-  """
-  parts = [run_folder.group_paths(run_dir, g)[1] for g, _ in groups_of(cfg)]
-  if not all(os.path.exists(p) for p in parts):
-    return False
-  for stat in family(cfg).stat_names:
-    stat_parts = [run_folder.stat_path(p, stat) for p in parts]
-    if missing := [os.path.relpath(p, run_dir) for p in stat_parts if not os.path.exists(p)]:
-      warnings.warn(f"{stat}.npy not written: {len(missing)} group(s) have no {stat} file ({', '.join(missing)}); "
-                    f"delete those groups' losses files to re-extract them from their checkpoints", stacklevel=2)
-    else:
-      _stack(run_dir, run_folder.names.stat_file(stat), stat_parts)
-  _stack(run_dir, run_folder.names.LOSSES, parts)
-  if population_lib.settings(cfg)[0]:
-    population_parts = [population_lib.group_path(p) for p in parts]
-    if not all(os.path.exists(p) for p in population_parts):
-      return False
-    _stack(run_dir, run_folder.names.POPULATION_LOSSES, population_parts)
-    top1_parts = [run_folder.names.population_group_path(p, "top1") for p in parts]
-    if "top1" in family(cfg).stat_names and all(os.path.exists(p) for p in top1_parts):
-      _stack(run_dir, run_folder.names.POPULATION_TOP1, top1_parts)
-  return True
-
-
-def is_finished(cfg, run_dir):
-  """Whether the run is complete (config.json, every group's losses and losses.npy, and population_losses.npy with
-  a population): re-running it then writes nothing into the run folder, which may be read-only. `cfg` as
-  run_config.effective_config gives it."""
-  if group_plan.planned(cfg.shadow.group_size):  # not planned yet: no group has trained
-    return False
-  population = population_lib.settings(cfg)[0] == 0 or os.path.exists(
-    os.path.join(run_dir, population_lib.LOSSES_FILE))
-  return (os.path.exists(run_folder.config_path(run_dir))
-          and os.path.exists(os.path.join(run_dir, run_folder.names.LOSSES))
-          and population and all(group_done(cfg, run_dir, g) for g, _ in groups_of(cfg)))
-
-
-def wait_for_groups(cfg, run_dir, poll_s=1.0):
-  """Block until every group is done (group_done; written by the other processes of a jax.distributed run);
-  a SIGTERM meanwhile raises preemption.Preempted."""
-  while not all(group_done(cfg, run_dir, g) for g, _ in groups_of(cfg)):
-    preemption.check()
-    time.sleep(poll_s)
 
 
 def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True, wait=False, assemble_here=True,
@@ -459,7 +262,7 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
   with preemption.stage("data"):  # checked between its parts and the encoding's chunks
     data = run_data.prepare_data(cfg, run_dir, progress)
   run_config.record_population(cfg, run_dir)
-  model = build_model(cfg, data, run_dir, progress)
+  model = model_setup.build_model(cfg, data, run_dir, progress)
   dp = dp_setup(cfg, run_dir, data)
   if group_plan.planned(cfg.shadow.group_size):  # planned once, before the first group; a resume keeps the record
     cfg = plan_group_size(cfg, run_dir, data, model, dp, mesh, process_id, log_groups)
@@ -470,8 +273,8 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
     print(f"DP-SGD: noise multiplier {dp.noise_multiplier:.4g}, clip norm {dp.clip_norm:g}, {dp.sampling} sampling, "
           f"{record['steps']} steps; accountant epsilon {record['epsilon']:.4g} at delta {dp.delta:g} "
           "(each model's in config.json)", flush=True)
-  mine = groups_of(cfg, process_id, num_processes)
-  todo = [(g, ids) for g, ids in mine if not group_done(cfg, run_dir, g)]
+  mine = group_files.groups_of(cfg, process_id, num_processes)
+  todo = [(g, ids) for g, ids in mine if not group_files.group_done(cfg, run_dir, g)]
   rescore = sum(os.path.exists(run_folder.group_paths(run_dir, g)[1]) for g, _ in todo)  # trained, files missing
   done = len(mine) - len(todo)
   if log_groups and (done or rescore):
@@ -486,5 +289,7 @@ def run(cfg, run_dir, *, process_id=0, num_processes=1, mesh=None, progress=True
       print(f"group {g} ({done + i + 1} of {len(mine)}): models {ids[0]}-{ids[-1]} finished in "
             f"{time.perf_counter() - t0:.1f} s", flush=True)
   if wait:
-    wait_for_groups(cfg, run_dir)
-  return assemble(cfg, run_dir) if assemble_here else all(group_done(cfg, run_dir, g) for g, _ in groups_of(cfg))
+    group_files.wait_for_groups(cfg, run_dir)
+  if assemble_here:
+    return group_files.assemble(cfg, run_dir)
+  return all(group_files.group_done(cfg, run_dir, g) for g, _ in group_files.groups_of(cfg))

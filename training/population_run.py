@@ -16,6 +16,8 @@ import models
 from lira.errors import InputError, MissingFileError, UserError
 import run_folder
 from run_folder import names
+from training import group_files
+from training import model_setup
 from training import pipeline
 from training import population as population_lib
 from training import run_config
@@ -131,7 +133,7 @@ def add_population(run_dir, size=None, source=None, overwrite=False, progress=Tr
     shape = run_folder.load_npy(paths[1], mmap=True).shape
     if shape[:2] == (M, Z):
       return True, (size, source), paths
-  if not pipeline.is_finished(run_config.without_section(cfg, "population"), run_dir):
+  if not group_files.is_finished(run_config.without_section(cfg, "population"), run_dir):
     raise InputError(f"{run_dir} is not a finished shadow run (no losses.npy, or a group's losses are missing); "
                      f"finish it with train_shadows --run_dir={run_dir} --config.population.size={size}, which "
                      "scores the population too")
@@ -142,10 +144,10 @@ def add_population(run_dir, size=None, source=None, overwrite=False, progress=Tr
   run_config.check_config(cfg, run_dir)
   data = run_data.prepare_data(cfg, run_dir, progress=False)
   run_config.record_population(cfg, run_dir)
-  model = pipeline.build_model(cfg, data, run_dir, progress=False)
-  todo = [(g, ids) for g, ids in pipeline.groups_of(cfg) if not pipeline.group_done(cfg, run_dir, g)]
+  model = model_setup.build_model(cfg, data, run_dir, progress=False)
+  todo = [(g, ids) for g, ids in group_files.groups_of(cfg) if not group_files.group_done(cfg, run_dir, g)]
   for g, ids in tqdm(todo, desc="population losses", unit="group", disable=not progress):
     pipeline.run_group(cfg, run_dir, data, model, g, ids, progress=False)
-  if not pipeline.assemble(cfg, run_dir):
+  if not group_files.assemble(cfg, run_dir):
     raise MissingFileError(f"{run_dir}: a group's population losses are missing after scoring every group")
   return False, (size, source), paths

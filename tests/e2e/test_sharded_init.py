@@ -18,7 +18,7 @@ SCRIPT = textwrap.dedent('''
   from jax.sharding import Mesh
   import models
   from models import gpt_neox
-  from training import pipeline, trainer
+  from training import checkpoints, model_setup, trainer
 
   def per_device():
     """Bytes of live device buffers per device, each buffer once (shard views share their parent's buffer)."""
@@ -34,7 +34,7 @@ SCRIPT = textwrap.dedent('''
   def base_model(**shape):
     cfg = gpt_neox.GPTNeoXConfig(**shape)
     graphdef, abstract = nnx.split(nnx.eval_shape(lambda: gpt_neox.GPTNeoXForCausalLM(cfg, rngs=nnx.Rngs(0))))
-    rng = np.random.default_rng(0)  # random weights on the host, as pipeline.build_model keeps a loaded base
+    rng = np.random.default_rng(0)  # random weights on the host, as model_setup.build_model keeps a loaded base
     host = jax.tree.map(lambda x: (rng.standard_normal(x.shape) * 0.02).astype(np.float32), abstract)
     return models.pretrained("gpt_neox", cfg, nnx.merge(graphdef, host)), host
 
@@ -57,18 +57,18 @@ SCRIPT = textwrap.dedent('''
   del params, opt
   target = nnx.to_pure_dict(trainer.abstract_stack(model, G, mesh))
   with tempfile.TemporaryDirectory() as tmp:
-    checkpointer = pipeline._checkpointer()
+    checkpointer = checkpoints.checkpointer()
     checkpointer.save(tmp + "/orbax", host_stack)  # as run_group saves a single-process group: host arrays
     checkpointer.wait_until_finished()
-    restored = pipeline.restore_checkpoint(tmp + "/orbax", target)
+    restored = checkpoints.restore(tmp + "/orbax", target)
     out["restore_orbax"] = per_device()
     out["restore_orbax_equal"] = all(np.array_equal(np.asarray(r), h) for r, h in
                                      zip(jax.tree.leaves(restored), jax.tree.leaves(host_stack)))
     del restored
     for path, x in jax.tree_util.tree_flatten_with_path(host_stack)[0]:  # the .npy folder of a distributed run
       os.makedirs(tmp + "/npy", exist_ok=True)
-      np.save(f"{tmp}/npy/{pipeline._npy_name(path)}", x)
-    restored = pipeline.restore_checkpoint(tmp + "/npy", target)
+      np.save(f"{tmp}/npy/{checkpoints.npy_name(path)}", x)
+    restored = checkpoints.restore(tmp + "/npy", target)
     out["restore_npy"] = per_device()
     out["restore_npy_equal"] = all(np.array_equal(np.asarray(r), h) for r, h in
                                    zip(jax.tree.leaves(restored), jax.tree.leaves(host_stack)))

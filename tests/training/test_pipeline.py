@@ -14,10 +14,14 @@ from lira import dp_audit
 from lira.errors import MissingFileError
 import run_folder
 from resume_check import assert_killed_run_resumes
+from training import checkpoints
 from training import data as data_lib
+from training import group_files
+from training import model_setup
 from training import pipeline
 from training import run_config
 from training import run_data
+from training import shadow_model
 from training import trainer
 
 
@@ -88,7 +92,7 @@ def test_losses_are_the_checkpointed_models_losses(finished_run):
   import jax
   tokenizer = data_lib.load_tokenizer(os.path.join(finished_run, "tokenizer.json"))
   data = run_data.prepare_data(cfg, finished_run, progress=False)
-  model = pipeline.build_model(cfg, data, finished_run, progress=False)
+  model = model_setup.build_model(cfg, data, finished_run, progress=False)
   params = ocp.StandardCheckpointer().restore(os.path.abspath(os.path.join(finished_run, "checkpoints", "group_0001")))
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 3)))
   nnx.replace_by_pure_dict(state, params)
@@ -98,6 +102,29 @@ def test_losses_are_the_checkpointed_models_losses(finished_run):
   # Same params, same loss function; only the forward pass's rounding order differs (vmapped over the group,
   # batched): ~1e-7 relative on O(3) losses.
   np.testing.assert_allclose(np.load(os.path.join(finished_run, "losses.npy"))[4], loss_NxT, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_a_group_checkpointed_as_a_npy_folder_loads_as_its_orbax_checkpoint(tmp_path, finished_run):
+  """A jax.distributed run checkpoints a group as one .npy per parameter (training/checkpoints.py): the shadow-model
+  loader reads that folder as it reads orbax's, to the same parameters."""
+  import shutil
+  import jax
+  from flax import nnx
+  run_dir = str(tmp_path / "run")
+  shutil.copytree(finished_run, run_dir)
+  orbax_module, _, _ = shadow_model.load_shadow_model(run_dir, 4)
+  ckpt = run_folder.group_paths(run_dir, 1)[0]
+  params = checkpoints.checkpointer().restore(os.path.abspath(ckpt))
+  shutil.rmtree(ckpt)
+  for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
+    run_folder.save_npy(os.path.join(ckpt, checkpoints.npy_name(path)), np.asarray(x))
+  assert not os.path.exists(os.path.join(ckpt, "_CHECKPOINT_METADATA"))
+  npy_module, _, _ = shadow_model.load_shadow_model(run_dir, 4)
+  want, got = jax.tree.leaves(nnx.state(orbax_module)), jax.tree.leaves(nnx.state(npy_module))
+  assert len(want) == len(got) > 0
+  for a, b in zip(want, got):
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
 def _mtimes(folder):
@@ -129,7 +156,7 @@ def test_a_run_from_before_top1_gets_it_from_its_checkpoints(tmp_path, monkeypat
                                                 for g in range(2) for kind in ("", "population_")]
   for name in top1:
     os.remove(os.path.join(run_dir, name))
-  assert not pipeline.is_finished(tiny_cfg(), run_dir)
+  assert not group_files.is_finished(tiny_cfg(), run_dir)
   with pytest.raises(MissingFileError, match=r"top1.npy: the models' top-1 correctness per token.*python -m "
                      r"experiments.train_shadows --run_dir=.* adds it from the groups' checkpoints"):
     ShadowRun.load(run_dir).top1()
@@ -141,7 +168,7 @@ def test_a_run_from_before_top1_gets_it_from_its_checkpoints(tmp_path, monkeypat
     np.testing.assert_array_equal(np.load(os.path.join(run_dir, name)), np.load(os.path.join(finished_run, name)),
                                   err_msg=name)
   assert {n: os.path.getmtime(os.path.join(run_dir, n)) for n in kept} == kept
-  assert pipeline.is_finished(tiny_cfg(), run_dir)
+  assert group_files.is_finished(tiny_cfg(), run_dir)
 
 
 @pytest.mark.slow
@@ -155,7 +182,7 @@ def test_assemble_names_groups_without_mu_or_sigma(tmp_path, finished_run):
     os.remove(os.path.join(run_dir, name))
   missing = r"mu.npy not written: 1 group\(s\) have no mu file \(losses/group_0001_mu.npy\)"
   with pytest.warns(UserWarning, match=missing):
-    assert pipeline.assemble(tiny_cfg(), run_dir)
+    assert group_files.assemble(tiny_cfg(), run_dir)
   assert not os.path.exists(os.path.join(run_dir, "mu.npy"))
   for name in ("losses", "sigma"):
     np.testing.assert_array_equal(np.load(os.path.join(run_dir, f"{name}.npy")),
@@ -271,7 +298,7 @@ def test_pythia_run_pretrains_a_base_then_fine_tunes_copies_of_it(pythia_run):
   from flax import nnx
   from models import token_loss
   data = run_data.prepare_data(cfg, pythia_run, progress=False)
-  model = pipeline.build_model(cfg, data, pythia_run, progress=False)
+  model = model_setup.build_model(cfg, data, pythia_run, progress=False)
   params = ocp.StandardCheckpointer().restore(os.path.abspath(os.path.join(pythia_run, "checkpoints", "group_0001")))
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 3)))
   nnx.replace_by_pure_dict(state, params)
@@ -295,7 +322,7 @@ def test_a_fine_tuning_run_records_the_canaries_losses_on_its_base_model(pythia_
   from models import token_loss
   base_NxT = np.load(os.path.join(pythia_run, "base_losses.npy"))  # what WBC compares each fine-tuned copy with
   data = run_data.prepare_data(pythia_cfg(), pythia_run, progress=False)
-  model = pipeline.build_model(pythia_cfg(), data, pythia_run, progress=False)  # the saved base: model.pretrained
+  model = model_setup.build_model(pythia_cfg(), data, pythia_run, progress=False)  # the saved base: model.pretrained
   canaries_NxT = np.load(os.path.join(pythia_run, "canaries.npy"))
   loss, _, _, top1 = token_loss.sequence_statistics(lambda x, m: model.apply(model.pretrained, x, m), canaries_NxT,
                                                     bos_id=data.bos_id)
@@ -313,7 +340,7 @@ def test_pythia_run_resumes_without_pretraining_again(tmp_path, monkeypatch, pyt
   shutil.copytree(pythia_run, run_dir)
   os.remove(os.path.join(run_dir, "losses", "group_0001.npy"))
   os.remove(os.path.join(run_dir, "losses.npy"))
-  monkeypatch.setattr(pipeline, "pretrain_base", lambda *a, **k: pytest.fail("pretrained again"))
+  monkeypatch.setattr(model_setup, "pretrain_base", lambda *a, **k: pytest.fail("pretrained again"))
   monkeypatch.setattr(trainer, "train_group", lambda *a, **k: pytest.fail("retrained a checkpointed group"))
   assert pipeline.run(pythia_cfg(), run_dir, progress=False)
   np.testing.assert_array_equal(np.load(os.path.join(run_dir, "losses.npy")),

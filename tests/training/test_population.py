@@ -15,6 +15,9 @@ import run_folder
 from lira.reports import synthetic_run
 from resume_check import Killed
 from test_pipeline import _finished, tiny_cfg
+from training import checkpoints
+from training import group_files
+from training import model_setup
 from training import pipeline
 from training import population
 from training import population_run
@@ -140,9 +143,9 @@ def test_population_losses_are_the_checkpointed_models_losses(pop_run):
   from flax import nnx
   cfg = tiny_cfg()
   data = run_data.prepare_data(cfg, pop_run, progress=False)
-  model = pipeline.build_model(cfg, data, pop_run, progress=False)
+  model = model_setup.build_model(cfg, data, pop_run, progress=False)
   target = nnx.to_pure_dict(trainer.abstract_stack(model, 3))
-  params = pipeline.restore_checkpoint(run_folder.group_paths(pop_run, 1)[0], target)
+  params = checkpoints.restore(run_folder.group_paths(pop_run, 1)[0], target)
   state = jax.eval_shape(lambda: trainer.init_stack(model, jax.random.split(jax.random.PRNGKey(0), 3)))
   nnx.replace_by_pure_dict(state, params)
   pop_ZxT = np.load(os.path.join(pop_run, "population.npy"))
@@ -192,8 +195,8 @@ def test_an_old_folder_resumes_and_assembles_without_a_population(old_run, pop_r
   # the population changes no model: the old folder's models are the population run's
   np.testing.assert_array_equal(np.load(os.path.join(old_run, "losses.npy")),
                                 np.load(os.path.join(pop_run, "losses.npy")))
-  assert pipeline.is_finished(run_config.effective_config(tiny_cfg(), old_run), old_run)
-  assert not pipeline.is_finished(run_config.effective_config(tiny_cfg(), old_run, population_given=True), old_run)
+  assert group_files.is_finished(run_config.effective_config(tiny_cfg(), old_run), old_run)
+  assert not group_files.is_finished(run_config.effective_config(tiny_cfg(), old_run, population_given=True), old_run)
 
 
 @pytest.mark.slow
