@@ -12,7 +12,6 @@ the same population's per-token losses on the targets ([K, Z, T]).
 
 import time
 
-from absl import app
 from absl import flags
 
 from attacks import shadow

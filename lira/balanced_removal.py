@@ -75,7 +75,6 @@ class Windows:
   def row_sums(self, x_BxNxX, own):
     """The sum of each target's window rows of x (own or the other class's), [B, J, X], or None when the window is
     empty: shifted adds over the class's rows (`_shifted`), else a sum of the J x s rows gathered."""
-    xp = array_namespace(x_BxNxX)
     at, n, s = self.own if own else self.oth
     if not s:
       return None
@@ -120,7 +119,6 @@ def _shifted(s, x_BxNxX):
 def _window_sums(rows_BxnxD, s, count):
   """sum_{o < s} rows[(p + o) % n] for the first `count` starts p (count <= n + 1), [B, count, D]: s shifted adds."""
   xp = array_namespace(rows_BxnxD)
-  n = rows_BxnxD.shape[1]
   ext = xp.concat([rows_BxnxD, rows_BxnxD[:, :s]], axis=1)
   out = ext[:, :count]
   for o in range(1, s):
@@ -158,7 +156,7 @@ def removal_scores(z_BxNxD, delta_BxD, diag_w, fitted, target_in, windows, L, va
   sums by target class (the class-wise and the shared diagonal fits remove the same rows)."""
   xp = array_namespace(z_BxNxD)
   dt = z_BxNxD.dtype
-  s_own, s_oth = sizes = windows.sizes
+  s_own, s_oth = windows.sizes
   idx_BxJxS = windows.idx()
   own_at, n_own, _ = windows.own
   z_t = z_BxNxD[:, own_at:own_at + n_own]  # the targets' own rows, [B, J, D]
@@ -311,7 +309,6 @@ def _windows_zwz(fits, P_BxNxR, windows, target_in, L):
   """{own: sum(C_b * Z_b W Z_b^T)} of the own class's window (own=True) and the other class's, each on its fit (the
   pooled one, or its class's), [B, J] (0.0 for an empty window): sum_i z_i^T W z_i + g^T W g / L in the fit's
   eigenbasis, from window sums of the rows' z^T W z and projections (no pass over each target's gathered rows)."""
-  xp = array_namespace(P_BxNxR)
   out = {}
   for own in (True, False):
     g = windows.row_sums(P_BxNxR, own)

@@ -341,7 +341,7 @@ def split_halves(keep_MxN, min_models=4, seed=0, tries=50):
                      f"{2 * min_models} of each (--min_models={min_models} per half; --nohalves skips them)")
   rng = np.random.default_rng([seed, 64])
   k_MxN = keep_MxN.astype(np.int64)
-  best, best_short = None, None
+  best_short = None
   for _ in range(tries):
     a_M = np.zeros(M, bool)
     a_M[rng.permutation(M)[:M // 2]] = True
@@ -361,7 +361,7 @@ def split_halves(keep_MxN, min_models=4, seed=0, tries=50):
     if short.sum() == 0:
       return np.flatnonzero(a_M), np.flatnonzero(~a_M)
     if best_short is None or short.sum() < best_short.sum():
-      best, best_short = a_M, short
+      best_short = short
   n = int(np.argmax(best_short))
   raise InputError(f"no split of the {M} models into halves found ({tries} tries) in which every canary has "
                    f"{min_models} IN and {min_models} OUT models in each half (canary {n} fell short); lower "

@@ -12,7 +12,6 @@ from tqdm.auto import tqdm
 from lira import gaussian
 from lira import gram
 from lira.checks import check_arrays, check_targets
-from lira.errors import InputError
 from lira.scoring import Scoring
 
 
