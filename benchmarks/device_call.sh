@@ -20,6 +20,8 @@
 # shape against PyTorch + PEFT on the GPU (benchmarks/lora_throughput.py, G up to --plan's), and their memory per
 # added copy from the GPU's compiled memory analysis.
 # Every step has its own time limit and writes what it measured under $OUT as it goes.
+# PART=sweep at tiny size on a CPU (tests/e2e/test_device_call_sweep.py): CONFIG, MODELS, GROUP, SWEEP_COUNTS, N_BOOT
+# and BACKEND as docs/reproduction/worst512/run.sh reads them; RUNS for its run folders (default /tmp/runs).
 set -u
 OUT=${OUT:?set OUT}
 PART=${PART:-checks}
@@ -49,7 +51,7 @@ case $PART in
     ;;
   sweep)
     # training, then the paired sweep (its tables first), then the reports of all 512
-    step worst512 550 env OUT="$OUT/worst512" RUNS=/tmp/runs PY="$PY" bash docs/reproduction/worst512/run.sh
+    step worst512 550 env OUT="$OUT/worst512" RUNS="${RUNS:-/tmp/runs}" PY="$PY" bash docs/reproduction/worst512/run.sh
     # one archive: a device call brings back at most 8 files, no deeper than two folders
     tar -czf "$OUT/worst512.tar.gz" -C "$OUT" worst512 && rm -rf "$OUT/worst512"
     ;;
