@@ -11,7 +11,12 @@ sweeps with other settings are kept.
 0.01%) with its paired canary-bootstrap interval (--n_boot replicates), printed as a second table.
 Counts above the run's M are dropped with a note. --attacks adds rows of the registered attacks that score
 leave-one-out (attacks/catalogue.py), scored on the same subsets (each target's reference models: the other m - 1).
+Each subset's rows are kept as it finishes (shadow_sweep_cells/ in the output folder), so a sweep stopped part-way
+resumes at the first subset it had not finished when the same command runs again (counts added above the largest
+reuse every subset already scored).
 """
+
+import os
 
 from absl import app
 from absl import flags
@@ -88,14 +93,25 @@ def main(argv):
               "balance_counts": FLAGS.balance_counts, "attacks": attacks or None,
               "pairs": FLAGS.pairs,
               **(chosen.acted if chosen else {})}
-  rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, scoring, counts=counts, draws=FLAGS.draws,
-                                       variants=variants, mask_NxT=run.mask_NxT, fpr=FLAGS.fpr, seed=FLAGS.seed,
-                                       progress=FLAGS.progress, attack_scorers=chosen.scorers() if chosen else (),
-                                       pairs=pairs, pair_fprs=pair_fprs, n_boot=FLAGS.n_boot)
   defaults = {**cli.flag_defaults(settings), **(chosen.defaults if chosen else {})}  # a list flag's default: strings
   recorded = {**settings, "counts": counts, "variants": keys, "dropped_counts_note": note,
               "pair_fprs": pair_fprs if pairs else None, "n_boot": FLAGS.n_boot if pairs else None,
               **({"population": chosen.population_size()} if chosen and chosen.population_size() else {})}
+  # Every subset's rows as it finishes, for a rerun after a stop; which subsets the counts and draws give is checked
+  # per subset (its models), so they are not part of the folder's settings.
+  cell_settings = {k: v for k, v in recorded.items() if k not in ("counts", "draws", "dropped_counts_note")}
+  cell_settings.update(backend=scoring.backend, precision=scoring.precision,
+                       population=chosen.population_record() if chosen else None)
+  cells = sweep_report.Cells(
+      os.path.join(out_dir, "shadow_sweep_cells" + provenance.suffix(
+          {k: settings[k] for k in settings if k not in ("counts", "draws")}, defaults)),
+      run_folder.run_fingerprint(FLAGS.run_dir), cell_settings)
+  rows = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, scoring, counts=counts, draws=FLAGS.draws,
+                                       variants=variants, mask_NxT=run.mask_NxT, fpr=FLAGS.fpr, seed=FLAGS.seed,
+                                       progress=FLAGS.progress, attack_scorers=chosen.scorers() if chosen else (),
+                                       pairs=pairs, pair_fprs=pair_fprs, n_boot=FLAGS.n_boot, cells=cells)
+  if cells.resumed:
+    print(f"resumed: {cells.resumed} subset(s) read back from {cells.folder}")
   names = [v[0] for v in variants] + [name for name, _ in (chosen.scorers() if chosen else [])]
   text, paths = sweep_report.write(out_dir, FLAGS.run_dir, run, rows, names, settings, defaults, recorded,
                                    styles=chosen.styles() if chosen else None,

@@ -89,7 +89,7 @@ def sweep_counts(num_models, scoring, variants=VARIANTS):
 
 def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws=3, variants=VARIANTS, mask_NxT=None,
                        fpr=1e-4, seed=0, progress=True, attack_scorers=(), pairs=(), pair_fprs=(1e-3, 1e-4),
-                       n_boot=metrics.N_BOOT, **fields):
+                       n_boot=metrics.N_BOOT, cells=None, **fields):
   """LOO evaluation on random subsets of m models, several draws per m (paper Figure 5).
 
   Within a subset every model is the target in turn and the other m-1 are its shadow models. With few
@@ -102,6 +102,10 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
   (lira.compare.paired_difference, n_boot replicates; on jax's device where the backend is jax and the device a GPU
   or TPU): rows of kind "pair" named "a - b", whose tpr is the difference. The full arrays are checked first
   (lira.checks.check_arrays), and errors name the run's model ids.
+  cells: where finished subsets are kept (lira.reports.sweep_report.Cells, or any object with its load and save):
+  load(m, draw, models) gives a subset's rows from an earlier call, or None to score it; save(m, draw, models, rows)
+  keeps them. The subsets are drawn in the same order either way, so a sweep stopped part-way resumes where it
+  stopped and returns the rows a whole one would.
   """
   scoring = Scoring.of(scoring, **fields)
   M = np.shape(keep_MxN)[0]
@@ -121,6 +125,11 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
   rows = []
   for m, d in tqdm(jobs, desc="shadow-count sweep", disable=not progress):
     models = np.sort(rng.choice(M, size=m, replace=False))
+    done = None if cells is None else cells.load(m, d, models)
+    if done is not None:
+      rows.extend(done)
+      continue
+    first = len(rows)
     loss, keep = ModelRows(loss_MxNxT, models), keep_MxN[models]
     llrs = leave_one_out_variants(loss, keep, [scoring.variant(c, s) for _, c, s in variants], mask_NxT=mask_NxT,
                                   on_undefined="nan", model_ids=models) if variants else []
@@ -149,6 +158,8 @@ def shadow_count_sweep(loss_MxNxT, keep_MxN, scoring=None, *, counts=None, draws
           row.update(tpr=cell["diff"], auc=diff["auc"]["diff"], resolved=metrics.is_resolved(row["n_neg"], f),
                      ci_low=cell["ci"][0], ci_high=cell["ci"][1], p_le_0=cell["p_le_0"], n_boot=int(n_boot))
         rows.append(row)
+    if cells is not None:
+      cells.save(m, d, models, rows[first:])
   return rows
 
 

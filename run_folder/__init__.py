@@ -15,12 +15,13 @@ from run_folder.atomic import (check_writable, copy_file, ctrl_c_held, remove_fi
 from run_folder.names import (POPULATION_FILES, RUN_FILES, config_path, group_paths, groups, population_group_path,
                               stat_path)
 from run_folder.runs import (Run, check_complete, check_no_run, finished_groups, load_config, load_json, load_npy,
-                             load_population, load_run, load_stacked, population_fingerprint, save_config, save_run)
+                             load_population, load_run, load_stacked, population_fingerprint, run_fingerprint,
+                             save_config, save_run)
 
 __all__ = [
     "names", "staging", "Run", "check_complete", "check_no_run", "check_writable", "config_path", "copy_file",
     "ctrl_c_held", "finished_groups", "group_paths", "groups", "load_config", "load_json", "load_npy",
     "load_population", "load_run", "load_stacked", "population_fingerprint", "population_group_path", "remove_files",
-    "save_bytes", "save_config", "save_csv", "save_figure", "save_json", "save_npy", "save_run", "save_text",
+    "run_fingerprint", "save_bytes", "save_config", "save_csv", "save_figure", "save_json", "save_npy", "save_run", "save_text",
     "standard_json", "stat_path", "POPULATION_FILES", "RUN_FILES",
 ]

@@ -162,6 +162,17 @@ def population_fingerprint(run_dir):
   paths = [os.path.join(run_dir, name) for name in names.POPULATION_FILES]
   if not os.path.exists(paths[0]):
     return None
+  return _sha256(paths)
+
+
+def run_fingerprint(run_dir):
+  """Which arrays a result was computed from: the first 16 hex digits of the SHA-256 of RUN_DIR/losses.npy, keep.npy
+  and mask.npy (where present), in that order (a few seconds a GB)."""
+  return _sha256([os.path.join(run_dir, name) for name in (names.LOSSES, names.KEEP, names.MASK)])
+
+
+def _sha256(paths):
+  """The first 16 hex digits of the SHA-256 of the files that exist among `paths`, read in order."""
   digest = hashlib.sha256()
   for path in filter(os.path.exists, paths):
     with open(path, "rb") as f:

@@ -5,7 +5,12 @@ then `fpr` and `rows` (lira.evaluation.shadow_count_sweep's rows: one per varian
 --pairs one per pair, FPR, m and draw, kind "pair", printed as a second table);
 shadow_sweep.csv holds the rows; shadow_sweep.png draws TPR against m with a min-max band over the draws. Settings
 other than their defaults are appended to the names (shadow_sweep_reduction-group4.json).
+Each finished subset's rows are kept in shadow_sweep_cells[_settings]/m-M_draw-D.json (`Cells`), so that a sweep
+stopped part-way resumes at the first subset it had not finished.
 """
+
+import math
+import os
 
 import numpy as np
 
@@ -13,6 +18,44 @@ from lira import metrics
 from lira.reports import plots
 from lira.reports import provenance
 import run_folder
+
+
+class Cells:
+  """A sweep's finished subsets in `folder`, one JSON file per m and draw (lira.evaluation.shadow_count_sweep's
+  `cells`). A file is read back only where it was written for the same arrays (run_folder.run_fingerprint), the
+  same settings and the same models; any other is scored again and replaced. The rows come back as they were made:
+  their keys in their order, and the values JSON has no number for (NaN) listed beside them and restored."""
+
+  def __init__(self, folder, fingerprint, settings):
+    os.makedirs(folder, exist_ok=True)
+    self.folder, self.fingerprint = folder, fingerprint
+    self.settings = run_folder.standard_json(settings)  # as it reads back from JSON
+    self.resumed = 0  # subsets read back
+
+  def _path(self, m, draw):
+    return os.path.join(self.folder, f"m-{m}_draw-{draw}.json")
+
+  def load(self, m, draw, models):
+    """The rows of subset (m, draw) of these models, or None where no file holds them."""
+    path = self._path(m, draw)
+    if not os.path.exists(path):
+      return None
+    cell = run_folder.load_json(path)
+    if (cell.get("fingerprint"), cell.get("settings"), cell.get("models")) != (
+        self.fingerprint, self.settings, [int(i) for i in models]):
+      return None
+    rows = [{key: row[key] for key in keys} for row, keys in zip(cell["rows"], cell["keys"])]  # JSON sorts keys
+    for i, key in cell["nan"]:
+      rows[i][key] = float("nan")
+    self.resumed += 1
+    return rows
+
+  def save(self, m, draw, models, rows):
+    nan = [[i, key] for i, row in enumerate(rows) for key, value in row.items()
+           if isinstance(value, float) and math.isnan(value)]
+    run_folder.save_json(self._path(m, draw), {"m": m, "draw": draw, "fingerprint": self.fingerprint,
+                                               "settings": self.settings, "models": [int(i) for i in models],
+                                               "rows": rows, "keys": [list(row) for row in rows], "nan": nan})
 
 
 def _cell(rows):

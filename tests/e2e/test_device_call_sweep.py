@@ -14,9 +14,9 @@ import pytest
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.mark.slow
-def test_the_prepared_sweep_call_trains_sweeps_and_evaluates_at_tiny_size(tmp_path):
-  out, runs = tmp_path / "out", tmp_path / "runs"
+def _call(tmp_path, name, runs):
+  """PART=sweep at tiny size with its outputs in tmp_path/name; the folder its archive unpacks to."""
+  out = tmp_path / name
   env = {**os.environ, "OUT": str(out), "RUNS": str(runs), "PART": "sweep", "PY": sys.executable,
          "CONFIG": "experiments/configs/lstm.py:tiny", "MODELS": "16", "GROUP": "8", "SWEEP_COUNTS": "8,16",
          "N_BOOT": "20"}
@@ -26,10 +26,16 @@ def test_the_prepared_sweep_call_trains_sweeps_and_evaluates_at_tiny_size(tmp_pa
   assert "worst512 rc=0" in (out / "steps.txt").read_text()
   # one archive comes back (a device call returns at most 8 files); the run folders stay in RUNS
   assert sorted(os.listdir(out)) == ["log.txt", "steps.txt", "worst512.tar.gz"]
-  assert os.path.exists(runs / "worst16" / "losses.npy")
   with tarfile.open(out / "worst512.tar.gz") as tar:
-    tar.extractall(tmp_path / "back", filter="data")
-  back = tmp_path / "back" / "worst512"
+    tar.extractall(tmp_path / f"{name}_back", filter="data")
+  return tmp_path / f"{name}_back" / "worst512"
+
+
+@pytest.mark.slow
+def test_the_prepared_sweep_call_trains_sweeps_and_evaluates_at_tiny_size_and_resumes(tmp_path):
+  runs = tmp_path / "runs"
+  back = _call(tmp_path, "out", runs)
+  assert os.path.exists(runs / "worst16" / "losses.npy")
   log = (back / "log.txt").read_text()
   assert "paired sweep done (rc 0)" in log and "m = 16 evaluated" in log and "membership_structure done" in log
   table = (back / "shadow_sweep.txt").read_text()
@@ -48,3 +54,10 @@ def test_the_prepared_sweep_call_trains_sweeps_and_evaluates_at_tiny_size(tmp_pa
   assert os.path.exists(back / "m16" / "results.json")
   assert "best variant at 0.1% FPR" in (back / "membership_structure_m8.txt").read_text()
   assert json.load(open(back / "train_config.json"))["shadow"]["num_models"] == 16
+  # a second call on the same machine (the same RUNS, a new OUT), as after a call stopped by its time limit: the
+  # training and the sweep's subsets are read back, and the same tables come back
+  again = _call(tmp_path, "out2", runs)
+  table_again = (again / "shadow_sweep.txt").read_text()
+  resumed = [line for line in table_again.splitlines(keepends=True) if line.startswith("resumed: ")]
+  assert len(resumed) == 1 and resumed[0].startswith("resumed: 2 subset(s) read back from ")
+  assert table_again.replace(resumed[0], "") == table

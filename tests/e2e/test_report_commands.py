@@ -78,6 +78,28 @@ def test_shadow_sweep_records_its_settings_and_drops_counts_above_m(run_dir, tmp
 
 
 @pytest.mark.slow
+def test_shadow_sweep_run_again_reads_its_finished_subsets_back_and_writes_the_same_reports(run_dir, tmp_path):
+  args = [f"--run_dir={run_dir}", f"--out_dir={tmp_path}", "--counts=6,8", "--draws=2", "--fpr=0.01",
+          "--variants=oas-shared,univariate-shared", "--pairs=oas-shared:univariate-shared", "--n_boot=20"]
+  first = command("experiments.shadow_sweep", *args)
+  assert first.returncode == 0, first.stderr[-2000:]
+  assert "resumed" not in first.stdout
+  # named by the settings but counts and draws (a sweep with more of them reuses the subsets it shares)
+  cells = tmp_path / "shadow_sweep_cells_variants-oas-shared+univariate-shared_fpr-0.01_pairs-oas-sharedunivariate-shared"
+  assert sorted(os.listdir(cells)) == ["m-6_draw-0.json", "m-6_draw-1.json", "m-8_draw-0.json"]
+  reports = {p: open(p, "rb").read() for p in tmp_path.glob("shadow_sweep_*.*") if p.is_file()}
+  assert len(reports) == 3  # json, csv, png
+  # as after a stop before the second draw of m = 6 finished
+  os.remove(cells / "m-6_draw-1.json")
+  again = command("experiments.shadow_sweep", *args)
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert f"resumed: 2 subset(s) read back from {cells}" in again.stdout
+  assert again.stdout.split("\n", 1)[1] == first.stdout  # the same tables
+  for p in (p for p in reports if p.suffix in (".json", ".csv")):
+    assert open(p, "rb").read() == reports[p], p.name
+
+
+@pytest.mark.slow
 def test_length_grid_records_its_settings_and_intervals(run_dir, tmp_path):
   proc = command("experiments.length_grid", f"--run_dir={run_dir}", f"--out_dir={tmp_path}", "--lengths=1,3",
                  "--strategies=group", "--n_boot=30", "--seed=4")

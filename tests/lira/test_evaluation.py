@@ -162,6 +162,63 @@ def test_shadow_count_sweep_rows_and_paired_differences_from_their_definitions(r
                                   pairs=[("OAS Shared", "RMIA")], progress=False)
 
 
+def _same_rows(got, want):
+  """Rows equal value for value, NaN where NaN, keys in the same order (the CSV's columns)."""
+  assert len(got) == len(want)
+  for g, w in zip(got, want):
+    assert list(g) == list(w)
+    for key in w:
+      assert g[key] == w[key] or (isinstance(w[key], float) and np.isnan(w[key]) and np.isnan(g[key])), key
+
+
+def test_a_stopped_shadow_count_sweep_resumes_to_the_rows_of_a_whole_one(run_dir, tmp_path, monkeypatch):
+  """Subsets kept as they finish (sweep_report.Cells) are read back, not scored again, for the same arrays, settings
+  and models; a sweep with more counts reuses the subsets it shares with an earlier one (the draws' order is the
+  same); another fingerprint, other settings or other models score again."""
+  from lira.reports import sweep_report
+  run = run_folder.load_run(run_dir)
+  variants = scoring_lib.select_variants(["oas-shared", "univariate-classwise"])  # class-wise at m = 4: NaN rows
+  kw = dict(draws=2, fpr=0.01, variants=variants, pairs=[("OAS Shared", "Univariate Class-Wise")], pair_fprs=(0.05,),
+            n_boot=20, seed=5, progress=False)
+  whole = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 6, 8], **kw)
+  assert any(np.isnan(r["tpr"]) for r in whole)
+  real = evaluation.leave_one_out_variants
+  scored = []
+
+  def counting(loss, keep, *a, **k):
+    scored.append(int(keep.shape[0]))
+    return real(loss, keep, *a, **k)
+  monkeypatch.setattr(evaluation, "leave_one_out_variants", counting)
+
+  def cells(folder="cells", fingerprint="run-a", settings=None):
+    return sweep_report.Cells(str(tmp_path / folder), fingerprint, settings or {"seed": 5, "pairs": [["a", "b"]]})
+  # stopped after the subsets of m = 4 and 6: the same command with every count scores only m = 8
+  first = evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 6], cells=cells(), **kw)
+  assert scored == [4, 4, 6, 6] and sorted(os.listdir(tmp_path / "cells")) == [
+      "m-4_draw-0.json", "m-4_draw-1.json", "m-6_draw-0.json", "m-6_draw-1.json"]
+  _same_rows(first, whole[:len(first)])
+  scored.clear()
+  store = cells()
+  _same_rows(evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 6, 8], cells=store, **kw), whole)
+  assert scored == [8] and store.resumed == 4
+  # all read back now, and the files hold strict JSON (NaN listed beside the rows)
+  scored.clear()
+  _same_rows(evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 6, 8], cells=cells(), **kw), whole)
+  assert scored == []
+  json.loads(open(tmp_path / "cells" / "m-4_draw-0.json").read(), parse_constant=lambda c: pytest.fail(c))
+  # other arrays or settings: every subset scored again (and its file replaced)
+  for other in (cells(fingerprint="run-b"), cells(settings={"seed": 5, "pairs": [["a", "c"]]})):
+    scored.clear()
+    _same_rows(evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 6, 8], cells=other, **kw),
+               whole)
+    assert scored == [4, 4, 6, 6, 8] and other.resumed == 0
+  # another seed draws other models: nothing read back for them
+  scored.clear()
+  store = cells(settings={"seed": 5, "pairs": [["a", "c"]]})
+  evaluation.shadow_count_sweep(run.loss_MxNxT, run.keep_MxN, counts=[4, 6, 8], cells=store, **{**kw, "seed": 6})
+  assert store.resumed == 1 and scored == [4, 4, 6, 6]  # m = 8 is every model whatever the seed
+
+
 def test_shadow_count_sweep_on_the_jax_pipeline_reuses_one_program_per_size(monkeypatch):
   # Subsets of one size have different IN counts but share one traced-count program (layouts widened to powers of
   # two, small programs' blocks sized to powers of two): three draws of m = 20 (counts 8-12) compile once; m = 16

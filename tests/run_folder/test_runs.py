@@ -117,3 +117,18 @@ def test_a_population_is_checked_against_the_losses_and_its_mask(tmp_path):
   run_folder.save_npy(str(tmp_path / "population_mask.npy"), np.ones((5, 3), bool))
   with pytest.raises(InputError, match=r"population_mask.npy: expected bool \[Z, T\] = \(5, 4\)"):
     run_folder.load_population(str(tmp_path))
+
+
+def test_run_fingerprint_is_the_sha256_of_the_losses_keep_and_mask_files(tmp_path):
+  import hashlib
+  for masked in (False, True):
+    folder = tmp_path / f"run_masked_{masked}"
+    _run(folder, mask=masked)
+    files = [names.LOSSES, names.KEEP] + ([names.MASK] if masked else [])
+    want = hashlib.sha256(b"".join((folder / name).read_bytes() for name in files)).hexdigest()[:16]
+    assert run_folder.run_fingerprint(str(folder)) == want
+  # one flipped membership is another fingerprint
+  keep = np.load(folder / names.KEEP)
+  keep[0, 0] = not keep[0, 0]
+  np.save(folder / names.KEEP, keep)
+  assert run_folder.run_fingerprint(str(folder)) != want

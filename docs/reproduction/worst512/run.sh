@@ -5,7 +5,8 @@
 # shared with paired canary-bootstrap intervals at 0.1% and 0.01% FPR), then evaluate and paper_table on all 512 and
 # membership_structure on the first 64. Everything is scored on the GPU (--backend=jax: every IN count of a subset in
 # one traced-count program). Outputs (tables, JSON, figures, logs) go to $OUT; the run folders stay in $RUNS (1.3 GB
-# of losses at 512 models).
+# of losses at 512 models). Run again after a stop (the same $RUNS), it resumes: training at the first unfinished
+# group, the sweep at the first unfinished subset.
 # Run from the project root: OUT=out RUNS=/tmp/runs bash docs/reproduction/worst512/run.sh
 # (CONFIG, MODELS, GROUP, SWEEP_COUNTS, N_BOOT and BACKEND override the setting for a dry run on a CPU.)
 set -u
@@ -22,11 +23,13 @@ $PY -m experiments.train_shadows --config="$CONFIG" --config.shadow.num_models="
   2>&1 | grep -v -i warn | tail -20 > "$OUT/train.txt"
 cp "$RUN/config.json" "$OUT/train_config.json"
 log "trained"
-$PY -m experiments.shadow_sweep --run_dir="$RUN" --out_dir="$OUT" --backend="$BACKEND" --counts="$SWEEP_COUNTS" \
+# the sweep's files in $RUNS first: run again after a stop, it reads back the subsets it had finished
+$PY -m experiments.shadow_sweep --run_dir="$RUN" --out_dir="$RUN/sweep" --backend="$BACKEND" --counts="$SWEEP_COUNTS" \
   --draws=1 --fpr=1e-3 --variants=univariate-shared,independent-shared,oas-shared \
   --pairs=independent-shared:univariate-shared,oas-shared:univariate-shared --pair_fprs=0.001,0.0001 \
   --n_boot="$N_BOOT" --noprogress > "$OUT/shadow_sweep.txt" 2>&1
 log "paired sweep done (rc $?)"
+cp -r "$RUN/sweep/." "$OUT/"
 $PY -m experiments.evaluate --run_dir="$RUN" --backend="$BACKEND" --noprogress > "$OUT/evaluate_m$MODELS.txt" 2>&1
 $PY -m experiments.paper_table --run_dir="$RUN" --setting=lstm_worst --noprogress > "$OUT/paper_table_m$MODELS.txt" 2>&1
 mkdir -p "$OUT/m$MODELS"; cp "$RUN"/*.md "$RUN"/*.json "$RUN"/*.png "$OUT/m$MODELS/" 2>/dev/null
