@@ -77,6 +77,43 @@ def test_shadow_sweep_records_its_settings_and_drops_counts_above_m(run_dir, tmp
   assert "n/r" in proc.stdout and "n/r = not resolved: TPR@0.1% FPR needs >= 1,000 negatives" in proc.stdout
 
 
+# The shadow_sweep command with a Ctrl-C (SIGINT to itself) the moment its second subset is kept
+_CTRL_C_AFTER_TWO_SUBSETS = """
+import os, signal, sys
+from lira.reports import sweep_report
+real_save = sweep_report.Cells.save
+def save(self, *args):
+  real_save(self, *args)
+  if len(os.listdir(self.folder)) == 2:
+    os.kill(os.getpid(), signal.SIGINT)
+sweep_report.Cells.save = save
+from experiments import cli, shadow_sweep
+sys.argv = ["shadow_sweep", *sys.argv[1:]]
+cli.run(shadow_sweep.main, resumes=True)
+"""
+
+
+@pytest.mark.slow
+def test_shadow_sweep_stopped_by_ctrl_c_says_it_resumes_and_the_rerun_finishes_as_one_whole_sweep(run_dir, tmp_path):
+  args = [f"--run_dir={run_dir}", "--counts=6,8", "--draws=2", "--fpr=0.01", "--variants=oas-shared,univariate-shared",
+          "--pairs=oas-shared:univariate-shared", "--n_boot=20"]
+  whole = command("experiments.shadow_sweep", *args, f"--out_dir={tmp_path / 'whole'}")
+  assert whole.returncode == 0, whole.stderr[-2000:]
+  stopped = subprocess.run([sys.executable, "-c", _CTRL_C_AFTER_TWO_SUBSETS, "--noprogress", *args,
+                            f"--out_dir={tmp_path / 'run'}"], capture_output=True, text=True, cwd=REPO)
+  assert stopped.returncode == 130, stopped.stderr[-2000:]
+  from experiments import cli
+  assert [line for line in stopped.stderr.splitlines() if line.strip()] == [f"{cli.STOPPED}; {cli.RESUMES}"]
+  assert not list((tmp_path / "run").glob("shadow_sweep_*.json"))  # no report of a part of the sweep
+  again = command("experiments.shadow_sweep", *args, f"--out_dir={tmp_path / 'run'}")
+  assert again.returncode == 0, again.stderr[-2000:]
+  assert "resumed: 2 subset(s) read back from" in again.stdout
+  for path in (tmp_path / "whole").glob("shadow_sweep_*.*"):
+    if path.suffix in (".json", ".csv"):
+      text = path.read_text().replace(str(tmp_path / "whole"), str(tmp_path / "run"))  # argv names the out_dir
+      assert (tmp_path / "run" / path.name).read_text() == text, path.name
+
+
 @pytest.mark.slow
 def test_shadow_sweep_run_again_reads_its_finished_subsets_back_and_writes_the_same_reports(run_dir, tmp_path):
   args = [f"--run_dir={run_dir}", f"--out_dir={tmp_path}", "--counts=6,8", "--draws=2", "--fpr=0.01",
