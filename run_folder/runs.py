@@ -167,7 +167,7 @@ def population_fingerprint(run_dir):
 
 def run_fingerprint(run_dir):
   """Which arrays a result was computed from: the first 16 hex digits of the SHA-256 of RUN_DIR/losses.npy, keep.npy
-  and mask.npy (where present), in that order (a few seconds a GB)."""
+  and mask.npy (where present), in that order (one read of each file)."""
   return _sha256([os.path.join(run_dir, name) for name in (names.LOSSES, names.KEEP, names.MASK)])
 
 
