@@ -35,11 +35,7 @@ def call(M, m, N, T, cache_dir):
 
 def main():
   ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--M", type=int, default=512)
-  ap.add_argument("--subset", type=int, default=448)
-  ap.add_argument("--N", type=int, default=256)
-  ap.add_argument("--T", type=int, default=128)
-  ap.add_argument("--reps", type=int, default=3)
+  first_call_ab.add_shape_flags(ap, reps=3)
   a = ap.parse_args()
   firsts = {(m, kind): [] for m in (a.subset, a.M) for kind in KINDS}
   for rep in range(a.reps):

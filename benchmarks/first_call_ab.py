@@ -52,14 +52,19 @@ def call(tree, M, m, N, T, backend):
   return float(out[-2]), float(out[-1])
 
 
-def main():
-  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-  ap.add_argument("--base", required=True, help="a checkout of the commit to compare against")
+def add_shape_flags(ap, reps):
+  """--M, --subset, --N, --T (the synthetic run and its subset) and --reps (rounds) on an ArgumentParser."""
   ap.add_argument("--M", type=int, default=512)
   ap.add_argument("--subset", type=int, default=448)
   ap.add_argument("--N", type=int, default=256)
   ap.add_argument("--T", type=int, default=128)
-  ap.add_argument("--reps", type=int, default=5)
+  ap.add_argument("--reps", type=int, default=reps)
+
+
+def main():
+  ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  ap.add_argument("--base", required=True, help="a checkout of the commit to compare against")
+  add_shape_flags(ap, reps=5)
   ap.add_argument("--numpy", action="store_true", help="the numpy backend instead of the device pipeline")
   a = ap.parse_args()
   backend = "numpy" if a.numpy else "jax"
