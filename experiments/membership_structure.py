@@ -61,4 +61,4 @@ def main(argv):
 
 if __name__ == "__main__":
   flags.mark_flag_as_required("run_dir")
-  cli.run(main)
+  cli.run(main, resumes=True)
